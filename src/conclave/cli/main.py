@@ -1,0 +1,23 @@
+"""The ``conclave`` command."""
+
+from __future__ import annotations
+
+import typer
+
+from conclave.cli.migrate import migrate_command
+from conclave.cli.run import serve, up
+
+app = typer.Typer(
+    name="conclave",
+    help="Conclave: governed tool execution and evidence intake.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.command("up")(up)
+app.command("serve")(serve)
+app.command("migrate")(migrate_command)
+
+
+def main() -> None:
+    """Entry point of the ``conclave`` script."""
+    app()

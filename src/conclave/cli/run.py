@@ -1,0 +1,133 @@
+"""``conclave serve`` (one service, production) and ``conclave up`` (all four, embedded)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import signal
+from collections.abc import Iterator
+from typing import Annotated
+
+import typer
+import uvicorn
+from rich.console import Console
+from rich.table import Table
+
+from conclave.cli.services import SERVICES, ServiceName, load_settings
+from conclave.platform.auth import parse_token_table
+from conclave.platform.logs import configure_logging
+from conclave.platform.runtime import Platform
+from conclave.settings import CommonSettings, GatewaySettings
+
+console = Console(stderr=True)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_auth(settings: CommonSettings, *, allow_off_on_loopback: bool, host: str) -> None:
+    try:
+        parse_token_table(settings.api_tokens.get_secret_value())
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    if settings.auth_active() or settings.auth == "disabled":
+        return
+    if allow_off_on_loopback and _is_loopback(host):
+        return
+    console.print(
+        "[red]error:[/red] authentication is not configured. Set CONCLAVE_API_TOKENS "
+        "('token=user_id,...'), CONCLAVE_JWT_SECRET or CONCLAVE_JWT_PUBLIC_KEY; or set "
+        "CONCLAVE_AUTH=disabled to run without authentication on purpose."
+    )
+    raise typer.Exit(2)
+
+
+def serve(
+    service: Annotated[ServiceName, typer.Argument(help="Which service to run.")],
+    host: Annotated[
+        str | None, typer.Option(help="Listen address (default from settings).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port (default from settings).")] = None,
+) -> None:
+    """Run one service (production mode: one process per service, any number of replicas)."""
+    settings = load_settings(service)
+    configure_logging(settings.log_level, settings.log_format)
+    bind = host or settings.host
+    _check_auth(settings, allow_off_on_loopback=False, host=bind)
+    app = SERVICES[service].create_app(settings)
+    uvicorn.run(
+        app,
+        host=bind,
+        port=port or settings.port,
+        log_config=None,
+        access_log=False,
+        proxy_headers=True,
+        server_header=False,
+    )
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to ``conclave up`` (four servers, one loop)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def up(
+    host: Annotated[str, typer.Option(help="Listen address for all four services.")] = "127.0.0.1",
+) -> None:
+    """Run all four services in this process, embedded: SQLite file, in-process bus."""
+    common = GatewaySettings()
+    configure_logging(common.log_level, common.log_format)
+    _check_auth(common, allow_off_on_loopback=True, host=host)
+    asyncio.run(_run_all(host, common))
+
+
+async def _run_all(host: str, common: GatewaySettings) -> None:
+    async with Platform.open(common, max_batch=common.max_batch) as platform:
+        servers: list[uvicorn.Server] = []
+        table = Table(title="Conclave is up", show_header=True)
+        for column in ("service", "address", "what"):
+            table.add_column(column)
+        for name, spec in SERVICES.items():
+            settings = load_settings(name)
+            app = spec.create_app(settings, platform=platform)
+            config = uvicorn.Config(
+                app, host=host, port=settings.port, log_config=None, access_log=False,
+                server_header=False, lifespan="on",
+            )  # fmt: skip
+            servers.append(_EmbeddedServer(config))
+            table.add_row(name.value, f"http://{host}:{settings.port}", spec.description)
+        console.print(table)
+        console.print(f"store: {_describe_store(common)}   bus: {common.resolved_bus_url()}")
+        console.print(
+            "auth: [yellow]off[/yellow] (listening on loopback only)"
+            if not common.auth_active()
+            else "auth: on (bearer tokens / JWT)"
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, _stop_all, servers)
+        results = await asyncio.gather(*(s.serve() for s in servers), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+
+def _stop_all(servers: list[uvicorn.Server]) -> None:
+    for server in servers:
+        server.should_exit = True
+
+
+def _describe_store(settings: CommonSettings) -> str:
+    url = settings.resolved_database_url()
+    return url.split("@")[-1] if "@" in url else url

@@ -1,0 +1,166 @@
+"""HTTP routes of the tool gateway (thin: the chain lives in :mod:`service`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from conclave import __version__
+from conclave.gateway import store
+from conclave.gateway.formats import render
+from conclave.gateway.models import ExecuteRequest, ExecuteResponse, ToolCall, ToolCatalogue
+from conclave.gateway.service import ExecuteCommand, GatewayService
+from conclave.platform.clock import rfc3339
+from conclave.platform.errors import Forbidden, NotFound
+from conclave.platform.http import (
+    CurrentPlatform,
+    CurrentPrincipal,
+    correlation_id,
+    health_response,
+)
+
+router = APIRouter()
+
+
+def _service(request: Request) -> GatewayService:
+    return request.app.state.gateway  # type: ignore[no-any-return]
+
+
+Service = Annotated[GatewayService, Depends(_service)]
+
+
+@router.get("/", tags=["operations"])
+async def describe(request: Request, service: Service) -> dict[str, Any]:
+    """Describe the service and link to its endpoints."""
+    return {
+        "service": "conclave-gateway",
+        "description": "Governed tool execution: catalogue, validation, audit, events, metrics.",
+        "version": __version__,
+        "mode": request.app.state.settings.mcp_domain,
+        "tools": len(service.registry),
+        "auth": "enabled" if request.app.state.authenticator.enabled else "disabled",
+        "links": {
+            "self": "/",
+            "health": "/health",
+            "tools": "/tools",
+            "execute": "/execute",
+            "calls": "/calls/{conclave_id}",
+            "metrics": "/metrics",
+            "openapi": "/openapi.json",
+            "docs": "/docs",
+        },
+    }
+
+
+@router.get("/health", tags=["operations"])
+async def health(platform: CurrentPlatform, service: Service) -> JSONResponse:
+    """Store and bus status; 503 when either is down."""
+    return await health_response(platform, "gateway", tools=len(service.registry))
+
+
+@router.get("/tools", tags=["tools"])
+async def list_tools(
+    service: Service,
+    _principal: CurrentPrincipal,
+    format: Literal["openai", "anthropic", "mcp"] = "openai",
+    tags: Annotated[str | None, Query(max_length=1000, description="Comma-separated tags.")] = None,
+    names: Annotated[
+        str | None, Query(max_length=4000, description="Comma-separated names.")
+    ] = None,
+) -> ToolCatalogue:
+    """The tool catalogue in function-calling format (OpenAI by default)."""
+    wanted_tags = {t.strip() for t in tags.split(",") if t.strip()} if tags else None
+    wanted_names = {n.strip() for n in names.split(",") if n.strip()} if names else None
+    tools = [
+        tool
+        for tool in service.registry.tools()
+        if (wanted_tags is None or wanted_tags & set(tool.tags))
+        and (wanted_names is None or tool.name in wanted_names)
+    ]
+    entries = [render(tool, format) for tool in tools]
+    return ToolCatalogue(tools=entries, count=len(entries), format=format)
+
+
+@router.post(
+    "/execute",
+    tags=["tools"],
+    response_model=ExecuteResponse,
+    responses={
+        401: {"description": "Missing or invalid credentials"},
+        404: {"description": "Unknown tool (audited, heretical)"},
+        409: {"description": "Idempotency-Key conflict"},
+        413: {"description": "Body too large"},
+        422: {"description": "Invalid arguments or rule violation (audited, heretical)"},
+        503: {"description": "Store unavailable: nothing was executed"},
+        504: {"description": "Tool timed out (audited)"},
+    },
+)
+async def execute(
+    body: ExecuteRequest,
+    request: Request,
+    response: Response,
+    service: Service,
+    principal: CurrentPrincipal,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", max_length=256, min_length=1)
+    ] = None,
+) -> ExecuteResponse:
+    """Execute one tool through validation, audit, event and metrics."""
+    user_id = principal.user_id
+    if body.user_id is not None:
+        if request.app.state.authenticator.enabled and body.user_id != principal.user_id:
+            raise Forbidden("user_id comes from your credentials.", code="USER_MISMATCH")
+        user_id = body.user_id
+    outcome = await service.execute(
+        ExecuteCommand(
+            tool=body.tool,
+            args=body.args,
+            user_id=user_id,
+            correlation_id=body.correlation_id or correlation_id(request),
+            idempotency_key=idempotency_key,
+        )
+    )
+    outcome.raise_if_failed()
+    if outcome.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return ExecuteResponse(
+        conclave_id=outcome.conclave_id,
+        tool=outcome.tool,
+        status=outcome.status,
+        orthodoxy_status=outcome.orthodoxy_status,
+        result=outcome.result,
+        warnings=outcome.warnings,
+        duration_ms=outcome.duration_ms,
+    )
+
+
+@router.get("/calls/{conclave_id}", tags=["tools"])
+async def get_call(
+    conclave_id: str, platform: CurrentPlatform, principal: CurrentPrincipal, request: Request
+) -> ToolCall:
+    """One audit row of your own calls."""
+    row = await store.get_call(platform.engine, conclave_id)
+    own = row is not None and (
+        row.user_id == principal.user_id or not request.app.state.authenticator.enabled
+    )
+    if row is None or not own:
+        raise NotFound(f"No call {conclave_id!r}.", code="CALL_NOT_FOUND")
+    return ToolCall(
+        conclave_id=row.conclave_id,
+        tool_name=row.tool_name,
+        requested_tool=row.requested_tool,
+        args=row.args,
+        result=row.result,
+        orthodoxy_status=row.orthodoxy_status,
+        status=row.status,
+        error_code=row.error_code,
+        error_message=row.error_message,
+        warnings=list(row.warnings or []),
+        user_id=row.user_id,
+        correlation_id=row.correlation_id,
+        duration_ms=row.duration_ms,
+        created_at=rfc3339(row.created_at),
+        completed_at=rfc3339(row.completed_at) if row.completed_at else None,
+    )

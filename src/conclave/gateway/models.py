@@ -1,0 +1,69 @@
+"""Request and response models of the gateway's HTTP API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class ExecuteRequest(BaseModel):
+    """One tool execution."""
+
+    tool: str = Field(..., min_length=1, max_length=256, description="Tool name or wire alias.")
+    args: Any = Field(
+        default_factory=dict,
+        description="Arguments, a JSON object matching the tool's parameters schema.",
+        json_schema_extra={"type": "object"},
+    )
+    correlation_id: str | None = Field(
+        None,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9._:/@+=-]+$",
+        description="Carried into the audit row and the event (defaults to X-Correlation-ID).",
+    )
+    user_id: str | None = Field(
+        None,
+        max_length=256,
+        description="Caller identity, only honoured when authentication is disabled.",
+    )
+
+
+class ExecuteResponse(BaseModel):
+    """The outcome of a successful execution."""
+
+    conclave_id: str
+    tool: str
+    status: str = Field(description="succeeded")
+    orthodoxy_status: str = Field(description="blessed or purified")
+    result: Any
+    warnings: list[str]
+    duration_ms: float
+
+
+class ToolCatalogue(BaseModel):
+    """The tool catalogue in one function-calling format."""
+
+    tools: list[dict[str, Any]]
+    count: int
+    format: str
+
+
+class ToolCall(BaseModel):
+    """One audit row of ``mcp_tool_calls``."""
+
+    conclave_id: str
+    tool_name: str
+    requested_tool: str
+    args: Any
+    result: Any
+    orthodoxy_status: str
+    status: str
+    error_code: str | None
+    error_message: str | None
+    warnings: list[str]
+    user_id: str
+    correlation_id: str | None
+    duration_ms: float | None
+    created_at: str
+    completed_at: str | None

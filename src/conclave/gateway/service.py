@@ -1,0 +1,412 @@
+"""The governance chain: resolve → validate → execute → check → audit + event → metrics.
+
+Every call, whatever its outcome, leaves exactly one audit row in ``mcp_tool_calls`` and exactly
+one outbox event on ``conclave.mcp.actions``, written in the same transaction. A call that reaches
+its executor is recorded as ``running`` *before* it runs, so no side effect ever happens without an
+audit trail: if that first write fails the call is refused with 503 ``STORE_UNAVAILABLE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from conclave.gateway import store
+from conclave.gateway.metrics import GatewayMetrics
+from conclave.gateway.registry import RegisteredTool, ToolRegistry
+from conclave.gateway.tools import RuleViolation, ToolContext, ToolExecutionError
+from conclave.gateway.validation import depth_exceeds, redact, schema_errors
+from conclave.platform.bus.base import Event
+from conclave.platform.clock import rfc3339, utc_now
+from conclave.platform.db.engine import store_errors
+from conclave.platform.errors import ConclaveError, Conflict, StoreUnavailable
+from conclave.platform.outbox import outbox_write
+from conclave.platform.runtime import Platform
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "conclave.mcp.actions"
+SOURCE = "gateway"
+
+BLESSED, PURIFIED, HERETICAL = "blessed", "purified", "heretical"
+SUCCEEDED, REJECTED, FAILED, TIMEOUT, RUNNING = (
+    "succeeded",
+    "rejected",
+    "failed",
+    "timeout",
+    "running",
+)
+
+_TITLES = {
+    "UNKNOWN_TOOL": "Unknown tool",
+    "VALIDATION_FAILED": "Invalid arguments",
+    "RULE_VIOLATION": "Rejected by a tool rule",
+    "TOOL_TIMEOUT": "Tool timed out",
+    "TOOL_FAILED": "Tool failed",
+    "OUTPUT_INVALID": "Tool output broke its schema",
+}
+_FINISH_ATTEMPTS = 4
+
+
+@dataclass(frozen=True)
+class ExecuteCommand:
+    """A validated request to execute a tool on behalf of ``user_id``."""
+
+    tool: str
+    args: Any
+    user_id: str
+    correlation_id: str | None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished call as the caller sees it (also rebuilt from the audit row on replay)."""
+
+    conclave_id: str
+    tool: str
+    status: str
+    orthodoxy_status: str
+    result: Any
+    warnings: list[str]
+    duration_ms: float
+    http_status: int = 200
+    error_code: str | None = None
+    error_message: str | None = None
+    errors: list[dict[str, str]] | None = None
+    replayed: bool = False
+
+    def raise_if_failed(self) -> None:
+        """Turn a failed outcome into the problem the caller receives."""
+        if self.http_status < 400:
+            return
+        code = self.error_code or "TOOL_FAILED"
+        error = ConclaveError(
+            self.error_message,
+            code=code,
+            errors=self.errors,
+            extra={
+                "conclave_id": self.conclave_id,
+                "tool": self.tool,
+                "orthodoxy_status": self.orthodoxy_status,
+            },
+            headers={"Idempotent-Replayed": "true"} if self.replayed else None,
+        )
+        error.status = self.http_status
+        error.title = _TITLES.get(code, "Tool call failed")
+        raise error
+
+
+def request_hash(tool: str, args: Any) -> str:
+    """Fingerprint of a request, to refuse an idempotency key reused for different input."""
+    canonical = json.dumps({"tool": tool, "args": args}, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class GatewayService:
+    """Runs tool calls through the governance chain."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        platform: Platform,
+        metrics: GatewayMetrics,
+        *,
+        default_timeout: float,
+        max_depth: int,
+    ) -> None:
+        self.registry = registry
+        self._platform = platform
+        self._metrics = metrics
+        self._default_timeout = default_timeout
+        self._max_depth = max_depth
+
+    async def execute(self, command: ExecuteCommand) -> Outcome:
+        """Run one call. Returns the outcome; failed outcomes carry their HTTP status."""
+        started = time.perf_counter()
+        conclave_id = str(uuid.uuid4())
+        fingerprint = request_hash(command.tool, command.args) if command.idempotency_key else None
+        if command.idempotency_key:
+            replay = await self._replay(command, fingerprint)
+            if replay is not None:
+                return replay
+        registered = self.registry.resolve(command.tool)
+        schema = registered.tool.parameters if registered else None
+        row: dict[str, Any] = {
+            "conclave_id": conclave_id,
+            "tool_name": registered.tool.name if registered else command.tool[:128],
+            "requested_tool": command.tool,
+            "args": self._stored_args(command.args, schema),
+            "user_id": command.user_id,
+            "correlation_id": command.correlation_id,
+            "idempotency_key": command.idempotency_key,
+            "request_hash": fingerprint,
+            "created_at": utc_now(),
+        }
+        rejection = self._reject(command, registered)
+        if rejection is not None:
+            code, message, errors, status = rejection
+            return await self._record_rejection(
+                command, row, started, code, message, errors, status
+            )
+
+        assert registered is not None
+        try:
+            await self._platform.writer.write(
+                store.record_call({**row, "status": RUNNING, "orthodoxy_status": BLESSED})
+            )
+        except IntegrityError:
+            return await self._conflicting_key(command, fingerprint)
+        return await self._run(command, registered, row, started)
+
+    def _stored_args(self, args: Any, schema: Any) -> Any:
+        if depth_exceeds(args, self._max_depth):
+            return {"_omitted": f"arguments nest deeper than {self._max_depth} levels"}
+        return redact(args, schema)
+
+    def _reject(
+        self, command: ExecuteCommand, registered: RegisteredTool | None
+    ) -> tuple[str, str, list[dict[str, str]] | None, int] | None:
+        if registered is None:
+            return "UNKNOWN_TOOL", f"No tool is called {command.tool[:128]!r}.", None, 404
+        if not isinstance(command.args, dict):
+            errors = [{"field": "/", "message": "arguments must be a JSON object", "rule": "type"}]
+            return "VALIDATION_FAILED", "Arguments must be a JSON object.", errors, 422
+        if depth_exceeds(command.args, self._max_depth):
+            errors = [{"field": "/", "message": "nesting too deep", "rule": "maxDepth"}]
+            detail = f"Arguments nest deeper than {self._max_depth} levels."
+            return "VALIDATION_FAILED", detail, errors, 422
+        errors = schema_errors(registered.arguments, command.args)
+        if errors:
+            fields = ", ".join(sorted({e["field"] for e in errors}))
+            return "VALIDATION_FAILED", f"Invalid arguments at {fields}.", errors, 422
+        return None
+
+    async def _run(
+        self,
+        command: ExecuteCommand,
+        registered: RegisteredTool,
+        row: dict[str, Any],
+        started: float,
+    ) -> Outcome:
+        tool = registered.tool
+        context = ToolContext(row["conclave_id"], command.user_id, command.correlation_id)
+        timeout = tool.timeout_seconds or self._default_timeout
+        warnings: list[str] = []
+        try:
+            result = await asyncio.wait_for(tool.executor(dict(command.args), context), timeout)
+        except TimeoutError:
+            return await self._finish(
+                command, row, started, status=TIMEOUT, orthodoxy=BLESSED, http_status=504,
+                code="TOOL_TIMEOUT", message=f"The tool did not finish within {timeout:g} s.",
+            )  # fmt: skip
+        except ToolExecutionError as exc:
+            return await self._finish(
+                command, row, started, status=FAILED, orthodoxy=BLESSED, http_status=exc.status,
+                code=exc.code, message=exc.message,
+            )  # fmt: skip
+        except Exception:
+            log.exception("tool executor raised", extra={"tool": tool.name})
+            return await self._finish(
+                command, row, started, status=FAILED, orthodoxy=BLESSED, http_status=502,
+                code="TOOL_FAILED", message="The tool failed unexpectedly.",
+            )  # fmt: skip
+
+        problem = _output_problem(registered, result)
+        if problem is not None:
+            return await self._finish(
+                command, row, started, status=FAILED, orthodoxy=HERETICAL, http_status=502,
+                code="OUTPUT_INVALID", message=problem,
+            )  # fmt: skip
+        try:
+            for rule in tool.rules:
+                verdict = rule(command.args, result)
+                if verdict is not None:
+                    result = verdict.result
+                    warnings.extend(verdict.warnings)
+        except RuleViolation as exc:
+            return await self._finish(
+                command, row, started, status=REJECTED, orthodoxy=HERETICAL, http_status=422,
+                code="RULE_VIOLATION", message=str(exc), result=result,
+            )  # fmt: skip
+        return await self._finish(
+            command, row, started, status=SUCCEEDED,
+            orthodoxy=PURIFIED if warnings else BLESSED, http_status=200,
+            result=result, warnings=warnings,
+        )  # fmt: skip
+
+    async def _finish(
+        self,
+        command: ExecuteCommand,
+        row: dict[str, Any],
+        started: float,
+        *,
+        status: str,
+        orthodoxy: str,
+        http_status: int,
+        code: str | None = None,
+        message: str | None = None,
+        result: Any = None,
+        warnings: list[str] | None = None,
+    ) -> Outcome:
+        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        outcome = Outcome(
+            conclave_id=row["conclave_id"], tool=row["tool_name"], status=status,
+            orthodoxy_status=orthodoxy, result=result, warnings=warnings or [],
+            duration_ms=duration_ms, http_status=http_status, error_code=code,
+            error_message=message,
+        )  # fmt: skip
+        values = _final_values(outcome, row)
+        writes = (
+            store.finish_call(row["conclave_id"], values),
+            outbox_write(self._event(outcome, row, command)),
+        )
+        # The tool has run: keep trying for a moment so a store blip does not lose its audit row.
+        for attempt in range(_FINISH_ATTEMPTS):
+            try:
+                await self._platform.writer.write(*writes)
+                break
+            except StoreUnavailable:
+                if attempt == _FINISH_ATTEMPTS - 1:
+                    log.error("audit row of a finished call could not be completed",
+                              extra={"conclave_id": row["conclave_id"]})  # fmt: skip
+                    raise
+                await asyncio.sleep(0.1 * 2**attempt)
+        self._metrics.observe(row["tool_name"], status, orthodoxy, duration_ms / 1000)
+        return outcome
+
+    async def _record_rejection(
+        self,
+        command: ExecuteCommand,
+        row: dict[str, Any],
+        started: float,
+        code: str,
+        message: str,
+        errors: list[dict[str, str]] | None,
+        http_status: int,
+    ) -> Outcome:
+        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        outcome = Outcome(
+            conclave_id=row["conclave_id"], tool=row["tool_name"], status=REJECTED,
+            orthodoxy_status=HERETICAL, result=None, warnings=[], duration_ms=duration_ms,
+            http_status=http_status, error_code=code, error_message=message, errors=errors,
+        )  # fmt: skip
+        audit = {**row, **_final_values(outcome, row)}
+        if errors:
+            audit["warnings"] = [f"{e['field']}: {e['message']}" for e in errors]
+        try:
+            await self._platform.writer.write(
+                store.record_call(audit), outbox_write(self._event(outcome, row, command))
+            )
+        except IntegrityError:
+            return await self._conflicting_key(command, row["request_hash"])
+        known = self.registry.resolve(command.tool) is not None
+        self._metrics.observe(row["tool_name"] if known else None, REJECTED, HERETICAL, 0.0)
+        return outcome
+
+    def _event(self, outcome: Outcome, row: dict[str, Any], command: ExecuteCommand) -> Event:
+        payload = {
+            "conclave_id": outcome.conclave_id,
+            "tool": outcome.tool,
+            "args": row["args"],
+            "user_id": command.user_id,
+            "timestamp": rfc3339(row["created_at"]),
+            "status": outcome.status,
+            "orthodoxy_status": outcome.orthodoxy_status,
+        }
+        return Event(
+            channel=CHANNEL,
+            payload=payload,
+            source=SOURCE,
+            correlation_id=command.correlation_id,
+        )
+
+    async def _replay(self, command: ExecuteCommand, fingerprint: str | None) -> Outcome | None:
+        assert command.idempotency_key is not None
+        with store_errors():
+            earlier = await store.find_by_idempotency_key(
+                self._platform.engine, command.user_id, command.idempotency_key
+            )
+        if earlier is None:
+            return None
+        if earlier.request_hash != fingerprint:
+            raise Conflict(
+                "This Idempotency-Key was used for a different request.",
+                code="IDEMPOTENCY_KEY_REUSED",
+            )
+        if earlier.status == RUNNING:
+            raise Conflict(
+                "A call with this Idempotency-Key is still running.",
+                code="IDEMPOTENCY_IN_PROGRESS",
+            )
+        return outcome_from_row(earlier, replayed=True)
+
+    async def _conflicting_key(self, command: ExecuteCommand, fingerprint: str | None) -> Outcome:
+        # Another request with the same key won the race to record itself.
+        replay = await self._replay(command, fingerprint)
+        if replay is None:  # the winner's row vanished: only possible if someone deleted it
+            raise Conflict("Idempotency-Key conflict.", code="IDEMPOTENCY_IN_PROGRESS")
+        return replay
+
+
+def _output_problem(registered: RegisteredTool, result: Any) -> str | None:
+    try:
+        json.dumps(result, allow_nan=True)
+    except (TypeError, ValueError):
+        return "The tool returned a value that is not JSON."
+    if registered.output is not None:
+        errors = schema_errors(registered.output, result)
+        if errors:
+            return "The tool's result does not match its output schema."
+    return None
+
+
+def _json_safe(value: Any) -> Any:
+    # Audit rows and events are JSON: non-finite floats become null (their rule warns about it).
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _final_values(outcome: Outcome, row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": outcome.status,
+        "orthodoxy_status": outcome.orthodoxy_status,
+        "http_status": outcome.http_status,
+        "result": _json_safe(outcome.result),
+        "warnings": outcome.warnings,
+        "error_code": outcome.error_code,
+        "error_message": outcome.error_message,
+        "duration_ms": outcome.duration_ms,
+        "completed_at": utc_now(),
+    }
+
+
+def outcome_from_row(row: Any, *, replayed: bool = False) -> Outcome:
+    """Rebuild the caller's view of a finished call from its audit row."""
+    return Outcome(
+        conclave_id=row.conclave_id,
+        tool=row.tool_name,
+        status=row.status,
+        orthodoxy_status=row.orthodoxy_status,
+        result=row.result,
+        warnings=list(row.warnings or []),
+        duration_ms=row.duration_ms or 0.0,
+        http_status=row.http_status or 200,
+        error_code=row.error_code,
+        error_message=row.error_message,
+        replayed=replayed,
+    )

@@ -1,0 +1,77 @@
+"""What a tool is: a schema, an async executor and optional rules.
+
+This is the plug-in contract. A plug-in module or entry point provides :class:`Tool` objects::
+
+    from conclave.gateway.tools import Tool
+
+    async def add(args, ctx):
+        return {"sum": args["a"] + args["b"]}
+
+    TOOLS = [Tool(name="add", description="Add two numbers.", executor=add, parameters={
+        "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        "required": ["a", "b"], "additionalProperties": False})]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What an executor knows about the call it serves."""
+
+    conclave_id: str
+    user_id: str
+    correlation_id: str | None
+
+
+Executor = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """A rule's verdict on a result: possibly corrected, with warnings (``purified``)."""
+
+    result: Any
+    warnings: tuple[str, ...] = ()
+
+
+Rule = Callable[[Mapping[str, Any], Any], RuleOutcome | None]
+"""A tool-specific check run on (arguments, result). Return ``None`` when the result passes as is,
+a :class:`RuleOutcome` to correct it or attach warnings, or raise :class:`RuleViolation`."""
+
+
+class RuleViolation(Exception):
+    """A rule rejects the call: it is recorded ``heretical`` and answered with 422."""
+
+
+class ToolExecutionError(Exception):
+    """An expected failure of an executor (bad input it could only detect while running, a
+    backend refusing). ``status`` is the HTTP status the caller receives."""
+
+    def __init__(self, message: str, *, code: str = "TOOL_ERROR", status: int = 422) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A callable tool. ``parameters`` is a JSON Schema whose root is ``type: object``."""
+
+    name: str
+    description: str
+    executor: Executor
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    title: str | None = None
+    output_schema: Mapping[str, Any] | None = None
+    annotations: Mapping[str, Any] | None = None
+    tags: tuple[str, ...] = ()
+    rules: tuple[Rule, ...] = ()
+    timeout_seconds: float | None = None

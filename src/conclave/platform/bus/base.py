@@ -1,0 +1,100 @@
+"""Bus vocabulary shared by both implementations."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from conclave.platform.clock import rfc3339, utc_now
+
+
+@dataclass(frozen=True)
+class Event:
+    """One bus entry. ``payload`` is the channel's documented payload; the rest is the envelope."""
+
+    channel: str
+    payload: Mapping[str, Any]
+    source: str
+    event_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    emitted_at: datetime = field(default_factory=utc_now)
+    correlation_id: str | None = None
+
+    def to_fields(self) -> dict[str, str]:
+        """The entry's fields as stored on a Redis stream (all strings)."""
+        return {
+            "event_id": self.event_id,
+            "channel": self.channel,
+            "source": self.source,
+            "emitted_at": rfc3339(self.emitted_at),
+            "correlation_id": self.correlation_id or "",
+            "payload": json.dumps(self.payload, separators=(",", ":"), ensure_ascii=False),
+        }
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, str]) -> Event:
+        """Rebuild an event from stream fields; ``ValueError``/``KeyError`` when malformed."""
+        payload = json.loads(fields["payload"])
+        if not isinstance(payload, dict):
+            raise ValueError("payload is not a JSON object")
+        return cls(
+            channel=fields["channel"],
+            payload=payload,
+            source=fields.get("source", ""),
+            event_id=fields["event_id"],
+            emitted_at=datetime.fromisoformat(fields["emitted_at"].replace("Z", "+00:00")),
+            correlation_id=fields.get("correlation_id") or None,
+        )
+
+
+Handler = Callable[[Event], Awaitable[None]]
+
+
+def dead_letter_channel(channel: str) -> str:
+    """Where poison entries of ``channel`` go after too many deliveries."""
+    return f"{channel}.dlq"
+
+
+class EventBus(Protocol):
+    """Publish events and consume them through consumer groups (at-least-once delivery).
+
+    A handler that returns normally acknowledges the event; one that raises leaves it pending, to be
+    delivered again (to any consumer of the group) after ``claim_idle_seconds``; after
+    ``max_deliveries`` deliveries it moves to ``<channel>.dlq``. Handlers must be idempotent
+    (dedupe by ``event_id``).
+    """
+
+    async def publish(self, events: Sequence[Event]) -> None:
+        """Append ``events`` to their channels; raises ``BusUnavailable`` when the bus is down."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise ``BusUnavailable`` when the bus does not answer."""
+        ...
+
+    async def consume(
+        self,
+        channel: str,
+        group: str,
+        consumer: str,
+        handler: Handler,
+        *,
+        start: str = "$",
+    ) -> None:
+        """Deliver the channel's events to ``handler`` until cancelled.
+
+        ``start`` is where a newly created group begins: ``"$"`` (only new events) or ``"0"``
+        (everything still on the stream).
+        """
+        ...
+
+    async def read(self, channel: str, count: int = 100) -> list[Event]:
+        """The newest ``count`` events of ``channel``, oldest first (diagnostics and tests)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...

@@ -1,0 +1,130 @@
+"""In-process bus for embedded mode: the semantics of the Redis Streams bus, in one process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from conclave.platform.bus.base import Event, Handler, dead_letter_channel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Delivery:
+    event: Event
+    deliveries: int
+    delivered_at: float
+
+
+@dataclass
+class _Group:
+    next_seq: int
+    pending: dict[int, _Delivery] = field(default_factory=dict)
+
+
+@dataclass
+class _Stream:
+    entries: dict[int, Event] = field(default_factory=dict)
+    next_seq: int = 0
+    groups: dict[str, _Group] = field(default_factory=dict)
+
+
+class MemoryBus:
+    """Streams with consumer groups, acknowledgement, reclaim and dead-lettering, kept in memory.
+
+    Nothing survives the process: embedded mode relies on the outbox (in SQLite) for durability,
+    so an event not yet consumed when the process stops is not lost from the emitter's audit log.
+    """
+
+    def __init__(
+        self, *, maxlen: int = 100_000, max_deliveries: int = 5, claim_idle_seconds: float = 60.0
+    ) -> None:
+        self._maxlen = maxlen
+        self._max_deliveries = max_deliveries
+        self._claim_idle = claim_idle_seconds
+        self._streams: dict[str, _Stream] = {}
+        self._changed = asyncio.Condition()
+
+    def _stream(self, channel: str) -> _Stream:
+        return self._streams.setdefault(channel, _Stream())
+
+    async def publish(self, events: Sequence[Event]) -> None:
+        """Append ``events``; wake consumers."""
+        for event in events:
+            self._append(event.channel, event)
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _append(self, channel: str, event: Event) -> None:
+        stream = self._stream(channel)
+        stream.entries[stream.next_seq] = event
+        stream.next_seq += 1
+        while len(stream.entries) > self._maxlen:
+            del stream.entries[next(iter(stream.entries))]
+
+    async def ping(self) -> None:
+        """The in-process bus is always reachable."""
+
+    async def read(self, channel: str, count: int = 100) -> list[Event]:
+        """The newest ``count`` events of ``channel``, oldest first."""
+        return list(self._stream(channel).entries.values())[-count:]
+
+    async def consume(
+        self, channel: str, group: str, consumer: str, handler: Handler, *, start: str = "$"
+    ) -> None:
+        """Deliver events of ``channel`` to ``handler`` until cancelled."""
+        stream = self._stream(channel)
+        if group not in stream.groups:
+            first = stream.next_seq if start == "$" else 0
+            stream.groups[group] = _Group(next_seq=first)
+        state = stream.groups[group]
+        while True:
+            work = self._claim(state) or self._next(stream, state)
+            if work is None:
+                async with self._changed:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), timeout=self._claim_idle / 4)
+                continue
+            seq, delivery = work
+            try:
+                await handler(delivery.event)
+            except Exception:
+                log.exception(
+                    "handler failed",
+                    extra={"channel": channel, "event_id": delivery.event.event_id},
+                )
+                continue
+            state.pending.pop(seq, None)
+
+    def _next(self, stream: _Stream, state: _Group) -> tuple[int, _Delivery] | None:
+        while state.next_seq < stream.next_seq:
+            seq = state.next_seq
+            state.next_seq += 1
+            event = stream.entries.get(seq)
+            if event is not None:  # trimmed entries are skipped, as on Redis
+                delivery = _Delivery(event, 1, time.monotonic())
+                state.pending[seq] = delivery
+                return seq, delivery
+        return None
+
+    def _claim(self, state: _Group) -> tuple[int, _Delivery] | None:
+        now = time.monotonic()
+        for seq, delivery in list(state.pending.items()):
+            if now - delivery.delivered_at < self._claim_idle:
+                continue
+            if delivery.deliveries >= self._max_deliveries:
+                del state.pending[seq]
+                self._append(dead_letter_channel(delivery.event.channel), delivery.event)
+                continue
+            delivery.deliveries += 1
+            delivery.delivered_at = now
+            return seq, delivery
+        return None
+
+    async def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,178 @@
+"""Redis Streams bus: consumer groups, ack after work, XAUTOCLAIM reclaim, dead-letter, trimming."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from conclave.platform.bus.base import Event, Handler, dead_letter_channel
+from conclave.platform.errors import BusUnavailable
+
+log = logging.getLogger(__name__)
+
+_READ_BLOCK_MS = 1000
+_READ_COUNT = 64
+
+
+class RedisStreamsBus:
+    """The production bus. The stream key of a channel is ``<prefix><channel>``."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        stream_prefix: str = "",
+        maxlen: int = 100_000,
+        max_deliveries: int = 5,
+        claim_idle_seconds: float = 60.0,
+    ) -> None:
+        self._redis: Redis = Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_connect_timeout=2,
+            socket_timeout=(_READ_BLOCK_MS / 1000) + 5,
+            health_check_interval=15,
+        )
+        self._prefix = stream_prefix
+        self._maxlen = maxlen
+        self._max_deliveries = max_deliveries
+        self._claim_idle_ms = int(claim_idle_seconds * 1000)
+
+    def key(self, channel: str) -> str:
+        """The Redis key of ``channel``'s stream."""
+        return self._prefix + channel
+
+    async def publish(self, events: Sequence[Event]) -> None:
+        """XADD every event in one pipelined round trip, trimming approximately to ``maxlen``."""
+        if not events:
+            return
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for event in events:
+                    pipe.xadd(
+                        self.key(event.channel),
+                        event.to_fields(),  # type: ignore[arg-type]
+                        maxlen=self._maxlen,
+                        approximate=True,
+                    )
+                await pipe.execute()
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+
+    async def ping(self) -> None:
+        """PING Redis."""
+        try:
+            await self._redis.ping()
+        except (RedisError, OSError) as exc:
+            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+
+    async def read(self, channel: str, count: int = 100) -> list[Event]:
+        """The newest ``count`` events of ``channel``, oldest first."""
+        entries = await self._redis.xrevrange(self.key(channel), count=count)
+        return [Event.from_fields(fields) for _, fields in reversed(entries)]
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._redis.aclose()
+
+    async def consume(
+        self, channel: str, group: str, consumer: str, handler: Handler, *, start: str = "$"
+    ) -> None:
+        """Deliver ``channel``'s events to ``handler`` until cancelled; survives Redis restarts."""
+        key = self.key(channel)
+        backoff = 0.2
+        # Drain our own pending entries first (a restart after a crash), then read new ones.
+        cursor = "0"
+        last_claim = 0.0
+        while True:
+            try:
+                await self._ensure_group(key, group, start)
+                if time.monotonic() - last_claim > self._claim_idle_ms / 4000:
+                    last_claim = time.monotonic()
+                    await self._reclaim(key, group, consumer, handler)
+                reply = await self._redis.xreadgroup(
+                    group, consumer, {key: cursor}, count=_READ_COUNT, block=_READ_BLOCK_MS
+                )
+                entries = reply[0][1] if reply else []
+                await self._deliver(key, group, handler, entries, check_deliveries=cursor == "0")
+                # Our own pending entries are handled once; what fails again waits for XAUTOCLAIM.
+                cursor = ">"
+                backoff = 0.2
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                log.warning("bus consumer waiting for Redis", extra={"error": str(exc)})
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                cursor = "0"
+
+    async def _ensure_group(self, key: str, group: str, start: str) -> None:
+        try:
+            await self._redis.xgroup_create(key, group, id=start, mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def _reclaim(self, key: str, group: str, consumer: str, handler: Handler) -> None:
+        start_id = "0-0"
+        while True:
+            reply = await self._redis.xautoclaim(
+                key, group, consumer, self._claim_idle_ms, start_id=start_id, count=_READ_COUNT
+            )
+            start_id, entries = reply[0], reply[1]
+            if entries:
+                await self._deliver(key, group, handler, entries, check_deliveries=True)
+            if start_id == "0-0" or not entries:
+                return
+
+    async def _deliver(
+        self,
+        key: str,
+        group: str,
+        handler: Handler,
+        entries: list[Any],
+        *,
+        check_deliveries: bool,
+    ) -> None:
+        counts: dict[str, int] = {}
+        if check_deliveries and entries:
+            pending = await self._redis.xpending_range(
+                key, group, min=entries[0][0], max=entries[-1][0], count=len(entries)
+            )
+            counts = {p["message_id"]: p["times_delivered"] for p in pending}
+        for entry_id, fields in entries:
+            if fields is None:  # deleted by trimming while pending: nothing left to handle
+                await self._redis.xack(key, group, entry_id)
+                continue
+            if counts.get(entry_id, 1) > self._max_deliveries:
+                await self._dead_letter(key, group, entry_id, fields, "too many deliveries")
+                continue
+            try:
+                event = Event.from_fields(fields)
+            except (KeyError, ValueError) as exc:
+                await self._dead_letter(key, group, entry_id, fields, f"malformed entry: {exc}")
+                continue
+            try:
+                await handler(event)
+            except Exception:
+                log.exception("handler failed", extra={"stream": key, "event_id": event.event_id})
+                continue  # left pending: reclaimed and redelivered after the idle time
+            await self._redis.xack(key, group, entry_id)
+
+    async def _dead_letter(
+        self, key: str, group: str, entry_id: str, fields: dict[str, str], reason: str
+    ) -> None:
+        log.error("moving entry to dead-letter stream", extra={"stream": key, "reason": reason})
+        dead = {**fields, "dlq_reason": reason, "dlq_group": group, "dlq_entry_id": entry_id}
+        await self._redis.xadd(
+            dead_letter_channel(key), dead, maxlen=self._maxlen, approximate=True
+        )  # type: ignore[arg-type]
+        await self._redis.xack(key, group, entry_id)

@@ -1,0 +1,171 @@
+"""Group commit: many concurrent writers share one database transaction.
+
+Every audited request must wait for its row to be durably committed. Committing each row on its
+own makes the database's fsync the throughput limit; instead, writes submitted while a commit is in
+flight are queued and committed together in the next one. Each caller still learns whether *its*
+writes committed: if a batch fails (say one row breaks a unique constraint), its items are retried
+one by one so only the offending caller sees the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Table, bindparam
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from conclave.platform.db.engine import is_store_down
+from conclave.platform.errors import StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Insert:
+    """Insert one row into ``table``."""
+
+    table: Table
+    values: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Update:
+    """Update the row of ``table`` whose primary-key column ``key`` equals ``values[key]``."""
+
+    table: Table
+    key: str
+    values: Mapping[str, Any]
+
+
+Write = Insert | Update
+
+
+@dataclass
+class _Pending:
+    writes: Sequence[Write]
+    done: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+async def apply_writes(connection: AsyncConnection, writes: Sequence[Write]) -> None:
+    """Execute ``writes`` on ``connection``, one executemany per table and statement shape.
+
+    Groups keep the order in which their first write appeared; writes submitted together must not
+    depend on an order other than that.
+    """
+    groups: dict[tuple[str, str, tuple[str, ...]], list[Write]] = {}
+    for write in writes:
+        kind = "insert" if isinstance(write, Insert) else "update"
+        shape = (kind, write.table.name, tuple(sorted(write.values)))
+        groups.setdefault(shape, []).append(write)
+    for (kind, _, columns), members in groups.items():
+        table = members[0].table
+        if kind == "insert":
+            await connection.execute(table.insert(), [dict(w.values) for w in members])
+            continue
+        key = members[0].key  # type: ignore[union-attr]
+        statement = (
+            table.update()
+            .where(table.c[key] == bindparam("k_" + key))
+            .values({column: bindparam("v_" + column) for column in columns if column != key})
+        )
+        rows = [
+            {
+                ("k_" if column == key else "v_") + column: value
+                for column, value in w.values.items()
+            }
+            for w in members
+        ]
+        await connection.execute(statement, rows)
+
+
+class BatchWriter:
+    """Commit concurrent writes together; :meth:`write` returns once they are durable."""
+
+    def __init__(self, engine: AsyncEngine, *, max_batch: int = 256) -> None:
+        self._engine = engine
+        self._max_batch = max_batch
+        self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._after_commit: list[Callable[[], None]] = []
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after every successful commit (the outbox relay wakes up this way)."""
+        self._after_commit.append(callback)
+
+    async def start(self) -> None:
+        """Start the background committer."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="batch-writer")
+
+    async def stop(self) -> None:
+        """Commit what is queued, then stop."""
+        if self._task is None:
+            return
+        await self._queue.put(None)  # the committer drains everything queued before this marker
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def write(self, *writes: Write) -> None:
+        """Queue ``writes`` to be committed atomically; wait until they are.
+
+        Raises :class:`StoreUnavailable` when the store is down, or the database's own error (for
+        example :class:`IntegrityError`) when these writes are wrong.
+        """
+        if self._task is None:
+            raise RuntimeError("BatchWriter.start() was not called")
+        pending = _Pending(writes)
+        await self._queue.put(pending)
+        await pending.done
+
+    async def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch: list[_Pending] = []
+            item = await self._queue.get()
+            while True:
+                if item is None:
+                    stopping = True
+                else:
+                    batch.append(item)
+                if stopping or len(batch) >= self._max_batch or self._queue.empty():
+                    break
+                item = self._queue.get_nowait()
+            if batch:
+                await self._commit(batch)
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        try:
+            async with self._engine.begin() as connection:
+                await apply_writes(connection, [w for item in batch for w in item.writes])
+        except Exception as exc:  # one bad item must not fail its neighbours: retry them alone
+            if len(batch) > 1 and not is_store_down(exc):
+                for item in batch:
+                    await self._commit([item])
+                return
+            error = _translate(exc)
+            for item in batch:
+                if not item.done.done():
+                    item.done.set_exception(error)
+            return
+        for item in batch:
+            if not item.done.done():
+                item.done.set_result(None)
+        for callback in self._after_commit:
+            callback()
+
+
+def _translate(exc: Exception) -> Exception:
+    if is_store_down(exc):
+        log.warning("store unavailable during batch commit: %s", type(exc).__name__)
+        error = StoreUnavailable("The relational store is not reachable.")
+        error.__cause__ = exc
+        return error
+    return exc

@@ -1,0 +1,135 @@
+"""App factory shared by every service: problem+json, auth, request ids, /metrics, body limits."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from conclave import __version__
+from conclave.platform.auth import AuthConfig, Authenticator, Principal, parse_token_table
+from conclave.platform.clock import rfc3339, utc_now
+from conclave.platform.metrics import ServiceMetrics
+from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from conclave.platform.problems import install_problem_handlers
+from conclave.platform.runtime import Platform
+from conclave.settings import CommonSettings
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+_bearer = HTTPBearer(auto_error=False, description="Bearer token or JWT (sub = user id).")
+
+
+def authenticator_from(settings: CommonSettings) -> Authenticator:
+    """Build the authenticator the settings describe."""
+    return Authenticator(
+        AuthConfig(
+            enabled=settings.auth_active(),
+            tokens=parse_token_table(settings.api_tokens.get_secret_value()),
+            jwt_secret=settings.jwt_secret.get_secret_value(),
+            jwt_public_key=settings.jwt_public_key.get_secret_value(),
+            audience=settings.jwt_audience,
+            issuer=settings.jwt_issuer,
+        )
+    )
+
+
+def _principal(
+    request: Request,
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    authenticator: Authenticator = request.app.state.authenticator
+    return authenticator.authenticate(request.headers.get("authorization"))
+
+
+CurrentPrincipal = Annotated[Principal, Depends(_principal)]
+"""Route parameter type: the authenticated caller (401 problem when credentials are wrong)."""
+
+
+def correlation_id(request: Request) -> str:
+    """The request's correlation id (from ``X-Correlation-ID`` or the request id)."""
+    return str(request.scope.get("state", {}).get("correlation_id", ""))
+
+
+def create_service_app(
+    *,
+    service: str,
+    title: str,
+    version: str,
+    description: str,
+    settings: CommonSettings,
+    metrics: ServiceMetrics,
+    lifespan: Lifespan,
+    **fastapi_kwargs: Any,
+) -> FastAPI:
+    """A FastAPI app with Conclave's cross-cutting behaviour installed; routes are added after."""
+    app = FastAPI(
+        title=title,
+        version=version,
+        description=description,
+        lifespan=lifespan,
+        **fastapi_kwargs,
+    )
+    app.state.service = service
+    app.state.metrics = metrics
+    app.state.authenticator = authenticator_from(settings)
+    install_problem_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, metrics=metrics)
+
+    @app.get("/metrics", include_in_schema=True, tags=["operations"])
+    async def prometheus_metrics() -> Response:
+        """Prometheus metrics in the text exposition format."""
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    return app
+
+
+def platform_lifespan(
+    settings: CommonSettings,
+    platform: Platform | None,
+    setup: Callable[[FastAPI, Platform], None],
+    *,
+    max_batch: int = 256,
+) -> Lifespan:
+    """A lifespan that opens the platform (unless one is shared in) and lets ``setup`` wire the
+    service onto ``app.state``. The platform is at ``app.state.platform``."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            runtime = platform or await stack.enter_async_context(
+                Platform.open(settings, max_batch=max_batch)
+            )
+            app.state.platform = runtime
+            setup(app, runtime)
+            yield
+
+    return lifespan
+
+
+async def health_response(platform: Platform, service: str, **extra: Any) -> JSONResponse:
+    """The standard health body: each dependency's status; 503 when one is down."""
+    checks = await platform.check()
+    healthy = all(check["status"] == "up" for check in checks.values())
+    body = {
+        "status": "healthy" if healthy else "unhealthy",
+        "service": service,
+        "version": __version__,
+        "timestamp": rfc3339(utc_now()),
+        "checks": checks,
+        **extra,
+    }
+    return JSONResponse(body, status_code=200 if healthy else 503)
+
+
+def platform_of(request: Request) -> Platform:
+    """The platform of the app serving ``request``."""
+    return request.app.state.platform  # type: ignore[no-any-return]
+
+
+CurrentPlatform = Annotated[Platform, Depends(platform_of)]
+"""Route parameter type: the service's platform (store, bus, writer, relay)."""

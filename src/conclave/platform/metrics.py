@@ -1,0 +1,61 @@
+"""Prometheus helpers: one registry per service app, names ``conclave_<service>_<name>_<unit>``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+# Latency buckets from sub-millisecond (in-process tools) up to the longest time-outs.
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+
+
+class ServiceMetrics:
+    """A service's metric registry. Separate registries let four services share one process."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.http_requests = self.counter(
+            "http_requests_total", "HTTP requests by method, route template and status.",
+            ["method", "route", "status"],
+        )  # fmt: skip
+        self.http_duration = self.histogram(
+            "http_request_duration_seconds", "HTTP request duration by route template.",
+            ["method", "route"],
+        )  # fmt: skip
+
+    def name(self, suffix: str) -> str:
+        """The full metric name for ``suffix``."""
+        return f"conclave_{self.service}_{suffix}"
+
+    def counter(self, suffix: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
+        """A counter registered on this service's registry (``suffix`` ends in ``_total``)."""
+        name = self.name(suffix.removesuffix("_total"))
+        return Counter(name, documentation, labels, registry=self.registry)
+
+    def histogram(
+        self,
+        suffix: str,
+        documentation: str,
+        labels: Sequence[str] = (),
+        buckets: Sequence[float] = LATENCY_BUCKETS,
+    ) -> Histogram:
+        """A histogram registered on this service's registry."""
+        return Histogram(
+            self.name(suffix), documentation, labels, registry=self.registry, buckets=buckets
+        )
+
+    def gauge(self, suffix: str, documentation: str, labels: Sequence[str] = ()) -> Gauge:
+        """A gauge registered on this service's registry."""
+        return Gauge(self.name(suffix), documentation, labels, registry=self.registry)
+
+    def render(self) -> bytes:
+        """The text exposition of every metric of this service."""
+        return generate_latest(self.registry)

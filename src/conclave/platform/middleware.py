@@ -1,0 +1,148 @@
+"""ASGI middleware shared by every service: request context, metrics and the body-size cap."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from conclave.platform.logs import correlation_id_var, request_id_var
+from conclave.platform.metrics import ServiceMetrics
+from conclave.platform.problems import PROBLEM_MEDIA_TYPE
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _clean_id(value: str | None) -> str | None:
+    # Ids come from clients and end up in logs and events: accept only short, plain tokens.
+    return value if value is not None and _SAFE_ID.match(value) else None
+
+
+class RequestContextMiddleware:
+    """Assign request and correlation ids, echo them as headers, and record HTTP metrics."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _clean_id(_header(scope, b"x-request-id")) or str(uuid.uuid4())
+        correlation_id = _clean_id(_header(scope, b"x-correlation-id")) or request_id
+        request_token = request_id_var.set(request_id)
+        correlation_token = correlation_id_var.set(correlation_id)
+        scope.setdefault("state", {})["correlation_id"] = correlation_id
+        status = 500
+        started = time.perf_counter()
+
+        async def send_with_ids(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", request_id.encode()))
+                headers.append((b"x-correlation-id", correlation_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_ids)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = scope.get("method", "GET")
+            self.metrics.http_requests.labels(method, template, str(status)).inc()
+            self.metrics.http_duration.labels(method, template).observe(
+                time.perf_counter() - started
+            )
+            request_id_var.reset(request_token)
+            correlation_id_var.reset(correlation_token)
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over ``max_bytes`` with 413 while reading, before anything parses them.
+
+    Multipart uploads are exempt: the services that take them stream them with their own per-type
+    limits.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        content_type = _header(scope, b"content-type") or ""
+        if content_type.startswith("multipart/"):
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(scope, send)
+            return
+        # Read the whole (bounded) body first, so an over-long chunked body is refused before the
+        # application has seen any of it.
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(scope, send)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        body: dict[str, Any] = {
+            "type": "https://conclave.dev/problems/payload-too-large",
+            "title": "Payload too large",
+            "status": 413,
+            "detail": f"The request body exceeds {self.max_bytes} bytes.",
+            "code": "PAYLOAD_TOO_LARGE",
+            "instance": scope.get("path"),
+            "request_id": request_id_var.get(),
+        }
+        payload = json.dumps(body).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+                    (b"content-length", str(len(payload)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})

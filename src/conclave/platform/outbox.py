@@ -1,0 +1,199 @@
+"""Transactional outbox and its relay: the one way any Conclave service publishes an event.
+
+A service writes its business row and the event in one database transaction (:func:`outbox_write`
+with the :class:`~conclave.platform.db.batch.BatchWriter`, or :func:`add_event` on a connection it
+owns). After commit the relay publishes pending events and marks them published; while the bus is
+down it retries with capped exponential backoff. Delivery is at-least-once: a crash between publish
+and mark publishes again, and consumers dedupe by ``event_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from conclave.platform.bus.base import Event, EventBus
+from conclave.platform.clock import as_utc, utc_now
+from conclave.platform.db.batch import Insert
+from conclave.platform.db.engine import is_sqlite, is_store_down
+from conclave.platform.db.schema import outbox_events
+from conclave.platform.errors import BusUnavailable
+
+log = logging.getLogger(__name__)
+
+
+def _row(event: Event) -> dict[str, Any]:
+    return {
+        "event_id": event.event_id,
+        "channel": event.channel,
+        "source": event.source,
+        "correlation_id": event.correlation_id,
+        "payload": dict(event.payload),
+        "created_at": event.emitted_at,
+        "next_attempt_at": event.emitted_at,
+        "attempts": 0,
+    }
+
+
+def outbox_write(event: Event) -> Insert:
+    """The outbox row of ``event``, to commit with a batch of business writes."""
+    return Insert(outbox_events, _row(event))
+
+
+async def add_event(connection: AsyncConnection, event: Event) -> None:
+    """Insert ``event`` into the outbox inside the caller's open transaction."""
+    await connection.execute(outbox_events.insert().values(**_row(event)))
+
+
+def _event_from_row(row: Any) -> Event:
+    return Event(
+        channel=row.channel,
+        payload=row.payload,
+        source=row.source,
+        event_id=row.event_id,
+        emitted_at=as_utc(row.created_at),
+        correlation_id=row.correlation_id,
+    )
+
+
+async def pending_count(engine: AsyncEngine) -> int:
+    """Events committed but not yet published."""
+    async with engine.connect() as connection:
+        count = await connection.scalar(
+            select(func.count())
+            .select_from(outbox_events)
+            .where(outbox_events.c.published_at.is_(None))
+        )
+    return int(count or 0)
+
+
+class OutboxRelay:
+    """Publishes committed outbox rows to the bus; any number of relays may share one store."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        bus: EventBus,
+        *,
+        poll_seconds: float = 1.0,
+        max_backoff_seconds: float = 10.0,
+        retention: timedelta = timedelta(days=7),
+        batch_size: int = 500,
+    ) -> None:
+        self._engine = engine
+        self._bus = bus
+        self._poll = poll_seconds
+        self._max_backoff = max_backoff_seconds
+        self._retention = retention
+        self._batch_size = batch_size
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.bus_healthy = True
+
+    def wake(self) -> None:
+        """Ask the relay to look for new events now (called after a commit)."""
+        self._wake.set()
+
+    async def start(self) -> None:
+        """Start the background loop."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="outbox-relay")
+
+    async def stop(self) -> None:
+        """Publish what can be published quickly, then stop."""
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.publish_pending(), timeout=2)
+
+    async def _run(self) -> None:
+        last_cleanup = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            self._wake.clear()
+            try:
+                published = await self.publish_pending()
+                if loop.time() - last_cleanup > 3600:
+                    last_cleanup = loop.time()
+                    await self.delete_published_before(utc_now() - self._retention)
+            except Exception as exc:
+                published = 0
+                level = logging.WARNING if is_store_down(exc) else logging.ERROR
+                log.log(level, "outbox relay pass failed", exc_info=not is_store_down(exc))
+            if published >= self._batch_size:
+                continue  # more are waiting
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self._poll)
+
+    async def publish_pending(self) -> int:
+        """Publish one batch of due events; return how many were published."""
+        now = utc_now()
+        query = (
+            select(outbox_events)
+            .where(outbox_events.c.published_at.is_(None), outbox_events.c.next_attempt_at <= now)
+            .order_by(outbox_events.c.created_at)
+            .limit(self._batch_size)
+        )
+        if not is_sqlite(self._engine):
+            # Several replicas relay from one table: each row is taken by one relay at a time.
+            query = query.with_for_update(skip_locked=True)
+        async with self._engine.begin() as connection:
+            rows = (await connection.execute(query)).all()
+            if not rows:
+                return 0
+            events = [_event_from_row(row) for row in rows]
+            ids = [event.event_id for event in events]
+            try:
+                await self._bus.publish(events)
+            except BusUnavailable as exc:
+                self.bus_healthy = False
+                await self._record_failure(connection, rows, str(exc))
+                return 0
+            self.bus_healthy = True
+            await connection.execute(
+                update(outbox_events)
+                .where(outbox_events.c.event_id.in_(ids))
+                .values(published_at=utc_now(), attempts=outbox_events.c.attempts + 1)
+            )
+        return len(events)
+
+    async def _record_failure(
+        self, connection: AsyncConnection, rows: list[Any], error: str
+    ) -> None:
+        attempts = max(row.attempts for row in rows) + 1
+        delay = min(self._max_backoff, 0.25 * 2**attempts) * random.uniform(0.5, 1.0)
+        log.warning(
+            "bus down, %d events wait in the outbox",
+            len(rows),
+            extra={"retry_in_s": round(delay, 2)},
+        )
+        await connection.execute(
+            update(outbox_events)
+            .where(outbox_events.c.event_id.in_([row.event_id for row in rows]))
+            .values(
+                attempts=outbox_events.c.attempts + 1,
+                last_error=error[:1000],
+                next_attempt_at=utc_now() + timedelta(seconds=delay),
+            )
+        )
+
+    async def delete_published_before(self, cutoff: Any) -> int:
+        """Drop published rows older than ``cutoff`` (the retention of the emitter audit log)."""
+        async with self._engine.begin() as connection:
+            result = await connection.execute(
+                delete(outbox_events).where(
+                    outbox_events.c.published_at.is_not(None), outbox_events.c.published_at < cutoff
+                )
+            )
+        return int(result.rowcount or 0)

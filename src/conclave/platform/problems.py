@@ -1,0 +1,134 @@
+"""RFC 9457 problem+json rendering, in one place for every service."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from conclave.platform.errors import ConclaveError
+from conclave.platform.logs import request_id_var
+
+log = logging.getLogger(__name__)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+_TYPE_BASE = "https://conclave.dev/problems/"
+
+_HTTP_CODES = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    406: "NOT_ACCEPTABLE",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+}
+
+
+def problem(
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    *,
+    instance: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+    extra: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """Build a problem+json response."""
+    body: dict[str, Any] = {
+        "type": _TYPE_BASE + code.lower().replace("_", "-"),
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "instance": instance,
+        "request_id": request_id_var.get(),
+    }
+    if errors:
+        body["errors"] = errors
+    if extra:
+        body.update({k: v for k, v in extra.items() if k not in body})
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+
+
+def error_response(error: ConclaveError, instance: str | None = None) -> JSONResponse:
+    """Render a :class:`ConclaveError`."""
+    return problem(
+        error.status,
+        error.code,
+        error.title,
+        error.detail,
+        instance=instance,
+        errors=error.errors,
+        extra=error.extra,
+        headers=error.headers,
+    )
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+async def _on_conclave_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ConclaveError)
+    return error_response(exc, request.url.path)
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    raw = exc.errors()
+    if any(error.get("type") == "json_invalid" for error in raw):
+        return problem(
+            400, "MALFORMED_JSON", "Malformed JSON", "The request body is not valid JSON.",
+            instance=request.url.path,
+        )  # fmt: skip
+    errors = [
+        {"field": _field(error.get("loc", ())), "message": error.get("msg", ""),
+         "type": error.get("type", "")}
+        for error in raw
+    ]  # fmt: skip
+    return problem(
+        422, "VALIDATION_FAILED", "Validation failed", "The request does not match its schema.",
+        instance=request.url.path, errors=errors,
+    )  # fmt: skip
+
+
+async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and "parsing the body" in str(exc.detail):
+        # FastAPI's own JSON parsing failed in a way it does not classify (e.g. nesting so deep
+        # that the decoder recursed out): still malformed input, not a server fault.
+        return problem(
+            400, "MALFORMED_JSON", "Malformed JSON", "The request body could not be parsed.",
+            instance=request.url.path,
+        )  # fmt: skip
+    code = _HTTP_CODES.get(exc.status_code, f"HTTP_{exc.status_code}")
+    title = code.replace("_", " ").capitalize()
+    detail = exc.detail if isinstance(exc.detail, str) else title
+    return problem(
+        exc.status_code, code, title, detail, instance=request.url.path,
+        headers=dict(exc.headers or {}),
+    )  # fmt: skip
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error", exc_info=exc, extra={"path": request.url.path})
+    return problem(
+        500, "INTERNAL_ERROR", "Internal error", "An unexpected error occurred.",
+        instance=request.url.path,
+    )  # fmt: skip
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Make every error of ``app`` a problem+json response."""
+    app.add_exception_handler(ConclaveError, _on_conclave_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(Exception, _on_unexpected)

@@ -1,0 +1,178 @@
+"""Shared fixtures: isolated stores and buses on SQLite/in-memory and on real PostgreSQL/Redis.
+
+Integration tests use the PostgreSQL and Redis servers on this machine (override with
+``CONCLAVE_TEST_POSTGRES_URL`` / ``CONCLAVE_TEST_REDIS_URL``). Each test gets its own PostgreSQL
+schema and its own Redis key prefix. When a server is missing the test is skipped with the reason,
+unless ``CONCLAVE_REQUIRE_SERVICES=1`` (CI), where it fails instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from redis.asyncio import Redis
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from conclave.platform.bus.base import EventBus
+from conclave.platform.bus.memory import MemoryBus
+from conclave.platform.bus.redis_streams import RedisStreamsBus
+from conclave.platform.db.engine import create_engine
+from conclave.platform.db.migrate import migrate
+from conclave.platform.runtime import Platform
+from conclave.settings import GatewaySettings
+
+POSTGRES_URL = os.environ.get(
+    "CONCLAVE_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("CONCLAVE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+REQUIRE_SERVICES = os.environ.get("CONCLAVE_REQUIRE_SERVICES") == "1"
+
+
+def missing_service(reason: str) -> None:
+    """Skip (locally) or fail (CI) a test whose server is not running."""
+    if REQUIRE_SERVICES:
+        pytest.fail(f"{reason} (CONCLAVE_REQUIRE_SERVICES=1)")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+async def sqlite_engine(tmp_path: Any) -> AsyncIterator[AsyncEngine]:
+    """A migrated SQLite store in a temporary folder."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'conclave.db'}")
+    await migrate(engine)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+async def postgres_engine() -> AsyncIterator[AsyncEngine]:
+    """A migrated PostgreSQL store in a schema of its own, dropped afterwards."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_URL)
+    try:
+        async with admin.begin() as connection:
+            await connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the server means "missing"
+        await admin.dispose()
+        missing_service(f"PostgreSQL not reachable at {POSTGRES_URL}: {type(exc).__name__}")
+    engine = create_engine(POSTGRES_URL, schema=schema)
+    try:
+        await migrate(engine)
+        yield engine
+    finally:
+        await engine.dispose()
+        async with admin.begin() as connection:
+            await connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        await admin.dispose()
+
+
+@pytest.fixture
+def redis_prefix() -> str:
+    """A key prefix that isolates this test's streams."""
+    return f"test:{uuid.uuid4().hex[:12]}:"
+
+
+@pytest.fixture
+async def redis_client(redis_prefix: str) -> AsyncIterator[Redis]:
+    """A raw Redis client (for assertions on streams); deletes the test's keys afterwards."""
+    client = Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        await client.ping()
+    except Exception as exc:  # noqa: BLE001
+        await client.aclose()
+        missing_service(f"Redis not reachable at {REDIS_URL}: {type(exc).__name__}")
+    yield client
+    keys = [key async for key in client.scan_iter(match=f"{redis_prefix}*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
+@pytest.fixture
+async def redis_bus(redis_client: Redis, redis_prefix: str) -> AsyncIterator[RedisStreamsBus]:
+    """The Redis Streams bus on this test's prefix, with a short reclaim idle time."""
+    bus = RedisStreamsBus(REDIS_URL, stream_prefix=redis_prefix, claim_idle_seconds=0.5)
+    yield bus
+    await bus.close()
+
+
+@pytest.fixture
+def memory_bus() -> MemoryBus:
+    """The in-process bus with a short reclaim idle time."""
+    return MemoryBus(claim_idle_seconds=0.5)
+
+
+@dataclass
+class Backend:
+    """A store + bus pair to run a test against."""
+
+    name: str
+    engine: AsyncEngine
+    bus: EventBus
+
+
+@pytest.fixture(params=["embedded", "production"])
+async def backend(request: pytest.FixtureRequest) -> Backend:
+    """Every test using this runs twice: SQLite + in-process bus, and PostgreSQL + Redis."""
+    if request.param == "embedded":
+        engine = request.getfixturevalue("sqlite_engine")
+        bus = request.getfixturevalue("memory_bus")
+    else:
+        engine = request.getfixturevalue("postgres_engine")
+        bus = request.getfixturevalue("redis_bus")
+    return Backend(request.param, engine, bus)
+
+
+def test_settings(**overrides: Any) -> GatewaySettings:
+    """Gateway settings for tests: no migration at startup (fixtures migrate), fast relay."""
+    values: dict[str, Any] = {
+        "auto_migrate": False,
+        "auth": "disabled",
+        "outbox_poll_seconds": 0.05,
+        "outbox_max_backoff_seconds": 0.2,
+        "load_entry_points": False,
+    }
+    values.update(overrides)
+    return GatewaySettings(**values)
+
+
+@asynccontextmanager
+async def open_platform(
+    backend: Backend, settings: GatewaySettings | None = None
+) -> AsyncIterator[Platform]:
+    """A platform over the backend's engine and bus (owned by the fixtures)."""
+    async with Platform.open(
+        settings or test_settings(), engine=backend.engine, bus=backend.bus
+    ) as platform:
+        yield platform
+
+
+@asynccontextmanager
+async def serve_app(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """Run ``app``'s lifespan and give an HTTP client talking to it in-process."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            yield client
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 5.0) -> Any:
+    """Poll an async ``check`` until it returns a truthy value; fail after ``timeout`` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s (last value: {value!r})")
+        await asyncio.sleep(0.05)
