@@ -95,6 +95,7 @@ class OutboxRelay:
         self._batch_size = batch_size
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.bus_healthy = True
 
     def wake(self) -> None:
@@ -110,18 +111,24 @@ class OutboxRelay:
         """Publish what can be published quickly, then stop."""
         if self._task is None:
             return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        # Ask the loop to finish its pass rather than cancelling it: cancelling a task inside a
+        # database transaction can leave the driver (aiosqlite's thread) waiting forever.
+        self._stopping = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout=5)
+        except TimeoutError:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
         self._task = None
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.publish_pending(), timeout=2)
 
     async def _run(self) -> None:
         last_cleanup = 0.0
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
+            stopping = self._stopping  # requested before this pass: make it the last one
             try:
                 published = await self.publish_pending()
                 if loop.time() - last_cleanup > 3600:
@@ -131,6 +138,8 @@ class OutboxRelay:
                 published = 0
                 level = logging.WARNING if is_store_down(exc) else logging.ERROR
                 log.log(level, "outbox relay pass failed", exc_info=not is_store_down(exc))
+            if stopping:
+                return
             if published >= self._batch_size:
                 continue  # more are waiting
             with contextlib.suppress(TimeoutError):

@@ -1,0 +1,82 @@
+"""Bad input gets a clear 4xx problem with a stable code, never a 500, never a half-written row."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import Backend
+from tests.gateway.conftest import GatewayClient, audit_rows
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b'{"tool": "echo", "args": ', 400, "MALFORMED_JSON"),
+        (b"\xff\xfe not json", 400, "MALFORMED_JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, 413, "PAYLOAD_TOO_LARGE"),
+        (b"[" * 50_000, 400, "MALFORMED_JSON"),
+        (b'{"args": {}}', 422, "VALIDATION_FAILED"),
+        (b'{"tool": 5, "args": {}}', 422, "VALIDATION_FAILED"),
+        (b'{"tool": "' + b"x" * 300 + b'"}', 422, "VALIDATION_FAILED"),
+        (b'"just a string"', 422, "VALIDATION_FAILED"),
+    ],
+    ids=["truncated", "not-utf8", "too-large", "too-deep-to-parse", "no-tool", "tool-not-string",
+         "tool-name-too-long", "not-an-object"],
+)  # fmt: skip
+async def test_malformed_requests_are_refused_before_any_audit(
+    backend: Backend, gateway: GatewayClient, body: bytes, status: int, code: str
+):
+    async with gateway(max_body_bytes=150_000) as client:
+        response = await client.post(
+            "/execute", content=body, headers={"content-type": "application/json"}
+        )
+        assert response.status_code == status, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json()["code"] == code
+        assert await audit_rows(backend) == []
+
+
+async def test_deeply_nested_arguments_are_rejected_and_audited(
+    backend: Backend, gateway: GatewayClient
+):
+    async with gateway() as client:
+        deep: object = "leaf"
+        for _ in range(200):
+            deep = {"d": deep}
+        response = await client.post(
+            "/execute", json={"tool": "json_query", "args": {"document": deep, "query": "d"}}
+        )
+        assert response.status_code == 422
+        assert response.json()["errors"][0]["rule"] == "maxDepth"
+        [row] = await audit_rows(backend)
+        assert row.status == "rejected"
+        assert "_omitted" in row.args  # the audit keeps a note, not the hostile structure
+
+
+async def test_huge_string_is_refused(backend: Backend, gateway: GatewayClient):
+    async with gateway() as client:
+        response = await client.post(
+            "/execute", json={"tool": "echo", "args": {"message": "a" * 500_000}}
+        )
+        assert response.status_code == 422
+        assert response.json()["errors"][0]["rule"] == "maxLength"
+        too_big = await client.post(
+            "/execute", content=json.dumps({"tool": "echo", "args": {"message": "a" * 2_000_000}})
+        )
+        assert too_big.status_code == 413
+        assert len(await audit_rows(backend)) == 1
+
+
+async def test_oversized_chunked_body_is_refused(backend: Backend, gateway: GatewayClient):
+    async def chunks():
+        for _ in range(40):
+            yield b" " * 65_536
+
+    async with gateway() as client:
+        response = await client.post(
+            "/execute", content=chunks(), headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 413
+        assert response.json()["code"] == "PAYLOAD_TOO_LARGE"

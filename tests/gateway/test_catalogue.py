@@ -1,0 +1,95 @@
+"""The catalogue: service description, health, and the three function-calling formats."""
+
+from __future__ import annotations
+
+import re
+
+from tests.conftest import Backend
+from tests.gateway.conftest import GatewayClient
+
+STRICT = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+async def test_root_describes_the_service_with_links(backend: Backend, gateway: GatewayClient):
+    async with gateway() as client:
+        body = (await client.get("/")).json()
+        assert body["mode"] == "generic"
+        for link in ("/health", "/tools", "/execute", "/metrics"):
+            assert link in body["links"].values()
+
+
+async def test_health_reports_store_and_bus(backend: Backend, gateway: GatewayClient):
+    async with gateway() as client:
+        response = await client.get("/health")
+        body = response.json()
+        assert response.status_code == 200
+        assert body["status"] == "healthy"
+        assert body["checks"]["store"]["status"] == "up"
+        assert body["checks"]["bus"]["status"] == "up"
+
+
+async def test_openai_format_is_the_default(backend: Backend, gateway: GatewayClient):
+    async with gateway() as client:
+        body = (await client.get("/tools")).json()
+        assert body["format"] == "openai"
+        assert body["count"] == len(body["tools"]) == 9  # 4 built-in + 5 test tools
+        echo = next(t for t in body["tools"] if t["function"]["name"] == "echo")
+        assert echo["type"] == "function"
+        assert echo["function"]["parameters"]["required"] == ["message"]
+        assert all(STRICT.match(t["function"]["name"]) for t in body["tools"])
+
+
+async def test_anthropic_and_mcp_formats(backend: Backend, gateway: GatewayClient):
+    async with gateway() as client:
+        anthropic = (await client.get("/tools", params={"format": "anthropic"})).json()["tools"]
+        echo = next(t for t in anthropic if t["name"] == "echo")
+        assert set(echo) == {"name", "description", "input_schema"}
+        assert all(STRICT.match(t["name"]) for t in anthropic)
+
+        mcp = (await client.get("/tools", params={"format": "mcp"})).json()["tools"]
+        echo = next(t for t in mcp if t["name"] == "echo")
+        assert echo["inputSchema"]["type"] == "object"
+        assert echo["outputSchema"]["required"] == ["message"]
+        assert echo["annotations"]["readOnlyHint"] is True
+        assert "billing.count" in {t["name"] for t in mcp}  # MCP keeps the dotted name
+
+        bad = await client.get("/tools", params={"format": "xml"})
+        assert bad.status_code == 422 and bad.json()["code"] == "VALIDATION_FAILED"
+
+
+async def test_filter_by_tags_and_names(backend: Backend, gateway: GatewayClient):
+    async with gateway() as client:
+        by_tag = (await client.get("/tools", params={"tags": "math,auth"})).json()["tools"]
+        assert {t["function"]["name"] for t in by_tag} == {"evaluate_expression", "login"}
+        by_name = (await client.get("/tools", params={"names": "echo,nope"})).json()
+        assert by_name["count"] == 1
+
+
+async def test_built_in_tools_work_without_a_backend(backend: Backend, gateway: GatewayClient):
+    async with gateway() as client:
+        now = await client.post(
+            "/execute", json={"tool": "current_time", "args": {"timezone": "Europe/Rome"}}
+        )
+        assert now.status_code == 200
+        assert now.json()["result"]["utc"].endswith("Z")
+        assert now.json()["result"]["local"][-6:] in ("+01:00", "+02:00")
+
+        query = await client.post(
+            "/execute",
+            json={
+                "tool": "json_query",
+                "args": {"document": {"items": [{"n": 1}, {"n": 5}]}, "query": "items[?n > `2`].n"},
+            },
+        )
+        assert query.json()["result"] == {"query": "items[?n > `2`].n", "result": [5]}
+        nothing = await client.post(
+            "/execute", json={"tool": "json_query", "args": {"document": {}, "query": "missing"}}
+        )
+        assert nothing.json()["orthodoxy_status"] == "purified"
+
+        for expression, code in (("__import__('os')", "INVALID_EXPRESSION"), ("9**99999", None)):
+            response = await client.post(
+                "/execute", json={"tool": "evaluate_expression", "args": {"expression": expression}}
+            )
+            assert response.status_code == 422
+            assert response.json()["code"] == (code or "INVALID_EXPRESSION")
