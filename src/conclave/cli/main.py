@@ -21,3 +21,7 @@ app.command("migrate")(migrate_command)
 def main() -> None:
     """Entry point of the ``conclave`` script."""
     app()
+
+
+if __name__ == "__main__":
+    main()

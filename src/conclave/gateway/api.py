@@ -24,7 +24,7 @@ from conclave.platform.http import (
 router = APIRouter()
 
 
-def _service(request: Request) -> GatewayService:
+async def _service(request: Request) -> GatewayService:
     return request.app.state.gateway  # type: ignore[no-any-return]
 
 

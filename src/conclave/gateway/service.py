@@ -2,8 +2,9 @@
 
 Every call, whatever its outcome, leaves exactly one audit row in ``mcp_tool_calls`` and exactly
 one outbox event on ``conclave.mcp.actions``, written in the same transaction. A call that reaches
-its executor is recorded as ``running`` *before* it runs, so no side effect ever happens without an
-audit trail: if that first write fails the call is refused with 503 ``STORE_UNAVAILABLE``.
+the executor of a tool with side effects is recorded as ``running`` *before* it runs, so no side
+effect ever happens without an audit trail: if that first write fails the call is refused with 503
+``STORE_UNAVAILABLE``. Tools annotated ``readOnlyHint`` are recorded once, when they finish.
 """
 
 from __future__ import annotations
@@ -160,12 +161,15 @@ class GatewayService:
             )
 
         assert registered is not None
-        try:
-            await self._platform.writer.write(
-                store.record_call({**row, "status": RUNNING, "orthodoxy_status": BLESSED})
-            )
-        except IntegrityError:
-            return await self._conflicting_key(command, fingerprint)
+        prerecorded = not _read_only(registered)
+        if prerecorded:
+            try:
+                await self._platform.writer.write(
+                    store.record_call({**row, "status": RUNNING, "orthodoxy_status": BLESSED})
+                )
+            except IntegrityError:
+                return await self._conflicting_key(command, fingerprint)
+        row["_prerecorded"] = prerecorded
         return await self._run(command, registered, row, started)
 
     def _stored_args(self, args: Any, schema: Any) -> Any:
@@ -266,15 +270,21 @@ class GatewayService:
             error_message=message,
         )  # fmt: skip
         values = _final_values(outcome, row)
-        writes = (
-            store.finish_call(row["conclave_id"], values),
-            outbox_write(self._event(outcome, row, command)),
+        prerecorded = row.pop("_prerecorded")
+        audit = (
+            store.finish_call(row["conclave_id"], values)
+            if prerecorded
+            else store.record_call({**row, **values})
         )
+        writes = (audit, outbox_write(self._event(outcome, row, command)))
         # The tool has run: keep trying for a moment so a store blip does not lose its audit row.
         for attempt in range(_FINISH_ATTEMPTS):
             try:
                 await self._platform.writer.write(*writes)
                 break
+            except IntegrityError:
+                # A read-only call lost an idempotency race: answer with the winner's outcome.
+                return await self._conflicting_key(command, row["request_hash"])
             except StoreUnavailable:
                 if attempt == _FINISH_ATTEMPTS - 1:
                     log.error("audit row of a finished call could not be completed",
@@ -356,6 +366,13 @@ class GatewayService:
         if replay is None:  # the winner's row vanished: only possible if someone deleted it
             raise Conflict("Idempotency-Key conflict.", code="IDEMPOTENCY_IN_PROGRESS")
         return replay
+
+
+def _read_only(registered: RegisteredTool) -> bool:
+    # A tool declared read-only has no side effect to leave unaudited, so it skips the "running"
+    # pre-record: one commit per call instead of two. If the store is down when it finishes, the
+    # caller gets 503 and nothing happened in the world.
+    return bool((registered.tool.annotations or {}).get("readOnlyHint"))
 
 
 def _output_problem(registered: RegisteredTool, result: Any) -> str | None:

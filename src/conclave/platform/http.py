@@ -37,7 +37,9 @@ def authenticator_from(settings: CommonSettings) -> Authenticator:
     )
 
 
-def _principal(
+# Dependencies are ``async def``: FastAPI runs plain ``def`` dependencies in a thread pool, a
+# thread hop per request that costs more than the check itself.
+async def _principal(
     request: Request,
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
@@ -126,7 +128,7 @@ async def health_response(platform: Platform, service: str, **extra: Any) -> JSO
     return JSONResponse(body, status_code=200 if healthy else 503)
 
 
-def platform_of(request: Request) -> Platform:
+async def platform_of(request: Request) -> Platform:
     """The platform of the app serving ``request``."""
     return request.app.state.platform  # type: ignore[no-any-return]
 

@@ -16,7 +16,7 @@ import random
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.bus.base import Event, EventBus
@@ -158,6 +158,10 @@ class OutboxRelay:
             # Several replicas relay from one table: each row is taken by one relay at a time.
             query = query.with_for_update(skip_locked=True)
         async with self._engine.begin() as connection:
+            if not is_sqlite(self._engine):
+                # Losing this mark in a crash only means publishing again (at-least-once, deduped
+                # by event_id), so the mark need not wait for the disk.
+                await connection.execute(text("SET LOCAL synchronous_commit TO OFF"))
             rows = (await connection.execute(query)).all()
             if not rows:
                 return 0

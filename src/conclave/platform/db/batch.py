@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Table, bindparam
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from conclave.platform.db.engine import is_store_down
+from conclave.platform.db.engine import is_sqlite, is_store_down
 from conclave.platform.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -88,11 +88,14 @@ async def apply_writes(connection: AsyncConnection, writes: Sequence[Write]) -> 
 class BatchWriter:
     """Commit concurrent writes together; :meth:`write` returns once they are durable."""
 
-    def __init__(self, engine: AsyncEngine, *, max_batch: int = 256) -> None:
+    def __init__(self, engine: AsyncEngine, *, max_batch: int = 256, committers: int = 4) -> None:
         self._engine = engine
         self._max_batch = max_batch
+        # While one batch waits for its commit to reach disk, others gather and commit on other
+        # connections (PostgreSQL flushes concurrent commits together). SQLite has one writer.
+        self._committers = 1 if is_sqlite(engine) else max(1, committers)
         self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._after_commit: list[Callable[[], None]] = []
 
     def after_commit(self, callback: Callable[[], None]) -> None:
@@ -101,17 +104,21 @@ class BatchWriter:
 
     async def start(self) -> None:
         """Start the background committer."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="batch-writer")
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._run(), name=f"batch-writer-{n}")
+                for n in range(self._committers)
+            ]
 
     async def stop(self) -> None:
         """Commit what is queued, then stop."""
-        if self._task is None:
+        if not self._tasks:
             return
-        await self._queue.put(None)  # the committer drains everything queued before this marker
+        for _ in self._tasks:  # each committer drains what was queued before its marker, then stops
+            await self._queue.put(None)
         with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+            await asyncio.gather(*self._tasks)
+        self._tasks = []
 
     async def write(self, *writes: Write) -> None:
         """Queue ``writes`` to be committed atomically; wait until they are.
@@ -119,7 +126,7 @@ class BatchWriter:
         Raises :class:`StoreUnavailable` when the store is down, or the database's own error (for
         example :class:`IntegrityError`) when these writes are wrong.
         """
-        if self._task is None:
+        if not self._tasks:
             raise RuntimeError("BatchWriter.start() was not called")
         pending = _Pending(writes)
         await self._queue.put(pending)

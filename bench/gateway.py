@@ -1,0 +1,139 @@
+"""Governed executions per second vs a bare FastAPI endpoint, over HTTP, Postgres + Redis.
+
+Run: ``.venv/bin/python -m bench.gateway [--seconds 10] [--concurrency 32]``
+
+Both servers are single uvicorn processes on loopback; the load generator runs in this process.
+The gateway commits every audit row (and its outbox event) to PostgreSQL before answering; at the
+end the bench checks that the number of audit rows equals the number of 200 answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+import httpx
+from redis.asyncio import Redis
+
+from bench.loadgen import LoadResult, run_load
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_ADMIN = os.environ.get("BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+BODY = {"tool": "echo", "args": {"message": "hello, conclave"}}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        args, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+async def _wait_ready(port: int, path: str) -> None:
+    async with httpx.AsyncClient() as client:
+        for _ in range(200):
+            try:
+                if (await client.get(f"http://127.0.0.1:{port}{path}")).status_code < 500:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"server on port {port} did not start")
+
+
+async def _measure(port: int, concurrency: int, seconds: float) -> LoadResult:
+    await run_load("127.0.0.1", port, "/execute", BODY, concurrency=concurrency, seconds=1.0)
+    return await run_load(
+        "127.0.0.1", port, "/execute", BODY, concurrency=concurrency, seconds=seconds
+    )
+
+
+def _row(name: str, result: LoadResult) -> str:
+    return (
+        f"| {name} | {result.throughput:,.0f} | {result.percentile(0.50):.1f} | "
+        f"{result.percentile(0.99):.1f} | {result.errors} |"
+    )
+
+
+async def main(seconds: float, concurrency: int) -> None:
+    database = f"conclave_bench_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(PG_ADMIN)
+    await admin.execute(f'CREATE DATABASE "{database}"')
+    prefix = f"bench:{uuid.uuid4().hex[:8]}:"
+    bare_port, gateway_port = _free_port(), _free_port()
+    python = sys.executable
+    bare = _start(
+        [python, "-m", "uvicorn", "bench.bare_app:app", "--port", str(bare_port),
+         "--no-access-log", "--log-level", "warning"], {},
+    )  # fmt: skip
+    gateway = _start(
+        [python, "-m", "conclave.cli.main", "serve", "gateway", "--port", str(gateway_port)],
+        {
+            "CONCLAVE_DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{database}",
+            "CONCLAVE_BUS_URL": REDIS_URL,
+            "BUS_STREAM_PREFIX": prefix,
+            "CONCLAVE_AUTH": "disabled",
+            "CONCLAVE_LOG_LEVEL": "WARNING",
+        },
+    )
+    try:
+        await _wait_ready(bare_port, "/docs")
+        await _wait_ready(gateway_port, "/health")
+        baseline = await _measure(bare_port, concurrency, seconds)
+        governed = await _measure(gateway_port, concurrency, seconds)
+        await asyncio.sleep(1.5)  # let the relay publish the last events
+        conn = await asyncpg.connect(PG_ADMIN.rsplit("/", 1)[0] + f"/{database}")
+        rows = await conn.fetchval("SELECT count(*) FROM mcp_tool_calls WHERE status='succeeded'")
+        unpublished = await conn.fetchval(
+            "SELECT count(*) FROM outbox_events WHERE published_at IS NULL"
+        )
+        await conn.close()
+        redis = Redis.from_url(REDIS_URL)
+        stream = await redis.xlen(prefix + "conclave.mcp.actions")
+    finally:
+        for process in (bare, gateway):
+            process.terminate()
+            process.wait(timeout=10)
+        await asyncio.sleep(0.5)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        await admin.close()
+    keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+    if keys:
+        await redis.delete(*keys)
+    await redis.aclose()
+
+    ratio = governed.throughput / baseline.throughput if baseline.throughput else 0.0
+    print(f"gateway benchmark: {seconds:g} s per run, {concurrency} connections, "
+          f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}")  # fmt: skip
+    print("| endpoint | req/s | p50 ms | p99 ms | errors |")
+    print("|---|---:|---:|---:|---:|")
+    print(_row("bare FastAPI /execute (baseline)", baseline))
+    print(_row("governed /execute (Postgres + Redis)", governed))
+    print(f"ratio governed/bare: {ratio:.2f} (target >= 0.50)")
+    print(
+        f"audit rows committed: {rows} for {governed.statuses.get(200, 0)} answers 200; "
+        f"events on the stream: {stream}; unpublished outbox rows: {unpublished}"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--concurrency", type=int, default=32)
+    options = parser.parse_args()
+    asyncio.run(main(options.seconds, options.concurrency))
