@@ -88,7 +88,7 @@ async def apply_writes(connection: AsyncConnection, writes: Sequence[Write]) -> 
 class BatchWriter:
     """Commit concurrent writes together; :meth:`write` returns once they are durable."""
 
-    def __init__(self, engine: AsyncEngine, *, max_batch: int = 256, committers: int = 4) -> None:
+    def __init__(self, engine: AsyncEngine, *, max_batch: int = 256, committers: int = 1) -> None:
         self._engine = engine
         self._max_batch = max_batch
         # While one batch waits for its commit to reach disk, others gather and commit on other

@@ -46,8 +46,8 @@ def create_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -
     """Create the engine for ``url``.
 
     SQLite gets WAL journaling, a busy time-out and enforced foreign keys; the database folder is
-    created. PostgreSQL gets a bounded pool with pre-ping and short connect time-outs, and
-    optionally a ``search_path`` (used by tests to isolate each test in its own schema).
+    created. PostgreSQL gets a bounded pool (no pre-ping: see docs/architecture.md) with short
+    connect time-outs, and optionally a ``search_path`` (tests isolate each test in a schema).
     """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -63,7 +63,7 @@ def create_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        pool_pre_ping=False,
         pool_timeout=5,
         connect_args=connect_args,
     )
