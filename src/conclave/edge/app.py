@@ -1,32 +1,56 @@
-"""``create_app``: the edge media intake service as an ASGI application (health, metrics)."""
+"""``create_app``: the edge media intake service as an ASGI application."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
 
 from conclave import __version__
-from conclave.platform.http import create_service_app, health_response, platform_lifespan
-from conclave.platform.metrics import ServiceMetrics
+from conclave.edge.api import router
+from conclave.edge.blobs import BlobStore
+from conclave.edge.metrics import EdgeMetrics
+from conclave.edge.parsing import ParserPool
+from conclave.edge.service import IntakeService
+from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.runtime import Platform
 from conclave.settings import EdgeSettings
 
 
 def create_app(settings: EdgeSettings, *, platform: Platform | None = None) -> FastAPI:
     """The edge media intake service app. With ``platform`` given it is shared, not owned."""
+    metrics = EdgeMetrics()
+    blobs = BlobStore(settings.resolved_blob_dir(), fsync=settings.fsync_blobs)
+
+    def setup(app: FastAPI, runtime: Platform) -> None:
+        blobs.open()
+        app.state.edge = IntakeService(settings, runtime, blobs, app.state.parsers, metrics)
+
+    platform_span = platform_lifespan(settings, platform, setup)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.parsers = ParserPool(
+            settings.parser_workers,
+            timeout=settings.parse_timeout_seconds,
+            memory_bytes=settings.parse_memory_bytes,
+        )
+        try:
+            async with platform_span(app):
+                yield
+        finally:
+            await app.state.parsers.close()
+
     app = create_service_app(
         service="edge",
         title="Conclave edge media intake service",
         version=__version__,
-        description="Accepts media uploads and stores immutable Evidence Packs.",
+        description="Accepts media uploads from devices and stores immutable Evidence Packs.",
         settings=settings,
-        metrics=ServiceMetrics("edge"),
-        lifespan=platform_lifespan(settings, platform, lambda _app, _platform: None),
+        metrics=metrics,
+        lifespan=lifespan,
     )
-
-    @app.get("/health", tags=["operations"])
-    async def health(request: Request) -> JSONResponse:
-        """Store and bus status; 503 when either is down."""
-        return await health_response(request.app.state.platform, "edge")
-
+    app.state.settings = settings
+    app.include_router(router)
     return app

@@ -1,0 +1,1 @@
+"""Intake agents, one per media type: pre-epistemic technical metadata, no interpretation."""

@@ -1,0 +1,58 @@
+"""What every intake agent shares: its failure vocabulary and JSON-safe output.
+
+Agents run in parser worker processes (see :mod:`conclave.edge.parsing`), so they raise plain
+exceptions that cross the process boundary as a kind and a message, never HTTP errors.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_MAX_STRING = 512
+_MAX_ITEMS = 500
+
+
+class CorruptMedia(Exception):
+    """The file has the right signature but its parser cannot make sense of it (422)."""
+
+
+class MediaMismatch(Exception):
+    """Looking inside shows the file is not of the route's type after all (415)."""
+
+
+def clean(value: Any, depth: int = 0) -> Any:
+    """Make parser output safe to store as JSON: bounded strings and lists, finite numbers, no
+    control characters (EXIF and PDF metadata carry arbitrary bytes)."""
+    if depth > 8:
+        return None
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        return _CONTROL.sub("", value)[:_MAX_STRING]
+    if isinstance(value, Mapping):
+        return {
+            str(key)[:128]: clean(item, depth + 1) for key, item in list(value.items())[:_MAX_ITEMS]
+        }
+    if isinstance(value, list | tuple | set):
+        return [clean(item, depth + 1) for item in list(value)[:_MAX_ITEMS]]
+    try:
+        return clean(float(value), depth + 1)  # Pillow's IFDRational, Fraction, Decimal
+    except (TypeError, ValueError, ZeroDivisionError):
+        return clean(str(value), depth + 1)
+
+
+def bbox_of(points: list[tuple[float, float]]) -> list[float] | None:
+    """``[min_x, min_y, max_x, max_y]`` of ``points`` (x = longitude), or ``None`` when empty."""
+    if not points:
+        return None
+    xs = [p[0] for p in points]
+    ys = [p[1] for p in points]
+    return [min(xs), min(ys), max(xs), max(ys)]

@@ -1,0 +1,249 @@
+"""HTTP routes of the edge intake service (thin: the pipeline lives in :mod:`service`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi.responses import FileResponse, JSONResponse
+from starlette.requests import ClientDisconnect
+
+from conclave import __version__
+from conclave.edge import integrity, store
+from conclave.edge.media import MEDIA_TYPES, media_type_or_404
+from conclave.edge.models import (
+    ChainVerifyResult,
+    EventPage,
+    EvidencePack,
+    IntakeEvent,
+    UploadResponse,
+    VerifyResult,
+)
+from conclave.edge.service import IntakeService, UploadCommand
+from conclave.platform.clock import rfc3339, utc_now
+from conclave.platform.errors import BadRequest, NotFound
+from conclave.platform.http import CurrentPrincipal, correlation_id
+
+router = APIRouter()
+PREFIX = "/api/edge-intake"
+
+
+def _service(request: Request) -> IntakeService:
+    return request.app.state.edge  # type: ignore[no-any-return]
+
+
+Service = Annotated[IntakeService, Depends(_service)]
+
+
+@router.get("/health", tags=["operations"])
+async def health(service: Service) -> JSONResponse:
+    """Service health: relational store, bus and blob store; 503 when one is down."""
+    checks = await service.platform.check()
+    checks["blob_store"] = {"status": "up" if service.blobs.check() else "down"}
+    store_up = checks["store"]["status"] == "up"
+    bus_up = checks["bus"]["status"] == "up"
+    blobs_up = checks["blob_store"]["status"] == "up"
+    healthy = store_up and bus_up and blobs_up
+    body = {
+        "service": "edge",
+        "version": __version__,
+        "status": "healthy" if healthy else "unhealthy",
+        "timestamp": rfc3339(utc_now()),
+        "reldb": "connected" if store_up else "disconnected",
+        "bus": "connected" if bus_up else "disconnected",
+        "blob_store": "available" if blobs_up else "unavailable",
+        "checks": checks,
+    }
+    return JSONResponse(body, status_code=200 if healthy else 503)
+
+
+@router.post(
+    PREFIX + "/{media_type}",
+    tags=["intake"],
+    response_model=UploadResponse,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file"],
+                        "properties": {
+                            "file": {
+                                "type": "array",
+                                "items": {"type": "string", "format": "binary"},
+                            },
+                            "metadata": {"type": "string", "description": "JSON object"},
+                            "sampling_policy_ref": {"type": "string"},
+                            "correlation_id": {"type": "string"},
+                            "idempotency_key": {"type": "string"},
+                        },
+                    }
+                }
+            },
+        }
+    },
+    responses={
+        401: {"description": "Missing or invalid credentials or signature"},
+        404: {"description": "Unknown media type (the seven are listed)"},
+        413: {"description": "A file exceeds the type's size limit"},
+        415: {"description": "The file's bytes are not a format of this type"},
+        422: {"description": "Empty or corrupt file, bad metadata or coordinates"},
+        503: {"description": "Store unavailable: nothing was stored"},
+    },
+)
+async def upload(
+    request: Request,
+    service: Service,
+    principal: CurrentPrincipal,
+    media_type: Annotated[str, Path(description=f"One of: {', '.join(MEDIA_TYPES)}.")],
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    signature: Annotated[str | None, Header(alias="X-Conclave-Signature")] = None,
+    timestamp: Annotated[str | None, Header(alias="X-Conclave-Timestamp")] = None,
+    nonce: Annotated[str | None, Header(alias="X-Conclave-Nonce", max_length=128)] = None,
+) -> UploadResponse:
+    """Upload one or more files of a media type; each becomes an immutable Evidence Pack."""
+    length = request.headers.get("content-length")
+    command = UploadCommand(
+        media_type=media_type,
+        principal=principal,
+        content_type=request.headers.get("content-type", ""),
+        content_length=int(length) if length and length.isdigit() else None,
+        body=request.stream(),
+        correlation_id=correlation_id(request),
+        idempotency_key=idempotency_key,
+        signature=signature,
+        timestamp=timestamp,
+        nonce=nonce,
+    )
+    try:
+        result = await service.upload(command)
+    except ClientDisconnect as exc:
+        raise BadRequest("The client went away mid-upload.", code="CLIENT_DISCONNECTED") from exc
+    return UploadResponse(
+        status=result.status,  # type: ignore[arg-type]
+        message=result.message,
+        evidence_ids=result.evidence_ids,
+    )
+
+
+@router.get(PREFIX + "/pipeline", tags=["pipeline"])
+async def pipeline(service: Service, _principal: CurrentPrincipal) -> dict[str, Any]:
+    """Ingestion pipeline figures: totals, rate, errors, outbox backlog, per-type counts."""
+    return await service.pipeline()
+
+
+@router.get(PREFIX + "/events", tags=["pipeline"])
+async def events(
+    service: Service,
+    _principal: CurrentPrincipal,
+    type: Annotated[str | None, Query(description="Only events of this media type.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=20, description="From `next_cursor`.")] = None,
+) -> EventPage:
+    """Recent evidence-created events, newest first, with their delivery state."""
+    media_type = media_type_or_404(type) if type else None
+    if cursor is not None and not cursor.isdigit():
+        raise BadRequest("cursor must come from next_cursor.", code="INVALID_CURSOR")
+    rows = await store.list_events(
+        service.engine,
+        media_type=media_type,
+        before_seq=int(cursor) if cursor else None,
+        limit=limit,
+    )
+    items = [_event(row) for row in rows]
+    more = len(rows) == limit
+    return EventPage(
+        events=items, count=len(items), next_cursor=str(rows[-1].chain_seq) if more else None
+    )
+
+
+def _event(row: Any) -> IntakeEvent:
+    if row.outbox_event_id is None:
+        delivery = {
+            "status": "published",
+            "attempts": None,
+            "published_at": None,
+            "last_error": None,
+        }
+    else:
+        published = row.published_at is not None
+        delivery = {
+            "status": "published" if published else ("retrying" if row.attempts else "pending"),
+            "attempts": row.attempts,
+            "published_at": rfc3339(row.published_at) if published else None,
+            "last_error": row.last_error,
+        }
+    return IntakeEvent(
+        event_id=row.event_id,
+        channel=store.CHANNEL,
+        evidence_id=row.evidence_id,
+        media_type=row.media_type,
+        sha256=row.sha256,
+        size_bytes=row.size_bytes,
+        device_id=row.device_id,
+        correlation_id=row.correlation_id,
+        created_at=rfc3339(row.created_at),
+        delivery=delivery,  # type: ignore[arg-type]
+    )
+
+
+@router.get(PREFIX + "/evidence/{evidence_id}", tags=["evidence"])
+async def get_evidence(
+    evidence_id: str, service: Service, _principal: CurrentPrincipal
+) -> EvidencePack:
+    """One Evidence Pack: its metadata, extracted facts and chain position."""
+    row = await integrity.pack_or_404(service.engine, evidence_id)
+    base = f"{PREFIX}/evidence/{row.evidence_id}"
+    return EvidencePack(
+        **{
+            name: getattr(row, name)
+            for name in EvidencePack.model_fields
+            if name not in ("metadata", "created_at", "content_url", "verify_url")
+        },
+        metadata=row.client_metadata,
+        created_at=rfc3339(row.created_at),
+        content_url=f"{base}/content",
+        verify_url=f"{base}/verify",
+    )
+
+
+@router.get(PREFIX + "/evidence/{evidence_id}/content", tags=["evidence"])
+async def get_content(
+    evidence_id: str, service: Service, _principal: CurrentPrincipal
+) -> FileResponse:
+    """The stored bytes of an Evidence Pack, exactly as uploaded."""
+    row = await integrity.pack_or_404(service.engine, evidence_id)
+    path = service.blobs.path_for(row.sha256)
+    if not path.is_file():
+        raise NotFound("The pack's content is missing from the blob store.", code="CONTENT_MISSING")
+    return FileResponse(
+        path,
+        media_type=row.mime_type,
+        filename=row.filename,
+        headers={"X-Content-Type-Options": "nosniff", "ETag": f'"{row.sha256}"'},
+    )
+
+
+@router.get(PREFIX + "/evidence/{evidence_id}/verify", tags=["evidence"])
+async def verify_evidence(
+    evidence_id: str, service: Service, _principal: CurrentPrincipal
+) -> VerifyResult:
+    """Re-hash the pack's content and check its record and both chain links."""
+    return VerifyResult(**await integrity.verify_pack(service.engine, service.blobs, evidence_id))
+
+
+@router.get(PREFIX + "/chain/verify", tags=["evidence"])
+async def verify_chain(
+    service: Service,
+    _principal: CurrentPrincipal,
+    after_seq: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    content: Annotated[bool, Query(description="Also re-hash every blob (slow).")] = False,
+) -> ChainVerifyResult:
+    """Walk the hash chain from a position; report gaps, broken links and modified records."""
+    result = await integrity.verify_chain(
+        service.engine, service.blobs, after_seq=after_seq, limit=limit, content=content
+    )
+    return ChainVerifyResult(**result)

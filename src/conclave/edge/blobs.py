@@ -1,0 +1,124 @@
+"""Content-addressed blob store on a local or shared folder.
+
+A blob is written to a temporary file while it streams in, hashed on the way (memory does not grow
+with its size), and only moved under its SHA-256 name once the upload passed every check. Stored
+blobs are read-only and never overwritten, so a modified blob stays detectable by re-hashing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import time
+import uuid
+from pathlib import Path
+
+from conclave.edge.sniff import HEAD_BYTES
+from conclave.platform.errors import PayloadTooLarge
+
+_CHUNK = 1024 * 1024
+
+
+class TempBlob:
+    """A file part being received: written to disk, hashed and measured as it arrives."""
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.size = 0
+        self.head = b""
+        self._hash = hashlib.sha256()
+        self._file = path.open("wb")
+
+    def write(self, data: bytes) -> None:
+        """Append ``data``; 413 once the file passes its type's limit."""
+        self.size += len(data)
+        if self.size > self.max_bytes:
+            raise PayloadTooLarge(
+                f"A file exceeds this media type's limit of {self.max_bytes} bytes.",
+                code="PAYLOAD_TOO_LARGE",
+                extra={"limit_bytes": self.max_bytes},
+            )
+        if len(self.head) < HEAD_BYTES:
+            self.head += data[: HEAD_BYTES - len(self.head)]
+        self._hash.update(data)
+        self._file.write(data)
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of everything written so far."""
+        return self._hash.hexdigest()
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        self._file.close()
+
+    def discard(self) -> None:
+        """Close and delete the temporary file."""
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+class BlobStore:
+    """Blobs under ``root/sha256/ab/cd/<sha256>``; temporary parts under ``root/tmp``."""
+
+    def __init__(self, root: Path, *, fsync: bool = True) -> None:
+        self.root = root
+        self._fsync = fsync
+        self._tmp = root / "tmp"
+
+    def open(self) -> None:
+        """Create the folders and drop temporary files older than a day (crashed uploads)."""
+        self._tmp.mkdir(parents=True, exist_ok=True)
+        cutoff = time.time() - 86400
+        for stale in self._tmp.glob("*.part"):
+            with contextlib.suppress(OSError):
+                if stale.stat().st_mtime < cutoff:
+                    stale.unlink()
+
+    def new_temp(self, max_bytes: int) -> TempBlob:
+        """A temporary blob to stream one file part into."""
+        return TempBlob(self._tmp / f"{uuid.uuid4().hex}.part", max_bytes)
+
+    def path_for(self, sha256: str) -> Path:
+        """Where the blob with this digest lives."""
+        return self.root / "sha256" / sha256[:2] / sha256[2:4] / sha256
+
+    async def store(self, temp: TempBlob) -> Path:
+        """Move a verified temporary blob to its content address (once per content)."""
+        temp.close()
+        return await asyncio.to_thread(self._store, temp.path, temp.sha256)
+
+    def _store(self, source: Path, sha256: str) -> Path:
+        target = self.path_for(sha256)
+        if target.exists():
+            # Same content is already stored; keep the original so tampering stays visible.
+            source.unlink()
+            return target
+        if self._fsync:
+            with source.open("rb") as stream:
+                os.fsync(stream.fileno())
+        source.chmod(0o444)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, target)
+        return target
+
+    async def digest(self, sha256: str) -> tuple[str, int] | None:
+        """Re-hash a stored blob: its actual digest and size, ``None`` when it is missing."""
+        return await asyncio.to_thread(self._digest, self.path_for(sha256))
+
+    @staticmethod
+    def _digest(path: Path) -> tuple[str, int] | None:
+        try:
+            with path.open("rb") as stream:
+                digest = hashlib.file_digest(stream, "sha256")
+                return digest.hexdigest(), stream.tell()
+        except FileNotFoundError:
+            return None
+
+    def check(self) -> bool:
+        """Whether the store's folder exists and accepts writes."""
+        return self._tmp.is_dir() and os.access(self._tmp, os.W_OK)

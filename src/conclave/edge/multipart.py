@@ -1,0 +1,175 @@
+"""Streaming multipart/form-data reader for uploads.
+
+The body is parsed as it arrives: file parts go straight into temporary blobs (hashed on the way,
+refused with 413 the moment one passes its limit), small form fields are kept in memory with a cap.
+The SHA-256 of the raw body is computed too, for request signatures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from python_multipart.multipart import MultipartParseError, MultipartParser, parse_options_header
+
+from conclave.edge.blobs import BlobStore, TempBlob
+from conclave.platform.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+
+MAX_FIELD_BYTES = 1024 * 1024
+MAX_FIELDS = 32
+
+
+@dataclass
+class FilePart:
+    """One uploaded file: its client-given name and content type, and the received bytes."""
+
+    filename: str
+    content_type: str
+    blob: TempBlob
+
+
+@dataclass
+class Upload:
+    """A fully received multipart body."""
+
+    fields: dict[str, str] = field(default_factory=dict)
+    files: list[FilePart] = field(default_factory=list)
+    body_sha256: str = ""
+    body_bytes: int = 0
+
+    def discard(self) -> None:
+        """Delete every temporary file of this upload."""
+        for part in self.files:
+            part.blob.discard()
+
+
+def boundary_of(content_type: str) -> bytes:
+    """The multipart boundary; 415 when the body is not multipart/form-data."""
+    kind, options = parse_options_header(content_type)
+    boundary = options.get(b"boundary")
+    if kind != b"multipart/form-data" or not boundary:
+        raise UnsupportedMediaType(
+            "Uploads must be multipart/form-data with a boundary.", code="UNSUPPORTED_MEDIA_TYPE"
+        )
+    return boundary
+
+
+class _Receiver:
+    """Callbacks of the multipart parser; builds an :class:`Upload`."""
+
+    def __init__(
+        self, blobs: BlobStore, max_file_bytes: int, max_files: int, max_field_bytes: int
+    ) -> None:
+        self.upload = Upload()
+        self._blobs = blobs
+        self._max_file_bytes = max_file_bytes
+        self._max_files = max_files
+        self._max_field_bytes = max_field_bytes
+        self._header_name = b""
+        self._header_value = b""
+        self._disposition = b""
+        self._content_type = b""
+        self._field: bytearray | None = None
+        self._field_name = ""
+        self._blob: TempBlob | None = None
+
+    def callbacks(self) -> dict[str, object]:
+        return {
+            "on_part_begin": self._part_begin,
+            "on_header_field": self._header_field,
+            "on_header_value": self._header_value_data,
+            "on_header_end": self._header_end,
+            "on_headers_finished": self._headers_finished,
+            "on_part_data": self._part_data,
+            "on_part_end": self._part_end,
+        }
+
+    def _header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header_name += data[start:end]
+
+    def _header_value_data(self, data: bytes, start: int, end: int) -> None:
+        self._header_value += data[start:end]
+
+    def _part_begin(self) -> None:
+        self._disposition = self._content_type = b""
+        self._field = None
+        self._blob = None
+
+    def _header_end(self) -> None:
+        name = self._header_name.strip().lower()
+        if name == b"content-disposition":
+            self._disposition = self._header_value
+        elif name == b"content-type":
+            self._content_type = self._header_value
+        self._header_name = self._header_value = b""
+
+    def _headers_finished(self) -> None:
+        _, options = parse_options_header(self._disposition)
+        name = options.get(b"name", b"").decode("utf-8", "replace")
+        filename = options.get(b"filename")
+        if filename is not None or name == "file":
+            if len(self.upload.files) >= self._max_files:
+                raise PayloadTooLarge(
+                    f"At most {self._max_files} files per upload.", code="TOO_MANY_FILES"
+                )
+            self._blob = self._blobs.new_temp(self._max_file_bytes)
+            self.upload.files.append(
+                FilePart(
+                    filename=(filename or b"").decode("utf-8", "replace"),
+                    content_type=self._content_type.decode("latin-1").strip(),
+                    blob=self._blob,
+                )
+            )
+        else:
+            if len(self.upload.fields) >= MAX_FIELDS:
+                raise PayloadTooLarge(f"At most {MAX_FIELDS} form fields.", code="TOO_MANY_FIELDS")
+            self._field = bytearray()
+            self._field_name = name
+
+    def _part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._blob is not None:
+            self._blob.write(data[start:end])
+        elif self._field is not None:
+            self._field += data[start:end]
+            if len(self._field) > self._max_field_bytes:
+                raise PayloadTooLarge(
+                    f"Form field {self._field_name!r} exceeds {self._max_field_bytes} bytes.",
+                    code="FIELD_TOO_LARGE",
+                )
+
+    def _part_end(self) -> None:
+        if self._blob is not None:
+            self._blob.close()
+        elif self._field is not None:
+            self.upload.fields[self._field_name] = self._field.decode("utf-8", "replace")
+
+
+async def read_upload(
+    chunks: AsyncIterator[bytes],
+    boundary: bytes,
+    blobs: BlobStore,
+    *,
+    max_file_bytes: int,
+    max_files: int,
+    max_field_bytes: int = MAX_FIELD_BYTES,
+) -> Upload:
+    """Receive a multipart body; temporary files are deleted again if anything goes wrong."""
+    receiver = _Receiver(blobs, max_file_bytes, max_files, max_field_bytes)
+    parser = MultipartParser(boundary, receiver.callbacks())  # type: ignore[arg-type]
+    body_hash = hashlib.sha256()
+    upload = receiver.upload
+    try:
+        async for chunk in chunks:
+            body_hash.update(chunk)
+            upload.body_bytes += len(chunk)
+            parser.write(chunk)
+        parser.finalize()
+    except MultipartParseError as exc:
+        upload.discard()
+        raise BadRequest("The multipart body is malformed.", code="MALFORMED_MULTIPART") from exc
+    except BaseException:
+        upload.discard()
+        raise
+    upload.body_sha256 = body_hash.hexdigest()
+    return upload

@@ -1,0 +1,136 @@
+"""Parser worker processes: media parsing off the event loop, with time and memory limits.
+
+Media parsers run on untrusted bytes and have had infinite loops and memory blow-ups (pypdf CVEs,
+decompression bombs). Each worker is a separate process with an address-space limit; a parse that
+runs past its time-out gets its worker killed and replaced, and the upload a 422. A thread pool
+could not do this: a stuck thread cannot be stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import resource
+from multiprocessing.connection import Connection
+from typing import Any
+
+from conclave.platform.errors import Unprocessable, UnsupportedMediaType
+
+_STARTUP_TIMEOUT_SECONDS = 60.0
+
+
+def _worker_main(connection: Connection, memory_bytes: int) -> None:
+    # Imported here, in the worker only: the parsing libraries (Pillow, pypdf, ezdxf with numpy,
+    # MediaInfo) stay out of the service process, which keeps its memory small.
+    from conclave.edge.agents.registry import run_agent
+
+    if memory_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    connection.send(("ready", None))
+    while True:
+        try:
+            job = connection.recv()
+        except (EOFError, OSError):
+            return
+        connection.send(run_agent(*job))
+
+
+class _Worker:
+    def __init__(self, context: Any, memory_bytes: int) -> None:
+        self.connection, child = context.Pipe()
+        self.process = context.Process(
+            target=_worker_main,
+            args=(child, memory_bytes),
+            name="conclave-edge-parser",
+            daemon=True,
+        )
+        self.process.start()
+        child.close()
+
+    async def receive(self, seconds: float) -> Any:
+        loop = asyncio.get_running_loop()
+        readable: asyncio.Future[None] = loop.create_future()
+        descriptor = self.connection.fileno()
+        loop.add_reader(descriptor, lambda: readable.done() or readable.set_result(None))
+        try:
+            await asyncio.wait_for(readable, seconds)
+        finally:
+            loop.remove_reader(descriptor)
+        return self.connection.recv()
+
+    async def kill(self) -> None:
+        self.process.kill()
+        self.connection.close()
+        await asyncio.to_thread(self.process.join, 5)
+
+
+class ParserPool:
+    """A fixed number of parser worker processes, started on first use and replaced when killed."""
+
+    def __init__(self, workers: int, *, timeout: float, memory_bytes: int) -> None:
+        self._timeout = timeout
+        self._memory = memory_bytes
+        self._context = multiprocessing.get_context("spawn")
+        self._idle: asyncio.Queue[_Worker | None] = asyncio.Queue()
+        self._all: set[_Worker] = set()
+        for _ in range(max(1, workers)):
+            self._idle.put_nowait(None)  # a slot; its worker starts when first needed
+
+    async def _spawn(self) -> _Worker:
+        worker = _Worker(self._context, self._memory)
+        self._all.add(worker)
+        try:
+            await worker.receive(_STARTUP_TIMEOUT_SECONDS)
+        except (TimeoutError, EOFError, OSError) as exc:
+            await self._retire(worker)
+            raise Unprocessable("No parser worker could be started.", code="PARSER_FAILED") from exc
+        return worker
+
+    async def _retire(self, worker: _Worker) -> None:
+        self._all.discard(worker)
+        await worker.kill()
+
+    async def parse(
+        self,
+        media_type: str,
+        path: str,
+        fmt: str,
+        metadata: dict[str, Any],
+        *,
+        time_limit: float | None = None,
+    ) -> dict[str, Any]:
+        """The agent summary of one file; 422 when the file breaks or outlasts its parser, 415 when
+        its inside contradicts the route's type."""
+        worker = await self._idle.get()
+        try:
+            if worker is None or not worker.process.is_alive():
+                worker = await self._spawn()
+            worker.connection.send((media_type, path, fmt, metadata))
+            kind, value = await worker.receive(time_limit or self._timeout)
+        except TimeoutError:
+            if worker is not None:
+                await self._retire(worker)
+            worker = None
+            raise Unprocessable(
+                "Parsing the file took longer than allowed.", code="PARSE_TIMEOUT"
+            ) from None
+        except (EOFError, OSError, BrokenPipeError):
+            # The worker died under this file (native crash or killed for memory).
+            if worker is not None:
+                await self._retire(worker)
+            worker = None
+            raise Unprocessable("The file crashed its parser.", code="CORRUPT_MEDIA") from None
+        finally:
+            self._idle.put_nowait(worker)
+        if kind == "mismatch":
+            raise UnsupportedMediaType(value, code="UNSUPPORTED_MEDIA_TYPE")
+        if kind != "ok":
+            raise Unprocessable(value, code="CORRUPT_MEDIA")
+        return value  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        """Stop every worker."""
+        for worker in list(self._all):
+            with contextlib.suppress(Exception):
+                await self._retire(worker)

@@ -1,0 +1,192 @@
+"""Magic-byte sniffing: what a file really is, judged from its first bytes, never its name.
+
+Binary formats have signatures; the text formats the edge takes (DXF, STEP/IFC, GeoJSON, GPX, KML)
+do not, so they get small structural sniffers. A file must sniff as one of the formats its route
+accepts, else the upload is refused with 415 before any parser sees it.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+from conclave.platform.errors import UnsupportedMediaType
+
+HEAD_BYTES = 8192
+"""How much of each file is kept in memory for sniffing."""
+
+
+@dataclass(frozen=True)
+class Sniffed:
+    """The detected container format and its MIME type."""
+
+    format: str
+    mime: str
+
+
+_AUDIO_BRANDS = {b"M4A ", b"M4B ", b"M4P ", b"F4A ", b"F4B "}
+_IMAGE_BRANDS = {b"heic", b"heix", b"hevc", b"mif1", b"msf1", b"avif", b"avis"}
+_DXF_TEXT = re.compile(rb"^\s*(?:999\s*\r?\n[^\n]*\n\s*)?0\s*\r?\n\s*SECTION\s*\r?\n")
+_GEOJSON = re.compile(
+    rb'"type"\s*:\s*"(?:FeatureCollection|Feature|Point|MultiPoint|LineString|MultiLineString|'
+    rb'Polygon|MultiPolygon|GeometryCollection)"'
+)
+
+
+def _ftyp_brand(head: bytes) -> bytes | None:
+    return head[8:12] if len(head) >= 12 and head[4:8] == b"ftyp" else None
+
+
+def _image(head: bytes) -> Sniffed | None:
+    if head.startswith(b"\xff\xd8\xff"):
+        return Sniffed("jpeg", "image/jpeg")
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return Sniffed("png", "image/png")
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return Sniffed("gif", "image/gif")
+    if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+        return Sniffed("tiff", "image/tiff")
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return Sniffed("webp", "image/webp")
+    if head.startswith(b"BM") and len(head) >= 26:
+        return Sniffed("bmp", "image/bmp")
+    brand = _ftyp_brand(head)
+    if brand in _IMAGE_BRANDS:
+        return Sniffed("avif" if brand in (b"avif", b"avis") else "heif", "image/heif")
+    return None
+
+
+def _landscape(head: bytes) -> Sniffed | None:
+    if head.startswith(b"\x00\x00\x00\x0cjP  \r\n\x87\n") or head.startswith(b"\xffO\xffQ"):
+        return Sniffed("jpeg2000", "image/jp2")
+    return _image(head)
+
+
+def _audio(head: bytes) -> Sniffed | None:
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return Sniffed("wav", "audio/wav")
+    if head.startswith(b"ID3") or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+        return Sniffed("mpeg", "audio/mpeg")
+    if head.startswith(b"fLaC"):
+        return Sniffed("flac", "audio/flac")
+    if head.startswith(b"OggS"):
+        return Sniffed("ogg", "audio/ogg")
+    if head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+        return Sniffed("aiff", "audio/aiff")
+    if head.startswith(b"#!AMR"):
+        return Sniffed("amr", "audio/amr")
+    if _ftyp_brand(head) in _AUDIO_BRANDS:
+        return Sniffed("mp4", "audio/mp4")
+    return None
+
+
+def _video(head: bytes) -> Sniffed | None:
+    brand = _ftyp_brand(head)
+    if brand is not None and brand not in _AUDIO_BRANDS and brand not in _IMAGE_BRANDS:
+        if brand == b"qt  ":
+            return Sniffed("quicktime", "video/quicktime")
+        return Sniffed("mp4", "video/mp4")
+    if head.startswith(b"\x1a\x45\xdf\xa3"):
+        return Sniffed("matroska", "video/webm" if b"webm" in head[:64] else "video/x-matroska")
+    if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
+        return Sniffed("avi", "video/x-msvideo")
+    if head.startswith(b"FLV\x01"):
+        return Sniffed("flv", "video/x-flv")
+    if head.startswith(b"\x30\x26\xb2\x75\x8e\x66\xcf\x11"):
+        return Sniffed("asf", "video/x-ms-asf")
+    if head.startswith(b"\x00\x00\x01\xba"):
+        return Sniffed("mpeg-ps", "video/mpeg")
+    if len(head) > 376 and head[0] == 0x47 and head[188] == 0x47 and head[376] == 0x47:
+        return Sniffed("mpeg-ts", "video/mp2t")
+    if head.startswith(b"OggS"):
+        return Sniffed("ogg", "video/ogg")
+    return None
+
+
+def _text(head: bytes) -> str | None:
+    """The head decoded as UTF-8 (BOM allowed), or ``None`` when it is binary."""
+    if b"\x00" in head:
+        return None
+    data = head.removeprefix(b"\xef\xbb\xbf")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # The head may end in the middle of a multi-byte character.
+        if exc.start < len(data) - 4:
+            return None
+        return data[: exc.start].decode("utf-8")
+
+
+def _document(head: bytes) -> Sniffed | None:
+    if head.startswith(b"%PDF-"):
+        return Sniffed("pdf", "application/pdf")
+    if head.startswith(b"PK\x03\x04"):
+        return Sniffed("zip", "application/zip")  # Office Open XML / ODF: the agent looks inside
+    if head.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):
+        return Sniffed("ole", "application/x-ole-storage")
+    if head.startswith(b"{\\rtf"):
+        return Sniffed("rtf", "application/rtf")
+    text = _text(head)
+    if text is None:
+        return None
+    lowered = text.lstrip()[:256].lower()
+    if lowered.startswith(("<!doctype html", "<html")):
+        return Sniffed("html", "text/html")
+    if lowered.startswith("<?xml"):
+        return Sniffed("xml", "application/xml")
+    return Sniffed("text", "text/plain")
+
+
+def _cad(head: bytes, size: int) -> Sniffed | None:
+    if head.startswith(b"AutoCAD Binary DXF"):
+        return Sniffed("dxf", "image/vnd.dxf")
+    if re.match(rb"AC10\d\d", head[:6]):
+        return Sniffed("dwg", "image/vnd.dwg")
+    if head.startswith(b"ISO-10303-21;"):
+        if re.search(rb"FILE_SCHEMA\s*\(\s*\(\s*'IFC", head):
+            return Sniffed("ifc", "application/x-step")
+        return Sniffed("step", "model/step")
+    if len(head) >= 84 and size == 84 + 50 * struct.unpack_from("<I", head, 80)[0]:
+        return Sniffed("stl", "model/stl")
+    if _DXF_TEXT.match(head):
+        return Sniffed("dxf", "image/vnd.dxf")
+    if head.lstrip().startswith(b"solid") and b"facet" in head:
+        return Sniffed("stl", "model/stl")
+    return None
+
+
+def _geo(head: bytes) -> Sniffed | None:
+    if head.startswith(b"PK\x03\x04"):
+        return Sniffed("kmz", "application/vnd.google-earth.kmz")  # the agent finds the KML
+    text = _text(head)
+    if text is None:
+        return None
+    stripped = text.lstrip()
+    if stripped.startswith("{") and _GEOJSON.search(head):
+        return Sniffed("geojson", "application/geo+json")
+    if stripped.startswith("<"):
+        if re.search(r"<(?:\w+:)?gpx[\s>]", text):
+            return Sniffed("gpx", "application/gpx+xml")
+        if re.search(r"<(?:\w+:)?kml[\s>]", text):
+            return Sniffed("kml", "application/vnd.google-earth.kml+xml")
+    return None
+
+
+def sniff(media_type: str, head: bytes, size: int) -> Sniffed:
+    """The format of a file posted to ``media_type``; 415 when its bytes say otherwise."""
+    sniffers = {
+        "image": _image,
+        "landscape": _landscape,
+        "audio": _audio,
+        "video": _video,
+        "document": _document,
+        "geo": _geo,
+    }
+    found = _cad(head, size) if media_type == "cad" else sniffers[media_type](head)
+    if found is None:
+        raise UnsupportedMediaType(
+            f"The file's content is not a format the {media_type} route accepts.",
+            code="UNSUPPORTED_MEDIA_TYPE",
+        )
+    return found

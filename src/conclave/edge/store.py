@@ -1,0 +1,319 @@
+"""The edge service's tables and all of its SQL.
+
+``edge_evidence_packs`` is append-only: triggers created by the migration refuse UPDATE and DELETE.
+Appends are serialised on the single ``edge_chain_head`` row so concurrent uploads, from any number
+of replicas, extend one chain and never fork it (a unique index on ``prev_chain_hash`` makes a fork
+impossible even for a writer that skips the lock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    and_,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.engine import Row
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from conclave.edge.chain import chain_hash
+from conclave.platform.bus.base import Event
+from conclave.platform.clock import utc_now
+from conclave.platform.db.engine import is_sqlite
+from conclave.platform.db.schema import metadata, outbox_events
+from conclave.platform.outbox import add_event
+
+evidence_packs = Table(
+    "edge_evidence_packs",
+    metadata,
+    Column("evidence_id", String(36), primary_key=True),
+    Column("chain_seq", BigInteger, nullable=False),
+    Column("media_type", String(16), nullable=False),
+    Column("format", String(32), nullable=False),
+    Column("mime_type", String(128), nullable=False),
+    Column("filename", String(255), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("client_metadata", JSON, nullable=False),
+    Column("extracted", JSON, nullable=False),
+    Column("device_id", String(256), nullable=False),
+    Column("correlation_id", String(128), nullable=True),
+    Column("idempotency_key", String(256), nullable=True),
+    Column("part_index", Integer, nullable=False),
+    Column("sampling_policy_ref", String(256), nullable=True),
+    Column("event_id", String(36), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("prev_chain_hash", String(64), nullable=False),
+    Column("chain_hash", String(64), nullable=False),
+    Index("uq_edge_evidence_packs_chain_seq", "chain_seq", unique=True),
+    Index("uq_edge_evidence_packs_prev_chain_hash", "prev_chain_hash", unique=True),
+    Index("ix_edge_evidence_packs_media_type_chain_seq", "media_type", "chain_seq"),
+    Index("ix_edge_evidence_packs_created_at", "created_at"),
+    Index("ix_edge_evidence_packs_sha256", "sha256"),
+    Index(
+        "uq_edge_evidence_packs_device_id_idempotency_key_part_index",
+        "device_id",
+        "idempotency_key",
+        "part_index",
+        unique=True,
+        sqlite_where=Column("idempotency_key").is_not(None),
+        postgresql_where=Column("idempotency_key").is_not(None),
+    ),
+)
+
+# One row (id 1): the newest pack's position and chain hash. Locking it serialises appends.
+chain_head = Table(
+    "edge_chain_head",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("chain_seq", BigInteger, nullable=False),
+    Column("chain_hash", String(64), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# Rejected uploads, for the pipeline's error figures (shared by every replica).
+intake_errors = Table(
+    "edge_intake_errors",
+    metadata,
+    Column("error_id", String(36), primary_key=True),
+    Column("occurred_at", DateTime(timezone=True), nullable=False),
+    Column("media_type", String(16), nullable=True),
+    Column("status", Integer, nullable=False),
+    Column("code", String(64), nullable=False),
+    Column("detail", Text, nullable=True),
+    Column("device_id", String(256), nullable=True),
+    Index("ix_edge_intake_errors_occurred_at", "occurred_at"),
+)
+
+# Signatures (or nonces) already accepted, so a signed request cannot be replayed.
+request_nonces = Table(
+    "edge_request_nonces",
+    metadata,
+    Column("device_id", String(256), nullable=False),
+    Column("nonce", String(128), nullable=False),
+    Column("seen_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("device_id", "nonce"),
+    Index("ix_edge_request_nonces_seen_at", "seen_at"),
+)
+
+CHANNEL = "edge_intake.evidence.created"
+
+
+async def idempotent_ids(
+    connection: AsyncConnection | AsyncEngine, device_id: str, key: str
+) -> list[str]:
+    """The evidence ids an earlier upload with this device's idempotency key created."""
+    query = (
+        select(evidence_packs.c.evidence_id)
+        .where(evidence_packs.c.device_id == device_id, evidence_packs.c.idempotency_key == key)
+        .order_by(evidence_packs.c.part_index)
+    )
+    if isinstance(connection, AsyncEngine):
+        async with connection.connect() as own:
+            return list((await own.execute(query)).scalars())
+    return list((await connection.execute(query)).scalars())
+
+
+async def _lock_head(connection: AsyncConnection) -> Row[Any]:
+    if is_sqlite(connection.engine):
+        # The first statement writes, so SQLite takes its single write lock now, before the read:
+        # a read-then-write transaction could fail with SQLITE_BUSY_SNAPSHOT instead of waiting.
+        await connection.execute(
+            update(chain_head).where(chain_head.c.id == 1).values(updated_at=utc_now())
+        )
+        query = select(chain_head).where(chain_head.c.id == 1)
+    else:
+        query = select(chain_head).where(chain_head.c.id == 1).with_for_update()
+    return (await connection.execute(query)).one()
+
+
+async def append_packs(
+    engine: AsyncEngine,
+    packs: Sequence[dict[str, Any]],
+    events: Sequence[Event],
+    *,
+    device_id: str,
+    idempotency_key: str | None,
+) -> list[str] | None:
+    """Chain and insert ``packs`` with their outbox ``events`` in one transaction.
+
+    Returns ``None`` when created, or the ids of the earlier upload when ``idempotency_key`` turned
+    out to be taken (then nothing is written).
+    """
+    async with engine.begin() as connection:
+        head = await _lock_head(connection)
+        if idempotency_key is not None:
+            earlier = await idempotent_ids(connection, device_id, idempotency_key)
+            if earlier:
+                return earlier
+        previous, seq = head.chain_hash, head.chain_seq
+        for pack in packs:
+            seq += 1
+            pack.update(chain_seq=seq, prev_chain_hash=previous)
+            pack["chain_hash"] = previous = chain_hash(pack)
+        await connection.execute(evidence_packs.insert(), list(packs))
+        for event in events:
+            await add_event(connection, event)
+        await connection.execute(
+            update(chain_head)
+            .where(chain_head.c.id == 1)
+            .values(chain_seq=seq, chain_hash=previous, updated_at=utc_now())
+        )
+    return None
+
+
+async def get_pack(engine: AsyncEngine, evidence_id: str) -> Row[Any] | None:
+    """One Evidence Pack."""
+    async with engine.connect() as connection:
+        query = select(evidence_packs).where(evidence_packs.c.evidence_id == evidence_id)
+        return (await connection.execute(query)).first()
+
+
+async def packs_by_seq(engine: AsyncEngine, after_seq: int, limit: int) -> list[Row[Any]]:
+    """Packs in chain order after position ``after_seq``."""
+    async with engine.connect() as connection:
+        query = (
+            select(evidence_packs)
+            .where(evidence_packs.c.chain_seq > after_seq)
+            .order_by(evidence_packs.c.chain_seq)
+            .limit(limit)
+        )
+        return list((await connection.execute(query)).all())
+
+
+async def neighbours(engine: AsyncEngine, seq: int) -> dict[int, Row[Any]]:
+    """The packs just before and after chain position ``seq``, by position."""
+    async with engine.connect() as connection:
+        query = select(
+            evidence_packs.c.chain_seq,
+            evidence_packs.c.chain_hash,
+            evidence_packs.c.prev_chain_hash,
+        ).where(evidence_packs.c.chain_seq.in_([seq - 1, seq + 1]))
+        return {row.chain_seq: row for row in await connection.execute(query)}
+
+
+async def get_head(engine: AsyncEngine) -> Row[Any]:
+    """The chain head row."""
+    async with engine.connect() as connection:
+        return (await connection.execute(select(chain_head).where(chain_head.c.id == 1))).one()
+
+
+async def list_events(
+    engine: AsyncEngine, *, media_type: str | None, before_seq: int | None, limit: int
+) -> list[Row[Any]]:
+    """Created-evidence events newest first, with their outbox delivery state."""
+    query = (
+        select(
+            evidence_packs,
+            outbox_events.c.attempts,
+            outbox_events.c.last_error,
+            outbox_events.c.published_at,
+            outbox_events.c.event_id.label("outbox_event_id"),
+        )
+        .select_from(
+            evidence_packs.outerjoin(
+                outbox_events, outbox_events.c.event_id == evidence_packs.c.event_id
+            )
+        )
+        .order_by(evidence_packs.c.chain_seq.desc())
+        .limit(limit)
+    )
+    if media_type is not None:
+        query = query.where(evidence_packs.c.media_type == media_type)
+    if before_seq is not None:
+        query = query.where(evidence_packs.c.chain_seq < before_seq)
+    async with engine.connect() as connection:
+        return list((await connection.execute(query)).all())
+
+
+async def pipeline_figures(
+    engine: AsyncEngine, *, rate_since: datetime, errors_since: datetime
+) -> dict[str, Any]:
+    """Counts behind the pipeline endpoint."""
+    packs = evidence_packs.c
+    async with engine.connect() as connection:
+        by_type = {
+            row.media_type: row.count
+            for row in await connection.execute(
+                select(packs.media_type, func.count().label("count")).group_by(packs.media_type)
+            )
+        }
+        recent = await connection.scalar(
+            select(func.count()).select_from(evidence_packs).where(packs.created_at >= rate_since)
+        )
+        last = await connection.scalar(select(func.max(packs.created_at)))
+        errors = await connection.scalar(
+            select(func.count())
+            .select_from(intake_errors)
+            .where(intake_errors.c.occurred_at >= errors_since)
+        )
+        last_errors = (
+            await connection.execute(
+                select(intake_errors).order_by(intake_errors.c.occurred_at.desc()).limit(10)
+            )
+        ).all()
+        unpublished = and_(
+            outbox_events.c.channel == CHANNEL, outbox_events.c.published_at.is_(None)
+        )
+        pending = await connection.scalar(
+            select(func.count()).select_from(outbox_events).where(unpublished)
+        )
+        failing = await connection.scalar(
+            select(func.count())
+            .select_from(outbox_events)
+            .where(unpublished, outbox_events.c.attempts > 0)
+        )
+    return {
+        "by_type": by_type,
+        "recent": int(recent or 0),
+        "last_created_at": last,
+        "errors": int(errors or 0),
+        "last_errors": last_errors,
+        "pending": int(pending or 0),
+        "failing": int(failing or 0),
+    }
+
+
+async def record_error(engine: AsyncEngine, row: dict[str, Any]) -> None:
+    """Remember a rejected upload."""
+    async with engine.begin() as connection:
+        await connection.execute(intake_errors.insert().values(**row))
+
+
+async def prune(engine: AsyncEngine, *, errors_before: datetime, nonces_before: datetime) -> None:
+    """Drop error rows past their retention and nonces past the signature window."""
+    async with engine.begin() as connection:
+        await connection.execute(
+            intake_errors.delete().where(intake_errors.c.occurred_at < errors_before)
+        )
+        await connection.execute(
+            request_nonces.delete().where(request_nonces.c.seen_at < nonces_before)
+        )
+
+
+async def use_nonce(engine: AsyncEngine, device_id: str, nonce: str) -> bool:
+    """Record ``nonce`` for ``device_id``; ``False`` when it was used before (a replay)."""
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(
+                request_nonces.insert().values(device_id=device_id, nonce=nonce, seen_at=utc_now())
+            )
+    except IntegrityError:
+        return False
+    return True

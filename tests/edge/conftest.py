@@ -1,0 +1,59 @@
+"""Helpers for the edge service tests: settings, a served app, multipart bodies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from conclave.edge.app import create_app
+from conclave.platform.runtime import Platform
+from conclave.settings import EdgeSettings
+from tests.conftest import Backend, serve_app
+
+CHANNEL = "edge_intake.evidence.created"
+
+
+def edge_settings(data_dir: Path, **overrides: Any) -> EdgeSettings:
+    """Edge settings for tests: fixtures migrate, auth off, fast relay, one parser worker."""
+    values: dict[str, Any] = {
+        "auto_migrate": False,
+        "auth": "disabled",
+        "outbox_poll_seconds": 0.05,
+        "outbox_max_backoff_seconds": 0.2,
+        "data_dir": data_dir,
+        "parser_workers": 1,
+        "fsync_blobs": False,
+    }
+    values.update(overrides)
+    return EdgeSettings(**values)
+
+
+@asynccontextmanager
+async def edge_app(
+    backend: Backend, settings: EdgeSettings, *, bus: Any = None
+) -> AsyncIterator[tuple[httpx.AsyncClient, FastAPI]]:
+    """The edge app on the backend's store and bus (or ``bus``), with a client."""
+    async with Platform.open(settings, engine=backend.engine, bus=bus or backend.bus) as platform:
+        app = create_app(settings, platform=platform)
+        async with serve_app(app) as client:
+            yield client, app
+
+
+def form(
+    files: list[tuple[str, bytes]] | tuple[str, bytes],
+    metadata: Any = None,
+    **fields: str,
+) -> dict[str, Any]:
+    """httpx keyword arguments for a multipart upload."""
+    if isinstance(files, tuple):
+        files = [files]
+    data = dict(fields)
+    if metadata is not None:
+        data["metadata"] = metadata if isinstance(metadata, str) else json.dumps(metadata)
+    return {"files": [("file", (name, content)) for name, content in files], "data": data}
