@@ -1,0 +1,101 @@
+"""The `conclave` command: serve refuses to run open, migrate applies the schema, up starts all."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from conclave.cli.main import app
+from conclave.platform.db.migrate import head_revision
+
+runner = CliRunner()
+
+
+def test_serve_refuses_to_start_without_auth(monkeypatch: pytest.MonkeyPatch):
+    for name in (
+        "CONCLAVE_API_TOKENS",
+        "CONCLAVE_JWT_SECRET",
+        "CONCLAVE_JWT_PUBLIC_KEY",
+        "CONCLAVE_AUTH",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    result = runner.invoke(app, ["serve", "gateway"])
+    assert result.exit_code == 2
+    assert "authentication is not configured" in result.output
+    assert "CONCLAVE_AUTH=disabled" in result.output
+
+
+def test_serve_refuses_a_malformed_token_table(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("CONCLAVE_API_TOKENS", "just-a-token")
+    result = runner.invoke(app, ["serve", "gateway"])
+    assert result.exit_code == 2
+    assert "token=user_id" in result.output
+
+
+def test_migrate_creates_the_embedded_store(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("CONCLAVE_DATA_DIR", str(tmp_path))
+    for name in ("CONCLAVE_DATABASE_URL", "RELDB_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    result = runner.invoke(app, ["migrate"])
+    assert result.exit_code == 0, result.output
+    assert f"revision {head_revision()}" in result.output
+    assert (tmp_path / "conclave.db").exists()
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def test_up_starts_all_four_services_embedded(tmp_path):
+    gateway, collector, graph, edge = _free_ports(4)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("CONCLAVE_", "RELDB_", "BUS_"))
+    }
+    env.update(
+        CONCLAVE_DATA_DIR=str(tmp_path), GATEWAY_PORT=str(gateway),
+        COLLECTOR_API_PORT=str(collector), GRAPH_PORT=str(graph), EDGE_PORT=str(edge),
+    )  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "conclave.cli.main", "up"], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        healthy: set[int] = set()
+        while time.monotonic() < deadline and len(healthy) < 4:
+            for port in (gateway, collector, graph, edge):
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                        healthy.add(port)
+                except httpx.TransportError:
+                    pass
+            time.sleep(0.3)
+        assert healthy == {gateway, collector, graph, edge}
+        response = httpx.post(
+            f"http://127.0.0.1:{gateway}/execute",
+            json={"tool": "echo", "args": {"message": "embedded"}},
+        )
+        assert response.status_code == 200
+        assert response.json()["result"] == {"message": "embedded"}
+        assert (tmp_path / "conclave.db").exists()
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=30)
+    text = output.decode()
+    assert "auth: off" in text
+    assert process.returncode == 0, text[-2000:]

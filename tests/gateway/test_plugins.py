@@ -1,0 +1,65 @@
+"""Plug-ins: tools from a module path in settings and from the ``conclave.tools`` entry points."""
+
+from __future__ import annotations
+
+import pytest
+
+from conclave.gateway.app import build_registry
+from conclave.gateway.registry import ToolRegistry
+from conclave.gateway.tools import Tool
+from tests.conftest import Backend, test_settings
+from tests.gateway.conftest import GatewayClient
+
+
+async def test_module_path_plugins_are_listed_and_executed(
+    backend: Backend, gateway: GatewayClient
+):
+    modules = ["tests.gateway.plugin_tools", "tests.gateway.plugin_tools:make_tools"]
+    async with gateway(tool_modules=modules) as client:
+        names = {t["function"]["name"] for t in (await client.get("/tools")).json()["tools"]}
+        assert {"shout", "whisper"} <= names
+        response = await client.post("/execute", json={"tool": "shout", "args": {"text": "hi"}})
+        assert response.json()["result"] == {"text": "HI"}
+        response = await client.post("/execute", json={"tool": "whisper", "args": {"text": "HI"}})
+        assert response.json()["result"] == {"text": "hi"}
+
+
+def test_entry_point_plugins_are_loaded(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    dist = tmp_path / "billing_tools-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: billing-tools\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[conclave.tools]\nbilling = tests.gateway.plugin_tools:make_tools\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = build_registry(test_settings(load_entry_points=True))
+    assert registry.resolve("whisper") is not None
+    assert build_registry(test_settings()).resolve("whisper") is None  # off when disabled
+
+
+async def _noop(_args, _ctx):
+    return {}
+
+
+@pytest.mark.parametrize(
+    ("tool", "message"),
+    [
+        (Tool(name="bad name!", description="", executor=_noop), "must match"),
+        (Tool(name="t", description="", executor=_noop, parameters={"type": "array"}), "object"),
+        (
+            Tool(name="t", description="", executor=_noop,
+                 parameters={"type": "object", "properties": {"a": {"type": "nope"}}}),
+            "invalid JSON Schema",
+        ),
+    ],
+)  # fmt: skip
+def test_broken_plugins_fail_at_registration(tool: Tool, message: str):
+    with pytest.raises(ValueError, match=message):
+        ToolRegistry().register(tool)
+
+
+def test_duplicate_names_are_refused():
+    registry = ToolRegistry()
+    registry.register(Tool(name="dup", description="", executor=_noop))
+    with pytest.raises(ValueError, match="twice"):
+        registry.register(Tool(name="dup", description="", executor=_noop))
