@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
+
 from fastapi import FastAPI
+from starlette.routing import Route
 
 from conclave import __version__
 from conclave.gateway.api import router
 from conclave.gateway.builtin import BUILTIN_TOOLS
+from conclave.gateway.mcp import MCP_PATH, McpEndpoint, create_mcp_server, create_session_manager
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.plugins import load_entry_point_tools, load_module_tools
 from conclave.gateway.registry import ToolRegistry
@@ -41,7 +45,10 @@ def create_app(
     metrics = GatewayMetrics()
     registry = build_registry(settings, extra_tools)
 
-    def setup(app: FastAPI, runtime: Platform) -> None:
+    mcp_server = create_mcp_server(lambda: app.state.gateway)
+    allowed_hosts = [] if "*" in settings.mcp_allowed_hosts else settings.mcp_allowed_hosts
+
+    def setup(app: FastAPI, runtime: Platform) -> AbstractAsyncContextManager[None]:
         app.state.gateway = GatewayService(
             registry,
             runtime,
@@ -49,6 +56,10 @@ def create_app(
             default_timeout=settings.tool_timeout_seconds,
             max_depth=settings.max_json_depth,
         )
+        # A session manager runs once: every start of the app gets a new one.
+        manager = create_session_manager(mcp_server, allowed_hosts)
+        mcp_endpoint.manager = manager
+        return manager.run()
 
     app = create_service_app(
         service="gateway",
@@ -61,4 +72,6 @@ def create_app(
     )
     app.state.settings = settings
     app.include_router(router)
+    mcp_endpoint = McpEndpoint(app.state.authenticator)
+    app.router.routes.append(Route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"]))
     return app

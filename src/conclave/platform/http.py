@@ -93,12 +93,13 @@ def create_service_app(
 def platform_lifespan(
     settings: CommonSettings,
     platform: Platform | None,
-    setup: Callable[[FastAPI, Platform], None],
+    setup: Callable[[FastAPI, Platform], AbstractAsyncContextManager[None] | None],
     *,
     max_batch: int = 256,
 ) -> Lifespan:
     """A lifespan that opens the platform (unless one is shared in) and lets ``setup`` wire the
-    service onto ``app.state``. The platform is at ``app.state.platform``."""
+    service onto ``app.state``; ``setup`` may return a context to hold open while the app runs.
+    The platform is at ``app.state.platform``."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -107,7 +108,9 @@ def platform_lifespan(
                 Platform.open(settings, max_batch=max_batch)
             )
             app.state.platform = runtime
-            setup(app, runtime)
+            held = setup(app, runtime)
+            if held is not None:
+                await stack.enter_async_context(held)
             yield
 
     return lifespan
