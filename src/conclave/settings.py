@@ -195,6 +195,16 @@ class GatewaySettings(CommonSettings):
         description="Most audit writes grouped into one database commit.",
     )
 
+    user_rate_limit: str = Field(
+        "",
+        alias="GATEWAY_USER_RATE_LIMIT",
+        description="Calls per user, '<requests>/<seconds>[:<burst>]' ('600/60'); empty = off.",
+    )
+    max_args_bytes: int = Field(
+        262_144,
+        alias="GATEWAY_MAX_ARGS_BYTES",
+        description="Largest arguments object accepted, in bytes of JSON (413 beyond it).",
+    )
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["127.0.0.1:*", "localhost:*", "[::1]:*"],
         alias="GATEWAY_MCP_ALLOWED_HOSTS",

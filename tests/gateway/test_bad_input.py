@@ -58,15 +58,23 @@ async def test_deeply_nested_arguments_are_rejected_and_audited(
 async def test_huge_string_is_refused(backend: Backend, gateway: GatewayClient):
     async with gateway() as client:
         response = await client.post(
-            "/execute", json={"tool": "echo", "args": {"message": "a" * 500_000}}
+            "/execute", json={"tool": "echo", "args": {"message": "a" * 200_000}}
         )
         assert response.status_code == 422
         assert response.json()["errors"][0]["rule"] == "maxLength"
+        bigger = await client.post(
+            "/execute", json={"tool": "echo", "args": {"message": "a" * 500_000}}
+        )
+        assert bigger.status_code == 413
+        assert bigger.json()["code"] == "ARGS_TOO_LARGE"
         too_big = await client.post(
             "/execute", content=json.dumps({"tool": "echo", "args": {"message": "a" * 2_000_000}})
         )
         assert too_big.status_code == 413
-        assert len(await audit_rows(backend)) == 1
+        assert too_big.json()["code"] == "PAYLOAD_TOO_LARGE"
+        rows = await audit_rows(backend)
+        assert [row.error_code for row in rows] == ["VALIDATION_FAILED", "ARGS_TOO_LARGE"]
+        assert "_omitted" in rows[1].args  # the audit keeps a note, not 500 kB
 
 
 async def test_oversized_chunked_body_is_refused(backend: Backend, gateway: GatewayClient):

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.routing import Route
 
 from conclave import __version__
 from conclave.gateway.api import router
 from conclave.gateway.builtin import BUILTIN_TOOLS
+from conclave.gateway.limits import CallLimits
 from conclave.gateway.mcp import MCP_PATH, McpEndpoint, create_mcp_server, create_session_manager
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.plugins import load_entry_point_tools, load_module_tools
@@ -17,6 +20,7 @@ from conclave.gateway.registry import ToolRegistry
 from conclave.gateway.service import GatewayService
 from conclave.gateway.tools import Tool
 from conclave.platform.http import create_service_app, platform_lifespan
+from conclave.platform.ratelimit import MemoryRateLimiter, Rate, RateLimiter, RedisRateLimiter
 from conclave.platform.runtime import Platform
 from conclave.settings import GatewaySettings
 
@@ -35,6 +39,26 @@ def build_registry(settings: GatewaySettings, extra: tuple[Tool, ...] = ()) -> T
     return registry
 
 
+def rate_limiter_for(settings: GatewaySettings) -> RateLimiter:
+    """Buckets in Redis when the bus is Redis (shared by replicas), else in this process."""
+    url = settings.resolved_bus_url()
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisRateLimiter(url, prefix=settings.bus_stream_prefix)
+    return MemoryRateLimiter()
+
+
+@asynccontextmanager
+async def _running(
+    manager: StreamableHTTPSessionManager, limiter: RateLimiter
+) -> AsyncIterator[None]:
+    async with manager.run():
+        try:
+            yield
+        finally:
+            if isinstance(limiter, RedisRateLimiter):
+                await limiter.close()
+
+
 def create_app(
     settings: GatewaySettings,
     *,
@@ -46,20 +70,26 @@ def create_app(
     registry = build_registry(settings, extra_tools)
 
     mcp_server = create_mcp_server(lambda: app.state.gateway)
+    limiter = rate_limiter_for(settings)
     allowed_hosts = [] if "*" in settings.mcp_allowed_hosts else settings.mcp_allowed_hosts
 
     def setup(app: FastAPI, runtime: Platform) -> AbstractAsyncContextManager[None]:
+        limits = CallLimits(
+            limiter, user_rate=Rate.parse(settings.user_rate_limit),
+            max_args_bytes=settings.max_args_bytes,
+        )  # fmt: skip
         app.state.gateway = GatewayService(
             registry,
             runtime,
             metrics,
+            limits,
             default_timeout=settings.tool_timeout_seconds,
             max_depth=settings.max_json_depth,
         )
         # A session manager runs once: every start of the app gets a new one.
         manager = create_session_manager(mcp_server, allowed_hosts)
         mcp_endpoint.manager = manager
-        return manager.run()
+        return _running(manager, limiter)
 
     app = create_service_app(
         service="gateway",

@@ -24,7 +24,7 @@ from conclave import __version__
 from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.gateway.tools import Tool
 from conclave.platform.auth import Authenticator, Principal
-from conclave.platform.errors import Unauthorized
+from conclave.platform.errors import ConclaveError, Unauthorized
 from conclave.platform.logs import correlation_id_var
 from conclave.platform.problems import error_response
 
@@ -53,14 +53,21 @@ def create_mcp_server(service: Callable[[], GatewayService]) -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         principal: Principal = ctx.request.scope["state"]["principal"]
         gateway = service()
-        outcome = await gateway.execute(
-            ExecuteCommand(
-                tool=params.name,
-                args=params.arguments if params.arguments is not None else {},
-                user_id=principal.user_id,
-                correlation_id=correlation_id_var.get(),
+        try:
+            outcome = await gateway.execute(
+                ExecuteCommand(
+                    tool=params.name,
+                    args=params.arguments if params.arguments is not None else {},
+                    user_id=principal.user_id,
+                    correlation_id=correlation_id_var.get(),
+                )
             )
-        )
+        except ConclaveError as exc:  # refused before the chain: rate limit, store down
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=f"{exc.code}: {exc.detail}")],
+                structuredContent={"code": exc.code, **exc.extra},
+                isError=True,
+            )
         if outcome.error_code == "UNKNOWN_TOOL":
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
         if outcome.http_status >= 400:

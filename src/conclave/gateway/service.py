@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from conclave.gateway import store
+from conclave.gateway.limits import CallLimits
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.registry import RegisteredTool, ToolRegistry
 from conclave.gateway.tools import RuleViolation, ToolContext, ToolExecutionError
@@ -54,6 +55,7 @@ _TITLES = {
     "TOOL_TIMEOUT": "Tool timed out",
     "TOOL_FAILED": "Tool failed",
     "OUTPUT_INVALID": "Tool output broke its schema",
+    "ARGS_TOO_LARGE": "Arguments too large",
 }
 _FINISH_ATTEMPTS = 4
 
@@ -121,6 +123,7 @@ class GatewayService:
         registry: ToolRegistry,
         platform: Platform,
         metrics: GatewayMetrics,
+        limits: CallLimits,
         *,
         default_timeout: float,
         max_depth: int,
@@ -128,12 +131,14 @@ class GatewayService:
         self.registry = registry
         self._platform = platform
         self._metrics = metrics
+        self._limits = limits
         self._default_timeout = default_timeout
         self._max_depth = max_depth
 
     async def execute(self, command: ExecuteCommand) -> Outcome:
         """Run one call. Returns the outcome; failed outcomes carry their HTTP status."""
         started = time.perf_counter()
+        await self._limits.admit_user(command.user_id)
         conclave_id = str(uuid.uuid4())
         fingerprint = request_hash(command.tool, command.args) if command.idempotency_key else None
         if command.idempotency_key:
@@ -141,6 +146,8 @@ class GatewayService:
             if replay is not None:
                 return replay
         registered = self.registry.resolve(command.tool)
+        if registered is not None:
+            await self._limits.admit_tool(registered.tool)
         schema = registered.tool.parameters if registered else None
         row: dict[str, Any] = {
             "conclave_id": conclave_id,
@@ -161,20 +168,23 @@ class GatewayService:
             )
 
         assert registered is not None
-        prerecorded = not _read_only(registered)
-        if prerecorded:
-            try:
-                await self._platform.writer.write(
-                    store.record_call({**row, "status": RUNNING, "orthodoxy_status": BLESSED})
-                )
-            except IntegrityError:
-                return await self._conflicting_key(command, fingerprint)
-        row["_prerecorded"] = prerecorded
-        return await self._run(command, registered, row, started)
+        async with self._limits.slot(registered.tool):
+            prerecorded = not _read_only(registered)
+            if prerecorded:
+                try:
+                    await self._platform.writer.write(
+                        store.record_call({**row, "status": RUNNING, "orthodoxy_status": BLESSED})
+                    )
+                except IntegrityError:
+                    return await self._conflicting_key(command, fingerprint)
+            row["_prerecorded"] = prerecorded
+            return await self._run(command, registered, row, started)
 
     def _stored_args(self, args: Any, schema: Any) -> Any:
         if depth_exceeds(args, self._max_depth):
             return {"_omitted": f"arguments nest deeper than {self._max_depth} levels"}
+        if self._limits.args_too_large(args):
+            return {"_omitted": f"arguments larger than {self._limits.max_args_bytes} bytes"}
         return redact(args, schema)
 
     def _reject(
@@ -185,6 +195,9 @@ class GatewayService:
         if not isinstance(command.args, dict):
             errors = [{"field": "/", "message": "arguments must be a JSON object", "rule": "type"}]
             return "VALIDATION_FAILED", "Arguments must be a JSON object.", errors, 422
+        if self._limits.args_too_large(command.args):
+            detail = f"Arguments exceed {self._limits.max_args_bytes} bytes of JSON."
+            return "ARGS_TOO_LARGE", detail, None, 413
         if depth_exceeds(command.args, self._max_depth):
             errors = [{"field": "/", "message": "nesting too deep", "rule": "maxDepth"}]
             detail = f"Arguments nest deeper than {self._max_depth} levels."

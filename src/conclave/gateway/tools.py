@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from conclave.platform.ratelimit import Rate
+
 
 @dataclass(frozen=True)
 class ToolContext:
@@ -75,3 +77,7 @@ class Tool:
     tags: tuple[str, ...] = ()
     rules: tuple[Rule, ...] = ()
     timeout_seconds: float | None = None
+    rate_limit: Rate | None = None
+    """Calls per second for this tool across all users (and replicas, on Redis)."""
+    max_concurrency: int | None = None
+    """Executions of this tool running at once in one process; more get 429 ``TOOL_BUSY``."""
