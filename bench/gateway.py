@@ -29,6 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN = os.environ.get("BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 BODY = {"tool": "echo", "args": {"message": "hello, conclave"}}
+MCP_BODY = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "tools/call",
+    "params": {"name": "echo", "arguments": {"message": "hello, conclave"}},
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 
 
 def _free_port() -> int:
@@ -56,11 +63,17 @@ async def _wait_ready(port: int, path: str) -> None:
     raise RuntimeError(f"server on port {port} did not start")
 
 
-async def _measure(port: int, concurrency: int, seconds: float) -> LoadResult:
-    await run_load("127.0.0.1", port, "/execute", BODY, concurrency=concurrency, seconds=1.0)
-    return await run_load(
-        "127.0.0.1", port, "/execute", BODY, concurrency=concurrency, seconds=seconds
-    )
+async def _measure(
+    port: int,
+    concurrency: int,
+    seconds: float,
+    path: str = "/execute",
+    body: dict = BODY,
+    headers: dict[str, str] | None = None,
+) -> LoadResult:
+    options = {"concurrency": concurrency, "headers": headers}
+    await run_load("127.0.0.1", port, path, body, seconds=1.0, **options)  # warm-up
+    return await run_load("127.0.0.1", port, path, body, seconds=seconds, **options)
 
 
 def _row(name: str, result: LoadResult) -> str:
@@ -96,6 +109,7 @@ async def main(seconds: float, concurrency: int) -> None:
         await _wait_ready(gateway_port, "/health")
         baseline = await _measure(bare_port, concurrency, seconds)
         governed = await _measure(gateway_port, concurrency, seconds)
+        mcp = await _measure(gateway_port, concurrency, seconds, "/mcp", MCP_BODY, MCP_HEADERS)
         await asyncio.sleep(1.5)  # let the relay publish the last events
         conn = await asyncpg.connect(PG_ADMIN.rsplit("/", 1)[0] + f"/{database}")
         rows = await conn.fetchval("SELECT count(*) FROM mcp_tool_calls WHERE status='succeeded'")
@@ -124,9 +138,13 @@ async def main(seconds: float, concurrency: int) -> None:
     print("|---|---:|---:|---:|---:|")
     print(_row("bare FastAPI /execute (baseline)", baseline))
     print(_row("governed /execute (Postgres + Redis)", governed))
+    print(_row("MCP tools/call (Postgres + Redis)", mcp))
     print(f"ratio governed/bare: {ratio:.2f} (target >= 0.50)")
+    mcp_ratio = mcp.throughput / governed.throughput if governed.throughput else 0.0
+    print(f"ratio MCP/execute: {mcp_ratio:.2f} (target >= 0.70)")
     print(
-        f"audit rows committed: {rows} for {governed.statuses.get(200, 0)} answers 200; "
+        f"audit rows committed: {rows} for "
+        f"{governed.statuses.get(200, 0) + mcp.statuses.get(200, 0)} answers 200 (+ warm-ups); "
         f"events on the stream: {stream}; unpublished outbox rows: {unpublished}"
     )
 

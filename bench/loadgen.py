@@ -59,13 +59,21 @@ async def _worker(
 
 
 async def run_load(
-    host: str, port: int, path: str, body: dict, *, concurrency: int, seconds: float
+    host: str,
+    port: int,
+    path: str,
+    body: dict,
+    *,
+    concurrency: int,
+    seconds: float,
+    headers: dict[str, str] | None = None,
 ) -> LoadResult:
     """POST ``body`` to ``path`` from ``concurrency`` connections for ``seconds``."""
     payload = json.dumps(body).encode()
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     request = (
         f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(payload)}\r\n\r\n"
+        f"{extra}Content-Length: {len(payload)}\r\n\r\n"
     ).encode() + payload
     result = LoadResult()
     started = time.perf_counter()
