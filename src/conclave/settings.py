@@ -195,6 +195,40 @@ class GatewaySettings(CommonSettings):
         description="Most audit writes grouped into one database commit.",
     )
 
+    orchestrator_url: str | None = Field(
+        None, alias="ORCHESTRATOR_URL", description="Base URL of the orchestrator backend."
+    )
+    orchestrator_api: str = Field(
+        "", alias="ORCHESTRATOR_API", description="API path prefix on the orchestrator."
+    )
+    neural_engine_api: str | None = Field(
+        None, alias="NEURAL_ENGINE_API", description="Base URL of the neural engine backend."
+    )
+    vee_engine_api: str | None = Field(
+        None, alias="VEE_ENGINE_API", description="Base URL of the VEE engine backend."
+    )
+    pattern_weavers_api: str | None = Field(
+        None, alias="PATTERN_WEAVERS_API", description="Base URL of the pattern weavers backend."
+    )
+    edge_url: str = Field(
+        "http://127.0.0.1:8050", alias="GATEWAY_EDGE_URL", description="Edge intake service."
+    )
+    collector_url: str = Field(
+        "http://127.0.0.1:8008", alias="GATEWAY_COLLECTOR_URL", description="Expedition service."
+    )
+    graph_url: str = Field(
+        "http://127.0.0.1:8004", alias="GATEWAY_GRAPH_URL", description="Graph dispatch service."
+    )
+    service_token: SecretStr = Field(
+        SecretStr(""),
+        alias="GATEWAY_SERVICE_TOKEN",
+        description="Bearer token the platform tools present to Conclave's other services.",
+    )
+    tool_catalogues: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        alias="GATEWAY_TOOL_CATALOGUES",
+        description="Extra HTTP tool catalogue files (YAML or JSON), comma separated.",
+    )
     user_rate_limit: str = Field(
         "",
         alias="GATEWAY_USER_RATE_LIMIT",
@@ -211,7 +245,25 @@ class GatewaySettings(CommonSettings):
         description="Host headers /mcp accepts (DNS-rebinding guard), comma separated; '*' = any.",
     )
 
-    _split_lists = field_validator("tool_modules", "mcp_allowed_hosts", mode="before")(_split_csv)
+    _split_lists = field_validator(
+        "tool_modules", "mcp_allowed_hosts", "tool_catalogues", mode="before"
+    )(_split_csv)
+
+    def backend_urls(self) -> dict[str, str | None]:
+        """Base URL of each named backend (``None`` when its variable is unset)."""
+        orchestrator = None
+        if self.orchestrator_url:
+            prefix = self.orchestrator_api.strip("/")
+            orchestrator = self.orchestrator_url.rstrip("/") + (f"/{prefix}" if prefix else "")
+        return {
+            "orchestrator": orchestrator,
+            "neural_engine": self.neural_engine_api or None,
+            "vee_engine": self.vee_engine_api or None,
+            "pattern_weavers": self.pattern_weavers_api or None,
+            "edge": self.edge_url or None,
+            "collector": self.collector_url or None,
+            "graph": self.graph_url or None,
+        }
 
 
 class CollectorSettings(CommonSettings):
@@ -401,3 +453,41 @@ class EdgeSettings(CommonSettings):
     def resolved_blob_dir(self) -> Path:
         """Where blobs live: ``EDGE_BLOB_DIR`` or ``<data_dir>/blobs``."""
         return self.blob_dir if self.blob_dir is not None else self.data_dir / "blobs"
+
+
+class EdgeClientSettings(BaseSettings):
+    """Edge client (``conclave edge``) settings: where the server is and where the outbox lives."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+
+    api_url: str = Field(
+        "http://127.0.0.1:8050",
+        alias="CORE_EDGE_API_URL",
+        description="Base URL of the edge intake service.",
+    )
+    api_token: SecretStr | None = Field(
+        None,
+        alias="CORE_EDGE_API_TOKEN",
+        description="Bearer token of this device; no Authorization header when unset.",
+    )
+    outbox: Path | None = Field(
+        None,
+        alias="CONCLAVE_EDGE_OUTBOX",
+        description="Outbox SQLite file; default edge-outbox.sqlite3 in the user's data directory.",
+    )
+    signing_secret: SecretStr | None = Field(
+        None,
+        alias="CONCLAVE_EDGE_SIGNING_SECRET",
+        description="Per-device HMAC secret (the server's EDGE_DEVICE_SECRETS entry); signs "
+        "every upload when set.",
+    )
+    timeout_seconds: float = Field(
+        30.0,
+        alias="CONCLAVE_EDGE_TIMEOUT_SECONDS",
+        description="Connect, read and write time-out of each request.",
+    )
+    sync_every_seconds: float = Field(
+        900.0,
+        alias="CONCLAVE_EDGE_SYNC_SECONDS",
+        description="Period of `conclave edge daemon`.",
+    )

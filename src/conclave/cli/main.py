@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from conclave.cli.edge import edge_app
 from conclave.cli.migrate import migrate_command
 from conclave.cli.run import serve, up
 
@@ -16,6 +17,7 @@ app = typer.Typer(
 app.command("up")(up)
 app.command("serve")(serve)
 app.command("migrate")(migrate_command)
+app.add_typer(edge_app, name="edge")
 
 
 def main() -> None:

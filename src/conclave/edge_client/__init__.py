@@ -1,0 +1,33 @@
+"""Edge client: upload media to the edge intake service, with an offline outbox (spec 002)."""
+
+from conclave.edge_client.client import EdgeClient, UploadResult
+from conclave.edge_client.daemon import SyncDaemon
+from conclave.edge_client.device import DeviceIdentity
+from conclave.edge_client.envelope import SOURCE_TYPES, Envelope
+from conclave.edge_client.errors import (
+    EdgeClientError,
+    InvalidEnvelope,
+    OutboxCorrupt,
+    UploadFailed,
+)
+from conclave.edge_client.outbox import Outbox, SyncReport, default_outbox_path
+from conclave.edge_client.retry import RetryPolicy
+from conclave.edge_client.store import OutboxItem
+
+__all__ = [
+    "SOURCE_TYPES",
+    "DeviceIdentity",
+    "EdgeClient",
+    "EdgeClientError",
+    "Envelope",
+    "InvalidEnvelope",
+    "Outbox",
+    "OutboxCorrupt",
+    "OutboxItem",
+    "RetryPolicy",
+    "SyncDaemon",
+    "SyncReport",
+    "UploadFailed",
+    "UploadResult",
+    "default_outbox_path",
+]

@@ -1,0 +1,200 @@
+"""``EdgeClient``: uploads one local file to the edge intake service."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from conclave import __version__
+from conclave.edge_client.envelope import SOURCE_TYPES, check_metadata
+from conclave.edge_client.errors import InvalidEnvelope, UploadFailed
+from conclave.edge_client.multipart import MultipartFileBody
+from conclave.platform.signing import sign
+
+UPLOAD_PATH = "/api/edge-intake/{source_type}"
+# 408, 425 and 429 say "not now", and 5xx is the server's own trouble: the same request may
+# succeed later. Every other 4xx will fail again until someone changes something.
+_TRANSIENT_STATUSES = frozenset({408, 425, 429})
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    """The server's answer to an accepted upload (``status`` is ``created`` or ``duplicate``)."""
+
+    status: str
+    evidence_ids: list[str]
+    message: str = ""
+
+
+def _secret(value: str | SecretStr | None) -> str | None:
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    return value or None
+
+
+class EdgeClient:
+    """HTTP client of the edge intake service.
+
+    ``token`` becomes ``Authorization: Bearer <token>`` (no header without one). ``timeout``
+    applies to connecting, reading and writing each. With ``signing_secret`` every upload carries
+    an HMAC-SHA256 signature over the body's SHA-256, a timestamp and a fresh nonce.
+    ``transport`` or ``http_client`` replace the network (tests pass ``httpx.ASGITransport``).
+    Use as ``async with EdgeClient(...) as client``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | SecretStr | None = None,
+        timeout: float = 30.0,
+        *,
+        signing_secret: str | SecretStr | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._token = _secret(token)
+        self._signing_secret = _secret(signing_secret)
+        self._clock = clock
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
+            headers={"User-Agent": f"conclave-edge-client/{__version__}"},
+        )
+
+    async def __aenter__(self) -> EdgeClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool (unless the HTTP client was handed in)."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
+    async def health(self) -> bool:
+        """True when ``GET /health`` answers 200 (server up with its store, bus and blobs)."""
+        try:
+            response = await self._http.get(f"{self.base_url}/health", headers=self._headers())
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def upload(
+        self,
+        source_type: str,
+        path: str | Path,
+        metadata: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        sampling_policy_ref: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> UploadResult:
+        """Send one file; return the evidence ids, or raise :class:`UploadFailed`.
+
+        The file is streamed, never read into memory. Send the same ``idempotency_key`` when
+        repeating an upload whose answer was lost: the server then returns the ids of the first
+        one (``status="duplicate"``) and creates nothing.
+        """
+        if source_type not in SOURCE_TYPES:
+            raise InvalidEnvelope(
+                f"Unknown source type {source_type!r}; expected one of: {', '.join(SOURCE_TYPES)}."
+            )
+        check_metadata(metadata or {})
+        fields = {"metadata": json.dumps(metadata or {}, allow_nan=False)}
+        if correlation_id:
+            fields["correlation_id"] = correlation_id
+        if sampling_policy_ref:
+            fields["sampling_policy_ref"] = sampling_policy_ref
+        try:
+            body = MultipartFileBody(fields, Path(path))
+            headers = {
+                **self._headers(),
+                "Content-Type": body.content_type,
+                "Content-Length": str(body.length),
+            }
+            if idempotency_key:
+                headers["Idempotency-Key"] = idempotency_key
+            if self._signing_secret:
+                headers.update(self._signature(body.sha256()))
+        except OSError as exc:
+            raise UploadFailed(f"Local file unusable: {exc}", transient=False) from exc
+        url = self.base_url + UPLOAD_PATH.format(source_type=source_type)
+        try:
+            response = await self._http.post(url, content=body.stream(), headers=headers)
+        except httpx.TimeoutException as exc:
+            raise UploadFailed(f"Timed out: {type(exc).__name__}", transient=True) from exc
+        except httpx.TransportError as exc:
+            raise UploadFailed(
+                f"Connection failed: {type(exc).__name__}: {exc}", transient=True
+            ) from exc
+        except OSError as exc:
+            raise UploadFailed(f"Local file unusable: {exc}", transient=False) from exc
+        return _result(response)
+
+    def _signature(self, body_sha256: str) -> dict[str, str]:
+        timestamp = str(int(self._clock()))
+        # A fresh nonce per attempt: the server refuses a nonce (or signature) it has seen, and a
+        # retry of the same body within one second would otherwise repeat the signature.
+        nonce = secrets.token_hex(16)
+        secret = self._signing_secret or ""
+        return {
+            "X-Conclave-Timestamp": timestamp,
+            "X-Conclave-Nonce": nonce,
+            "X-Conclave-Signature": sign(secret, body_sha256, timestamp, nonce),
+        }
+
+
+def _result(response: httpx.Response) -> UploadResult:
+    status = response.status_code
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if status == 200 and isinstance(body, dict) and isinstance(body.get("evidence_ids"), list):
+        return UploadResult(
+            status=str(body.get("status", "")),
+            evidence_ids=[str(i) for i in body["evidence_ids"]],
+            message=str(body.get("message", "")),
+        )
+    code = body.get("code") if isinstance(body, dict) else None
+    detail = body.get("detail") if isinstance(body, dict) else None
+    if status == 200:
+        detail = "the server answered 200 without evidence ids"
+    label = f"HTTP {status} {code}" if code else f"HTTP {status}"
+    message = f"{label}: {detail or response.reason_phrase}"
+    raise UploadFailed(
+        message,
+        # A 200 without ids is a broken proxy or server; asking again later is the best bet.
+        transient=status >= 500 or status in _TRANSIENT_STATUSES or status == 200,
+        status=status,
+        code=code,
+        retry_after=_retry_after(response.headers.get("Retry-After")),
+    )
+
+
+def _retry_after(value: str | None) -> float | None:
+    # Only the delay-seconds form; an HTTP date from a proxy is rare enough to fall back to backoff.
+    if value and value.strip().isdigit():
+        return float(value.strip())
+    return None

@@ -1,0 +1,248 @@
+"""``Outbox``: uploads queued on the device, sent when the server can be reached.
+
+States follow spec 002: enqueue → ``PENDING`` (attempts 0); accepted → ``SENT`` (evidence ids
+kept); local file missing or an error answer → ``FAILED`` (attempts + 1, error kept); cleanup
+removes ``SENT``. A transient failure (network, time-out, 408/425/429, 5xx) leaves the item
+``FAILED`` with a ``next_attempt_at`` from :class:`RetryPolicy`, and the first sync after that time
+takes it back to ``PENDING`` and sends it again; any other failure waits for :meth:`Outbox.retry`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+import platformdirs
+
+from conclave.edge_client.client import EdgeClient, UploadResult
+from conclave.edge_client.device import DeviceIdentity
+from conclave.edge_client.envelope import Envelope, utc_timestamp
+from conclave.edge_client.errors import InvalidEnvelope, UploadFailed
+from conclave.edge_client.retry import RetryPolicy
+from conclave.edge_client.store import OutboxItem, OutboxStore
+
+Outcome = Literal["sent", "retrying", "failed", "unsent"]
+
+
+def default_outbox_path() -> Path:
+    """``edge-outbox.sqlite3`` in the user's data directory (platform specific)."""
+    return platformdirs.user_data_path("conclave", appauthor=False) / "edge-outbox.sqlite3"
+
+
+@dataclass
+class SyncReport:
+    """What one sync run did. ``stopped`` says why it ended early (server unreachable)."""
+
+    sent: list[int] = field(default_factory=list)
+    retrying: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    duplicates: int = 0
+    stopped: str | None = None
+
+    @property
+    def attempted(self) -> int:
+        """Items sent or tried in this run."""
+        return len(self.sent) + len(self.retrying) + len(self.failed)
+
+
+class Outbox:
+    """The offline queue of one device, in a SQLite file (``path``, or the user data directory).
+
+    Local operations are synchronous (short SQLite transactions); :meth:`sync` is a coroutine.
+    Not thread-safe: open one ``Outbox`` per thread or process (they may share the file).
+    ``clock`` (Unix seconds) and ``retry_policy`` are there for tests and tuning.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        lease_seconds: float = 120.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path) if path is not None else default_outbox_path()
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.lease_seconds = lease_seconds
+        self._clock = clock
+        self._store = OutboxStore.open(self.path, utc_timestamp())
+        self.device: DeviceIdentity = self._store.device()
+
+    def __enter__(self) -> Outbox:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the database."""
+        self._store.close()
+
+    def enqueue(self, envelope: Envelope, *, sampling_policy_ref: str | None = None) -> OutboxItem:
+        """Queue one upload as ``PENDING`` (attempts 0); :class:`InvalidEnvelope` stores nothing."""
+        return self.enqueue_many([envelope], sampling_policy_ref=sampling_policy_ref)[0]
+
+    def enqueue_many(
+        self, envelopes: Sequence[Envelope], *, sampling_policy_ref: str | None = None
+    ) -> list[OutboxItem]:
+        """Queue several uploads in one transaction: all are checked first, then all or none are
+        stored. Each gets its own idempotency key, and ``metadata.device_id`` is set to this
+        device's id unless the envelope names one."""
+        rows = []
+        for envelope in envelopes:
+            envelope.validate()
+            metadata = {"device_id": self.device.device_id, **envelope.metadata}
+            rows.append(
+                {
+                    "idempotency_key": str(uuid.uuid4()),
+                    "source_type": envelope.source_type,
+                    "source_uri": envelope.source_uri,
+                    "metadata": json.dumps(metadata, allow_nan=False),
+                    "correlation_id": envelope.correlation_id,
+                    "sampling_policy_ref": sampling_policy_ref,
+                    "created_utc": envelope.created_utc,
+                    "now": self._clock(),
+                }
+            )
+        ids = self._store.insert(rows)
+        now = self._clock()
+        return [item for item_id in ids if (item := self._store.get(item_id, now))]
+
+    def get(self, item_id: int) -> OutboxItem | None:
+        """One item, or None."""
+        return self._store.get(item_id, self._clock())
+
+    def pending(self, limit: int | None = None) -> list[OutboxItem]:
+        """``PENDING`` items, oldest first."""
+        return self._store.items("PENDING", self._clock(), limit)
+
+    def failed(self, limit: int | None = None) -> list[OutboxItem]:
+        """``FAILED`` items, oldest first (``auto_retry`` tells the transient ones)."""
+        return self._store.items("FAILED", self._clock(), limit)
+
+    def sent(self, limit: int | None = None) -> list[OutboxItem]:
+        """``SENT`` items with their evidence ids, oldest first."""
+        return self._store.items("SENT", self._clock(), limit)
+
+    def last_errors(self, limit: int = 5) -> list[OutboxItem]:
+        """The most recently failed items."""
+        return self._store.items("FAILED", self._clock(), limit, newest_first=True)
+
+    def counts(self) -> dict[str, int]:
+        """Items per state, plus ``retrying`` (FAILED, will retry by itself) and ``sending``."""
+        return self._store.counts(self._clock())
+
+    def retry(self, ids: Iterable[int] | Literal["all"]) -> int:
+        """Put ``FAILED`` items (these ids, or ``"all"``) back to ``PENDING``, due now; the
+        attempts counter is kept. Return how many moved."""
+        chosen = None if isinstance(ids, str) else list(ids)
+        return self._store.requeue(chosen, self._clock())
+
+    def cleanup(self) -> int:
+        """Remove ``SENT`` items; return how many."""
+        return self._store.delete_sent()
+
+    async def sync(
+        self,
+        client: EdgeClient,
+        *,
+        concurrency: int = 1,
+        on_item: Callable[[OutboxItem, Outcome], None] | None = None,
+    ) -> SyncReport:
+        """Send every item due now, ``concurrency`` at a time; return what happened.
+
+        Safe to run in several processes at once: each item is claimed before it is sent. A
+        connection failure, time-out, 429 or 502-504 ends the run early (the server as a whole is
+        unavailable; the rest would fail the same way), leaving untried items untouched.
+        """
+        runner = uuid.uuid4().hex
+        started = self._clock()
+        report = SyncReport()
+        seen: set[int] = set()
+
+        async def worker() -> None:
+            while report.stopped is None:
+                now = self._clock()
+                item = self._store.claim(runner, now, started, now + self.lease_seconds)
+                if item is None:
+                    return
+                if item.id in seen:
+                    # Only with a zero retry delay: each run tries an item once.
+                    self._store.release(item.id, runner)
+                    return
+                seen.add(item.id)
+                outcome = await self._send_claimed(client, item, runner, report)
+                if on_item is not None:
+                    on_item(item, outcome)
+
+        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+        return report
+
+    def due_count(self) -> int:
+        """How many items a sync started now would try (for a progress bar's total)."""
+        return self._store.due_count(self._clock())
+
+    async def _send_claimed(
+        self, client: EdgeClient, item: OutboxItem, runner: str, report: SyncReport
+    ) -> Outcome:
+        heartbeat = asyncio.create_task(self._keep_lease(item.id, runner))
+        try:
+            result = await self._upload(client, item)
+        except UploadFailed as exc:
+            now = self._clock()
+            retry_at = None
+            if exc.transient:
+                retry_at = now + self.retry_policy.delay(item.attempts + 1, exc.retry_after)
+                if exc.server_unavailable:
+                    report.stopped = str(exc)
+            self._store.mark_failed(item.id, runner, str(exc), retry_at=retry_at, now=now)
+            (report.retrying if exc.transient else report.failed).append(item.id)
+            return "retrying" if exc.transient else "failed"
+        except BaseException:
+            # Cancelled or a bug: hand the item back so the next run sends it without waiting
+            # for the lease (the idempotency key makes that safe even if this send got through).
+            self._store.release(item.id, runner)
+            raise
+        finally:
+            heartbeat.cancel()
+        self._store.mark_sent(item.id, result.evidence_ids, self._clock())
+        report.sent.append(item.id)
+        report.duplicates += result.status == "duplicate"
+        return "sent"
+
+    @staticmethod
+    async def _upload(client: EdgeClient, item: OutboxItem) -> UploadResult:
+        envelope = item.envelope
+        try:
+            path = envelope.path
+            if not path.is_file():
+                raise UploadFailed(f"Local file missing: {path}", transient=False)
+            return await client.upload(
+                envelope.source_type,
+                path,
+                metadata=envelope.metadata,
+                correlation_id=envelope.correlation_id,
+                sampling_policy_ref=item.sampling_policy_ref,
+                idempotency_key=item.idempotency_key,
+            )
+        except InvalidEnvelope as exc:
+            # Checked at enqueue; only an outbox written by hand or an older client gets here.
+            raise UploadFailed(str(exc), transient=False) from exc
+
+    async def _keep_lease(self, item_id: int, runner: str) -> None:
+        # A long upload (a video over a slow link) must not lose its claim to another run.
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            self._store.renew(item_id, runner, self._clock() + self.lease_seconds)
