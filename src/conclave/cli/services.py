@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from fastapi import FastAPI
 
-from conclave.collector.app import create_app as create_collector_app
-from conclave.edge.app import create_app as create_edge_app
-from conclave.gateway.app import create_app as create_gateway_app
-from conclave.graph.app import create_app as create_graph_app
 from conclave.settings import (
     CollectorSettings,
     CommonSettings,
@@ -36,15 +32,25 @@ class ServiceSpec:
     """How to configure and build one service."""
 
     settings: type[CommonSettings]
-    create_app: Callable[..., FastAPI]
+    app_module: str
     description: str
+
+    def create_app(self, settings: Any, **kwargs: Any) -> FastAPI:
+        """Build the service's app.
+
+        The service package is imported here, not when the CLI starts: every command (``conclave
+        edge ...`` on a small device included) would otherwise pay for importing all four
+        services and their parsing libraries.
+        """
+        factory = importlib.import_module(self.app_module).create_app
+        return factory(settings, **kwargs)  # type: ignore[no-any-return]
 
 
 SERVICES: dict[ServiceName, ServiceSpec] = {
-    ServiceName.gateway: ServiceSpec(GatewaySettings, create_gateway_app, "tool gateway"),
-    ServiceName.collector: ServiceSpec(CollectorSettings, create_collector_app, "expeditions"),
-    ServiceName.graph: ServiceSpec(GraphSettings, create_graph_app, "graph dispatch"),
-    ServiceName.edge: ServiceSpec(EdgeSettings, create_edge_app, "edge media intake"),
+    ServiceName.gateway: ServiceSpec(GatewaySettings, "conclave.gateway.app", "tool gateway"),
+    ServiceName.collector: ServiceSpec(CollectorSettings, "conclave.collector.app", "expeditions"),
+    ServiceName.graph: ServiceSpec(GraphSettings, "conclave.graph.app", "graph dispatch"),
+    ServiceName.edge: ServiceSpec(EdgeSettings, "conclave.edge.app", "edge media intake"),
 }
 
 
