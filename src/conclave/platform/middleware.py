@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from conclave.platform.logs import correlation_id_var, request_id_var
 from conclave.platform.metrics import ServiceMetrics
-from conclave.platform.problems import PROBLEM_MEDIA_TYPE
+from conclave.platform.problems import PROBLEM_MEDIA_TYPE, internal_error
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
 
@@ -46,12 +46,14 @@ class RequestContextMiddleware:
         correlation_token = correlation_id_var.set(correlation_id)
         scope.setdefault("state", {})["correlation_id"] = correlation_id
         status = 500
+        response_started = False
         started = time.perf_counter()
 
         async def send_with_ids(message: Message) -> None:
-            nonlocal status
+            nonlocal status, response_started
             if message["type"] == "http.response.start":
                 status = message["status"]
+                response_started = True
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
                 headers.append((b"x-correlation-id", correlation_id.encode()))
@@ -60,6 +62,12 @@ class RequestContextMiddleware:
 
         try:
             await self.app(scope, receive, send_with_ids)
+        except Exception as exc:
+            # Starlette renders unhandled errors in its outermost middleware, after this one has
+            # reset the ids: render them here so a 500 carries the request id callers report.
+            if response_started:
+                raise
+            await internal_error(scope.get("path", ""), exc)(scope, receive, send_with_ids)
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"

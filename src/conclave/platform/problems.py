@@ -118,12 +118,16 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     )  # fmt: skip
 
 
-async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.error("unhandled error", exc_info=exc, extra={"path": request.url.path})
+def internal_error(path: str, exc: BaseException) -> JSONResponse:
+    """Log ``exc`` and render the generic 500 problem (the exception's text stays in the log)."""
+    log.error("unhandled error", exc_info=exc, extra={"path": path})
     return problem(
-        500, "INTERNAL_ERROR", "Internal error", "An unexpected error occurred.",
-        instance=request.url.path,
-    )  # fmt: skip
+        500, "INTERNAL_ERROR", "Internal error", "An unexpected error occurred.", instance=path
+    )
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    return internal_error(request.url.path, exc)
 
 
 def install_problem_handlers(app: FastAPI) -> None:

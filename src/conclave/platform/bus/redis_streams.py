@@ -92,7 +92,12 @@ class RedisStreamsBus:
         # Drain our own pending entries first (a restart after a crash), then read new ones.
         cursor = "0"
         last_claim = 0.0
+        task = asyncio.current_task()
         while True:
+            if task is not None and task.cancelling():
+                # A cancellation that lands while redis-py runs a command is sometimes swallowed
+                # (the command then returns normally); honour it here, or shutdown waits forever.
+                raise asyncio.CancelledError
             try:
                 await self._ensure_group(key, group, start)
                 if time.monotonic() - last_claim > self._claim_idle_ms / 4000:

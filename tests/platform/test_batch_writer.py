@@ -1,0 +1,135 @@
+"""Group commit: concurrent writes share commits, yet each caller learns the fate of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from conclave.platform.clock import utc_now
+from conclave.platform.db.batch import BatchWriter, Insert, Update
+from conclave.platform.db.engine import create_engine
+from conclave.platform.db.schema import consumed_events, outbox_events
+from conclave.platform.errors import StoreUnavailable
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine(request: pytest.FixtureRequest) -> AsyncEngine:
+    engine: AsyncEngine = request.getfixturevalue(f"{request.param}_engine")
+    return engine
+
+
+@pytest.fixture
+async def writer(engine: AsyncEngine) -> AsyncIterator[BatchWriter]:
+    writer = BatchWriter(engine, max_batch=16)
+    await writer.start()
+    yield writer
+    await writer.stop()
+
+
+def consumed(event_id: str) -> Insert:
+    row = {"consumer_group": "g", "event_id": event_id, "consumed_at": utc_now()}
+    return Insert(consumed_events, row)
+
+
+def outbox_row(event_id: str) -> Insert:
+    now = utc_now()
+    return Insert(
+        outbox_events,
+        {
+            "event_id": event_id, "channel": "c", "source": "test", "payload": {},
+            "created_at": now, "next_attempt_at": now, "attempts": 0,
+        },
+    )  # fmt: skip
+
+
+async def stored_ids(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as connection:
+        return set((await connection.scalars(select(consumed_events.c.event_id))).all())
+
+
+async def test_concurrent_writes_are_committed_in_fewer_commits(
+    engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    commits: list[int] = []
+    writer.after_commit(lambda: commits.append(1))
+    ids = [str(uuid.uuid4()) for _ in range(100)]
+
+    await asyncio.gather(*(writer.write(consumed(event_id)) for event_id in ids))
+
+    assert await stored_ids(engine) == set(ids)
+    assert len(ids) // 16 <= len(commits) < len(ids)  # grouped, at most max_batch per commit
+
+
+async def test_a_bad_write_fails_only_its_caller(engine: AsyncEngine, writer: BatchWriter) -> None:
+    await writer.write(consumed("taken"))
+    good = [str(uuid.uuid4()) for _ in range(10)]
+    calls = [writer.write(consumed(event_id)) for event_id in good[:5]]
+    calls.append(writer.write(consumed("taken")))  # breaks the primary key
+    calls.extend(writer.write(consumed(event_id)) for event_id in good[5:])
+
+    results = await asyncio.gather(*calls, return_exceptions=True)
+
+    assert isinstance(results[5], IntegrityError)
+    assert [r for i, r in enumerate(results) if i != 5] == [None] * 10
+    assert await stored_ids(engine) == {"taken", *good}
+
+
+async def test_writes_of_one_call_commit_atomically(
+    engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    await writer.write(consumed("taken"))
+    with pytest.raises(IntegrityError):
+        await writer.write(consumed("innocent"), consumed("taken"))
+    assert await stored_ids(engine) == {"taken"}
+
+
+async def test_update_changes_only_the_keyed_rows(engine: AsyncEngine, writer: BatchWriter) -> None:
+    await writer.write(outbox_row("a"), outbox_row("b"), outbox_row("c"))
+    await asyncio.gather(
+        writer.write(Update(outbox_events, "event_id", {"event_id": "a", "attempts": 3})),
+        writer.write(
+            Update(outbox_events, "event_id", {"event_id": "c", "attempts": 7, "last_error": "x"})
+        ),
+    )
+    columns = (outbox_events.c.event_id, outbox_events.c.attempts, outbox_events.c.last_error)
+    async with engine.connect() as connection:
+        rows = (await connection.execute(select(*columns).order_by(columns[0]))).all()
+    assert [tuple(row) for row in rows] == [("a", 3, None), ("b", 0, None), ("c", 7, "x")]
+
+
+async def test_stop_commits_what_is_queued(engine: AsyncEngine) -> None:
+    writer = BatchWriter(engine)
+    await writer.start()
+    ids = [str(uuid.uuid4()) for _ in range(20)]
+    tasks = [asyncio.create_task(writer.write(consumed(event_id))) for event_id in ids]
+    await asyncio.sleep(0)  # the writes are queued, not yet committed
+    await writer.stop()
+    await asyncio.gather(*tasks)
+    assert await stored_ids(engine) == set(ids)
+
+
+async def test_unreachable_store_raises_store_unavailable() -> None:
+    engine = create_engine("postgresql+asyncpg://postgres@127.0.0.1:1/test")
+    writer = BatchWriter(engine)
+    await writer.start()
+    try:
+        results = await asyncio.gather(
+            writer.write(consumed("a")), writer.write(consumed("b")), return_exceptions=True
+        )
+        assert all(isinstance(result, StoreUnavailable) for result in results)
+    finally:
+        await writer.stop()
+        await engine.dispose()
+
+
+async def test_write_before_start_is_refused(engine: AsyncEngine) -> None:
+    with pytest.raises(RuntimeError, match="start"):
+        await BatchWriter(engine).write(consumed("a"))
+    async with engine.connect() as connection:
+        assert await connection.scalar(select(func.count()).select_from(consumed_events)) == 0

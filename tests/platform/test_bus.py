@@ -1,0 +1,277 @@
+"""Both bus implementations keep one contract: groups, ack after work, redelivery, DLQ, trim."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+from redis.asyncio import Redis
+
+from conclave.platform.bus.base import Event, EventBus, Handler, dead_letter_channel
+from conclave.platform.bus.factory import BusOptions, create_bus
+from conclave.platform.bus.memory import MemoryBus
+from conclave.platform.bus.redis_streams import RedisStreamsBus
+from conclave.platform.errors import BusUnavailable
+from tests.conftest import REDIS_URL, eventually
+
+CHANNEL = "things.created"
+IDLE = 0.5  # the fixtures' claim_idle_seconds
+BusFactory = Callable[..., EventBus]
+
+
+@pytest.fixture(params=["memory", "redis"])
+def redis_isolation(request: pytest.FixtureRequest) -> str | None:
+    """``None`` for the in-process bus; for Redis, this test's key prefix (keys cleaned after)."""
+    if request.param == "memory":
+        return None
+    request.getfixturevalue("redis_client")  # skips without Redis; deletes the test's keys
+    return str(request.getfixturevalue("redis_prefix"))
+
+
+@pytest.fixture
+async def make_bus(redis_isolation: str | None) -> AsyncIterator[BusFactory]:
+    """Build buses of one implementation with custom options (isolated like the fixtures)."""
+    created: list[EventBus] = []
+
+    def factory(**options: int) -> EventBus:
+        bus: EventBus
+        if redis_isolation is None:
+            bus = MemoryBus(claim_idle_seconds=IDLE, **options)
+        else:
+            bus = RedisStreamsBus(
+                REDIS_URL, stream_prefix=redis_isolation, claim_idle_seconds=IDLE, **options
+            )
+        created.append(bus)
+        return bus
+
+    yield factory
+    for bus in created:
+        await bus.close()
+
+
+@pytest.fixture
+def bus(make_bus: BusFactory) -> EventBus:
+    return make_bus()
+
+
+def event(number: int = 0, **payload: object) -> Event:
+    return Event(channel=CHANNEL, payload={"n": number, **payload}, source="test")
+
+
+@asynccontextmanager
+async def consuming(
+    bus: EventBus, group: str, handler: Handler, *, consumer: str = "c1", start: str = "$"
+) -> AsyncIterator[None]:
+    """Run a consumer as a task for the duration of the block."""
+    task = asyncio.create_task(bus.consume(CHANNEL, group, consumer, handler, start=start))
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def until_listening(bus: EventBus, received: list[Event]) -> None:
+    """Publish probes until the consumer's group exists and one probe came through."""
+
+    async def probe_seen() -> bool:
+        await bus.publish([event(-1, probe=True)])
+        return any(e.payload.get("probe") for e in received)
+
+    await eventually(probe_seen)
+
+
+async def until(predicate: Callable[[], object], within: float = 5.0) -> None:
+    """Wait until a plain (non-async) condition holds."""
+
+    async def check() -> object:
+        return predicate()
+
+    await eventually(check, within)
+
+
+def real(events: list[Event]) -> list[Event]:
+    return [e for e in events if not e.payload.get("probe")]
+
+
+async def test_consumer_receives_the_published_envelope_and_payload(bus: EventBus) -> None:
+    sent = Event(
+        channel=CHANNEL,
+        payload={"name": "Zoë", "tags": ["a", "b"], "nested": {"x": 1.5, "none": None}},
+        source="gateway",
+        correlation_id="corr-123",
+    )
+    received: list[Event] = []
+
+    async def handle(e: Event) -> None:
+        received.append(e)
+
+    async with consuming(bus, "g", handle, start="0"):
+        await bus.publish([sent])
+        await until(lambda: received)
+    assert received == [sent]
+    assert await bus.read(CHANNEL) == [sent]
+
+
+async def test_new_group_starts_at_the_end_or_replays_from_zero(bus: EventBus) -> None:
+    old = event(1)
+    await bus.publish([old])
+    late: list[Event] = []
+    replay: list[Event] = []
+
+    async def handle_late(e: Event) -> None:
+        late.append(e)
+
+    async def handle_replay(e: Event) -> None:
+        replay.append(e)
+
+    async with (
+        consuming(bus, "late", handle_late, start="$"),
+        consuming(bus, "replay", handle_replay, start="0"),
+    ):
+        await until_listening(bus, late)
+        new = event(2)
+        await bus.publish([new])
+        await until(lambda: new in late and new in replay)
+    assert real(late) == [new]
+    assert real(replay) == [old, new]
+
+
+async def test_consumers_of_one_group_share_the_work_and_handle_each_event_once(
+    bus: EventBus,
+) -> None:
+    handled: list[tuple[str, str]] = []
+
+    def handler_for(consumer: str) -> Handler:
+        async def handle(e: Event) -> None:
+            await asyncio.sleep(0.02)  # busy: the next event goes to the other consumer
+            handled.append((consumer, e.event_id))
+
+        return handle
+
+    events = [event(n) for n in range(30)]
+    async with (
+        consuming(bus, "workers", handler_for("a"), consumer="a", start="0"),
+        consuming(bus, "workers", handler_for("b"), consumer="b", start="0"),
+    ):
+        for e in events:
+            await bus.publish([e])
+            await asyncio.sleep(0.01)
+        await until(lambda: len(handled) >= len(events))
+        await asyncio.sleep(IDLE * 2)  # long enough for an unacknowledged entry to come back
+    assert sorted(event_id for _, event_id in handled) == sorted(e.event_id for e in events)
+    assert {consumer for consumer, _ in handled} == {"a", "b"}
+
+
+async def test_failed_event_is_redelivered_until_it_succeeds_then_acked(bus: EventBus) -> None:
+    attempts: list[Event] = []
+
+    async def flaky(e: Event) -> None:
+        attempts.append(e)
+        if len(attempts) < 3:
+            raise RuntimeError("not yet")
+
+    sent = event(1)
+    async with consuming(bus, "g", flaky, start="0"):
+        await bus.publish([sent])
+        await until(lambda: len(attempts) >= 3, within=10)
+        await asyncio.sleep(IDLE * 3)  # acked: it does not come back
+    assert attempts == [sent, sent, sent]
+    assert await bus.read(dead_letter_channel(CHANNEL)) == []
+
+
+async def test_poison_event_moves_to_dlq_after_max_deliveries(make_bus: BusFactory) -> None:
+    bus = make_bus(max_deliveries=2)
+    poison, fine = event(1), event(2)
+    calls: list[Event] = []
+
+    async def handle(e: Event) -> None:
+        calls.append(e)
+        if e == poison:
+            raise RuntimeError("cannot handle this one")
+
+    async with consuming(bus, "g", handle, start="0"):
+        await bus.publish([poison, fine])
+        dlq = dead_letter_channel(CHANNEL)
+        await eventually(lambda: bus.read(dlq), timeout=10)
+        await asyncio.sleep(IDLE * 3)  # dead-lettered: it is not delivered again
+    assert await bus.read(dlq) == [poison]
+    assert calls.count(poison) == 2
+    assert calls.count(fine) == 1
+
+
+async def test_streams_are_trimmed_to_about_maxlen(make_bus: BusFactory) -> None:
+    bus = make_bus(maxlen=10)
+    events = [event(n) for n in range(1000)]
+    for start in range(0, len(events), 100):
+        await bus.publish(events[start : start + 100])
+    kept = await bus.read(CHANNEL, count=10_000)
+    # Redis trims approximately, whole radix-tree nodes (100 entries by default) at a time.
+    assert 10 <= len(kept) <= 200
+    assert kept == events[-len(kept) :]
+
+
+async def test_unreachable_redis_raises_bus_unavailable() -> None:
+    bus = RedisStreamsBus("redis://127.0.0.1:1/0")
+    try:
+        with pytest.raises(BusUnavailable):
+            await bus.ping()
+        with pytest.raises(BusUnavailable):
+            await bus.publish([event(1)])
+    finally:
+        await bus.close()
+
+
+def test_bus_url_picks_the_implementation() -> None:
+    assert isinstance(create_bus("memory://"), MemoryBus)
+    redis_bus = create_bus("redis://127.0.0.1:6379/0", BusOptions(stream_prefix="p:"))
+    assert isinstance(redis_bus, RedisStreamsBus)
+    assert redis_bus.key("x") == "p:x"
+    with pytest.raises(ValueError, match="kafka"):
+        create_bus("kafka://broker:9092")
+
+
+async def test_redis_entry_layout(
+    redis_bus: RedisStreamsBus, redis_client: Redis, redis_prefix: str
+) -> None:
+    sent = Event(channel=CHANNEL, payload={"a": [1, "é"]}, source="gateway")
+    await redis_bus.publish([sent])
+    entries = await redis_client.xrange(redis_prefix + CHANNEL)
+    assert len(entries) == 1
+    fields = entries[0][1]
+    assert set(fields) == {
+        "event_id", "channel", "source", "emitted_at", "correlation_id", "payload",
+    }  # fmt: skip
+    assert fields["event_id"] == sent.event_id
+    assert fields["channel"] == CHANNEL
+    assert fields["source"] == "gateway"
+    assert fields["emitted_at"].endswith("Z")
+    assert fields["correlation_id"] == ""
+    assert fields["payload"] == '{"a":[1,"é"]}'
+
+
+async def test_redis_malformed_entry_goes_to_dlq(
+    redis_bus: RedisStreamsBus, redis_client: Redis, redis_prefix: str
+) -> None:
+    key = redis_prefix + CHANNEL
+    await redis_client.xadd(key, {"event_id": "x", "payload": "{not json"})
+    good = event(1)
+    await redis_bus.publish([good])
+    received: list[Event] = []
+
+    async def handle(e: Event) -> None:
+        received.append(e)
+
+    async with consuming(redis_bus, "g", handle, start="0"):
+        await until(lambda: received)
+        dead = await eventually(lambda: redis_client.xrange(dead_letter_channel(key)))
+        pending = await redis_client.xpending(key, "g")
+    assert received == [good]
+    assert len(dead) == 1
+    fields = dead[0][1]
+    assert fields["payload"] == "{not json"
+    assert fields["dlq_reason"].startswith("malformed entry")
+    assert fields["dlq_group"] == "g"
+    assert pending["pending"] == 0

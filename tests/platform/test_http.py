@@ -1,0 +1,157 @@
+"""What every service's HTTP edge guarantees: problem+json errors, body limits, ids, metrics."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from conclave.platform.http import create_service_app
+from conclave.platform.metrics import ServiceMetrics
+from conclave.platform.problems import PROBLEM_MEDIA_TYPE
+from tests.conftest import serve_app
+from tests.conftest import test_settings as make_settings
+
+MAX_BODY = 200_000
+
+
+class Item(BaseModel):
+    name: str
+
+
+@asynccontextmanager
+async def no_resources(_app: FastAPI) -> AsyncIterator[None]:
+    yield
+
+
+def build_app() -> FastAPI:
+    app = create_service_app(
+        service="demo",
+        title="Demo",
+        version="0",
+        description="A service built on the platform kit.",
+        settings=make_settings(max_body_bytes=MAX_BODY),
+        metrics=ServiceMetrics("demo"),
+        lifespan=no_resources,
+    )
+
+    @app.post("/items")
+    async def create_item(item: Item) -> Item:
+        """Echo an item."""
+        return item
+
+    @app.get("/items/{item_id}")
+    async def read_item(item_id: int) -> dict[str, int]:
+        """Read an item."""
+        return {"id": item_id}
+
+    @app.get("/boom")
+    async def boom() -> None:
+        """Fail unexpectedly."""
+        raise RuntimeError("connection string postgres://admin:hunter2@db")
+
+    return app
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with serve_app(build_app()) as client:
+        yield client
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, object]:
+    assert response.status_code == status
+    assert response.headers["content-type"] == PROBLEM_MEDIA_TYPE
+    body: dict[str, object] = response.json()
+    assert body["status"] == status
+    assert body["code"] == code
+    assert body["request_id"] == response.headers["x-request-id"]
+    return body
+
+
+async def test_body_over_the_limit_is_refused_by_content_length(
+    client: httpx.AsyncClient,
+) -> None:
+    body = b'{"name": "' + b"x" * MAX_BODY + b'"}'
+    response = await client.post("/items", content=body)
+    assert_problem(response, 413, "PAYLOAD_TOO_LARGE")
+
+
+async def test_chunked_body_over_the_limit_is_refused(client: httpx.AsyncClient) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"name": "'
+        for _ in range(30):
+            yield b"x" * 10_000
+        yield b'"}'
+
+    response = await client.post(
+        "/items", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert "content-length" not in response.request.headers
+    assert_problem(response, 413, "PAYLOAD_TOO_LARGE")
+
+
+async def test_body_under_the_limit_is_accepted(client: httpx.AsyncClient) -> None:
+    response = await client.post("/items", json={"name": "x" * (MAX_BODY - 100)})
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("body", [b'{"name": ', b"[" * 100_000], ids=["truncated", "deep"])
+async def test_unparseable_json_is_a_400(client: httpx.AsyncClient, body: bytes) -> None:
+    response = await client.post(
+        "/items", content=body, headers={"content-type": "application/json"}
+    )
+    assert_problem(response, 400, "MALFORMED_JSON")
+
+
+async def test_schema_violation_is_a_422_with_fields(client: httpx.AsyncClient) -> None:
+    response = await client.post("/items", json={"name": 5})
+    body = assert_problem(response, 422, "VALIDATION_FAILED")
+    assert body["errors"] == [
+        {"field": "body.name", "message": "Input should be a valid string", "type": "string_type"}
+    ]
+
+
+async def test_unknown_route_is_a_404_problem(client: httpx.AsyncClient) -> None:
+    body = assert_problem(await client.get("/nowhere"), 404, "NOT_FOUND")
+    assert body["instance"] == "/nowhere"
+
+
+async def test_unexpected_error_is_a_500_without_its_details(client: httpx.AsyncClient) -> None:
+    response = await client.get("/boom")
+    body = assert_problem(response, 500, "INTERNAL_ERROR")
+    assert body["detail"] == "An unexpected error occurred."
+    assert "hunter2" not in response.text
+    assert "RuntimeError" not in response.text
+
+
+async def test_request_and_correlation_ids(client: httpx.AsyncClient) -> None:
+    plain = await client.get("/items/1")
+    assert plain.headers["x-request-id"]
+    assert plain.headers["x-correlation-id"] == plain.headers["x-request-id"]
+
+    traced = await client.get("/items/1", headers={"X-Correlation-ID": "trace-42"})
+    assert traced.headers["x-correlation-id"] == "trace-42"
+    assert traced.headers["x-request-id"] != plain.headers["x-request-id"]
+
+    forged = await client.get("/items/1", headers={"X-Correlation-ID": "bad id\twith spaces"})
+    assert forged.headers["x-correlation-id"] == forged.headers["x-request-id"]
+
+
+async def test_metrics_count_requests_by_route_template(client: httpx.AsyncClient) -> None:
+    for item_id in (1, 2, 3):
+        await client.get(f"/items/{item_id}")
+    await client.get("/boom")
+
+    text = (await client.get("/metrics")).text
+
+    assert (
+        'conclave_demo_http_requests_total{method="GET",route="/items/{item_id}",status="200"} 3.0'
+        in text
+    )
+    assert 'conclave_demo_http_requests_total{method="GET",route="/boom",status="500"} 1.0' in text
+    assert "/items/1" not in text
