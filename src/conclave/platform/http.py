@@ -104,9 +104,11 @@ def platform_lifespan(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            runtime = platform or await stack.enter_async_context(
-                Platform.open(settings, max_batch=max_batch)
-            )
+            runtime = platform
+            if runtime is None:
+                runtime = await stack.enter_async_context(
+                    Platform.open(settings, max_batch=max_batch)
+                )
             app.state.platform = runtime
             held = setup(app, runtime)
             if held is not None:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -182,7 +183,7 @@ class OutboxRelay:
         return len(events)
 
     async def _record_failure(
-        self, connection: AsyncConnection, rows: list[Any], error: str
+        self, connection: AsyncConnection, rows: Sequence[Any], error: str
     ) -> None:
         attempts = max(row.attempts for row in rows) + 1
         delay = min(self._max_backoff, 0.25 * 2**attempts) * random.uniform(0.5, 1.0)

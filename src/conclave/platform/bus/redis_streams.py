@@ -76,7 +76,7 @@ class RedisStreamsBus:
 
     async def read(self, channel: str, count: int = 100) -> list[Event]:
         """The newest ``count`` events of ``channel``, oldest first."""
-        entries = await self._redis.xrevrange(self.key(channel), count=count)
+        entries: Any = await self._redis.xrevrange(self.key(channel), count=count)
         return [Event.from_fields(fields) for _, fields in reversed(entries)]
 
     async def close(self) -> None:
@@ -103,7 +103,7 @@ class RedisStreamsBus:
                 if time.monotonic() - last_claim > self._claim_idle_ms / 4000:
                     last_claim = time.monotonic()
                     await self._reclaim(key, group, consumer, handler)
-                reply = await self._redis.xreadgroup(
+                reply: Any = await self._redis.xreadgroup(
                     group, consumer, {key: cursor}, count=_READ_COUNT, block=_READ_BLOCK_MS
                 )
                 entries = reply[0][1] if reply else []
@@ -149,7 +149,7 @@ class RedisStreamsBus:
     ) -> None:
         counts: dict[str, int] = {}
         if check_deliveries and entries:
-            pending = await self._redis.xpending_range(
+            pending: Any = await self._redis.xpending_range(
                 key, group, min=entries[0][0], max=entries[-1][0], count=len(entries)
             )
             counts = {p["message_id"]: p["times_delivered"] for p in pending}
@@ -176,8 +176,8 @@ class RedisStreamsBus:
         self, key: str, group: str, entry_id: str, fields: dict[str, str], reason: str
     ) -> None:
         log.error("moving entry to dead-letter stream", extra={"stream": key, "reason": reason})
-        dead = {**fields, "dlq_reason": reason, "dlq_group": group, "dlq_entry_id": entry_id}
+        dead: Any = {**fields, "dlq_reason": reason, "dlq_group": group, "dlq_entry_id": entry_id}
         await self._redis.xadd(
             dead_letter_channel(key), dead, maxlen=self._maxlen, approximate=True
-        )  # type: ignore[arg-type]
+        )
         await self._redis.xack(key, group, entry_id)
