@@ -26,7 +26,7 @@ def authenticator(**config: Any) -> Authenticator:
 
 
 def hs256(claims: dict[str, Any], secret: str = SECRET) -> str:
-    return jwt.encode({"sub": "alice", "exp": int(time.time()) + 60, **claims}, secret, "HS256")
+    return jwt.encode({"sub": "alice", "exp": int(time.time()) + 3600, **claims}, secret, "HS256")
 
 
 def _b64(raw: bytes) -> str:
