@@ -19,7 +19,9 @@ edge runs with its default settings (each blob fsynced before its pack commits, 
 workers) on a PostgreSQL database created for the run and dropped, and a Redis stream prefix
 deleted afterwards. Memory: ``VmRSS`` of each server process sampled every 20 ms from ``/proc``,
 parser worker processes (the server's children) apart, plus the kernel's peak ``VmHWM`` per
-workload. MB = 10^6 bytes.
+workload. Before each measurement the page cache is written back (``sync``), so dirty pages one
+server left behind do not slow the other; the large uploads alternate between the two servers.
+MB = 10^6 bytes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import os
 import shutil
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -48,7 +51,7 @@ import av
 from PIL import Image
 from redis.asyncio import Redis
 
-from bench.gateway import PG_ADMIN, REDIS_URL, _free_port, _start, _wait_ready
+from bench.gateway import PG_ADMIN, REDIS_URL, ROOT, _free_port, _start, _wait_ready
 from bench.loadgen import LoadResult
 
 HOST = "127.0.0.1"
@@ -336,12 +339,20 @@ async def _image(
     return Workload(result, memory.peak, len(base))
 
 
-async def _large(port: int, path: str, pid: int, source: Path, size: int, runs: int) -> Workload:
-    result = LoadResult()
+async def _large(port: int, path: str, pid: int, source: Path, size: int, into: Workload) -> None:
     with MemorySampler(pid) as memory:
-        for _ in range(runs):
-            await upload_from_disk(port, path, source, size, result)
-    return Workload(result, memory.peak, size)
+        await upload_from_disk(port, path, source, size, into.result)
+    peak = into.memory
+    peak.server_kib = max(peak.server_kib, memory.peak.server_kib)
+    peak.server_hwm_kib = max(peak.server_hwm_kib, memory.peak.server_hwm_kib)
+    peak.children_kib = max(peak.children_kib, memory.peak.children_kib)
+    peak.children = max(peak.children, memory.peak.children)
+
+
+async def _settle() -> None:
+    # Write back what the previous measurement left dirty in the page cache, so it does not
+    # slow down the next one (the bare endpoint never fsyncs and would otherwise tax the edge).
+    await asyncio.to_thread(os.sync)
 
 
 def _mb(kib: int) -> str:
@@ -356,6 +367,18 @@ def _row(workload: str, server: str, run: Workload) -> str:
         f"{result.percentile(0.50):,.0f} | {result.percentile(0.99):,.0f} | {result.errors} | "
         f"{_mb(memory.server_kib)} / {_mb(memory.server_hwm_kib)} | {workers} |"
     )
+
+
+def import_rss_kib(*modules: str) -> int:
+    """Resident memory of a fresh interpreter that has imported ``modules`` and nothing else."""
+    code = (
+        f"import {', '.join(modules)}\n"
+        "print(open('/proc/self/status').read().split('VmRSS:')[1].split()[0])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return int(done.stdout)
 
 
 def _verdict(met: bool) -> str:
@@ -400,19 +423,28 @@ async def main(options: argparse.Namespace) -> None:
     try:
         await _wait_ready(bare_port, "/")
         await _wait_ready(edge_port, "/health")
+        print("measuring small files ...", file=sys.stderr)
         for name, (port, path, pid) in servers.items():
-            print(f"measuring {name} ...", file=sys.stderr)
+            await _settle()
             route = path + ("image" if name == "edge" else "")
             runs["small", name] = await _small(
                 port, route, pid, png_base, options.concurrency, options.seconds
             )
+        print("measuring 5 MiB images ...", file=sys.stderr)
+        for name, (port, path, pid) in servers.items():
+            await _settle()
+            route = path + ("image" if name == "edge" else "")
             runs["image", name] = await _image(
                 port, route, pid, jpeg_base, options.image_concurrency, options.seconds
             )
-            route = path + ("video" if name == "edge" else "")
-            runs["large", name] = await _large(
-                port, route, pid, video, video_size, options.large_runs
-            )
+        print("measuring the large file ...", file=sys.stderr)
+        for name in servers:
+            runs["large", name] = Workload(LoadResult(), MemoryPeak(), video_size)
+        for _ in range(options.large_runs):  # alternate, so drift in machine load hits both
+            for name, (port, path, pid) in servers.items():
+                await _settle()
+                route = path + ("video" if name == "edge" else "")
+                await _large(port, route, pid, video, video_size, runs["large", name])
         await asyncio.sleep(2.0)  # let the relay publish the last events
         conn = await asyncpg.connect(PG_ADMIN.rsplit("/", 1)[0] + f"/{database}")
         packs = await conn.fetchval("SELECT count(*) FROM edge_evidence_packs")
@@ -477,6 +509,12 @@ async def main(options: argparse.Namespace) -> None:
     print(
         f"edge service peak RSS: {_mb(peak_rss)} MB over all workloads "
         f"(target < 150 MB: {_verdict(peak_rss * 1024 < 150 * MB)}); parser workers apart"
+    )
+    cli_kib = import_rss_kib("conclave.cli.main")
+    edge_kib = import_rss_kib("conclave.edge.app", "uvicorn")
+    print(
+        f"  imports alone, in a fresh interpreter: {_mb(cli_kib)} MB for conclave.cli.main "
+        f"(what `conclave serve` loads), {_mb(edge_kib)} MB for the edge app + uvicorn"
     )
     print(f"p99 upload-to-200, 5 MiB image: {p99:,.0f} ms (target < 1000 ms: "
           f"{_verdict(p99 < 1000)})")  # fmt: skip

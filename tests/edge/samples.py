@@ -1,8 +1,7 @@
 """Real sample files of every media type, generated with the same libraries users' tools use.
 
-The video is the one exception: ``fixtures/clip.mp4`` (1 s, 64x48, MPEG-4 Part 2, 10 frames) was
-encoded once with PyAV, which ships its own encoder, because no installed library here encodes
-video.
+The video is encoded with PyAV, whose wheel ships FFmpeg and its encoders, so the tests need no
+system codec.
 """
 
 from __future__ import annotations
@@ -13,14 +12,12 @@ import struct
 import wave
 import zipfile
 from fractions import Fraction
-from pathlib import Path
 
+import av
 import ezdxf
 from PIL import Image, TiffImagePlugin, TiffTags
 from pypdf import PdfWriter
 from pypdf.generic import DictionaryObject, NameObject, StreamObject
-
-FIXTURES = Path(__file__).with_name("fixtures")
 
 
 def _rational(value: float) -> TiffImagePlugin.IFDRational:
@@ -189,6 +186,14 @@ def kmz() -> bytes:
     return buffer.getvalue()
 
 
-def mp4() -> bytes:
-    """The shipped MPEG-4 clip."""
-    return (FIXTURES / "clip.mp4").read_bytes()
+def mp4(frames: int = 10, rate: int = 10) -> bytes:
+    """A 64x48 MPEG-4 (Part 2 video) clip of ``frames`` frames at ``rate`` fps: 1 s by default."""
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="mp4") as container:
+        stream = container.add_stream("mpeg4", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for index in range(frames):
+            image = Image.new("RGB", (64, 48), (index * 20 % 256, 80, 160))
+            container.mux(stream.encode(av.VideoFrame.from_image(image)))
+        container.mux(stream.encode())  # flush the encoder's delayed frames
+    return buffer.getvalue()

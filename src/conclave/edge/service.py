@@ -148,6 +148,7 @@ class IntakeService:
             self.blobs,
             max_file_bytes=limit,
             max_files=self.settings.max_files_per_request,
+            hash_body=signed,
         )
         try:
             if signed and secret is not None and command.signature:

@@ -1,0 +1,72 @@
+"""The store going down: uploads are refused with 503, nothing is half-written, and the service
+recovers by itself once the store is back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from sqlalchemy import func, select
+
+from conclave.edge.store import chain_head, evidence_packs
+from conclave.platform.db.schema import outbox_events
+from tests.conftest import POSTGRES_URL, Backend, eventually, isolated_postgres
+from tests.edge import samples
+from tests.edge.conftest import CHANNEL, edge_app, edge_settings, form
+from tests.netproxy import CuttableProxy
+
+
+async def _written(backend: Backend) -> tuple[int, int, int]:
+    async with backend.engine.connect() as connection:
+        packs = await connection.scalar(select(func.count()).select_from(evidence_packs))
+        events = await connection.scalar(select(func.count()).select_from(outbox_events))
+        seq = await connection.scalar(select(chain_head.c.chain_seq))
+    return packs or 0, events or 0, seq or 0
+
+
+async def test_store_down_refuses_uploads_with_503_and_writes_nothing(
+    redis_bus, redis_client, redis_prefix, tmp_path: Path
+) -> None:
+    parsed = urlparse(POSTGRES_URL.replace("+asyncpg", ""))
+    proxy = CuttableProxy(parsed.hostname or "127.0.0.1", parsed.port or 5432)
+    await proxy.start()
+    proxied = POSTGRES_URL.replace(parsed.netloc, f"{parsed.username}@127.0.0.1:{proxy.port}")
+    photo = samples.jpeg_with_gps()
+    try:
+        async with isolated_postgres(proxied) as engine:
+            backend = Backend("production", engine, redis_bus)
+            settings = edge_settings(tmp_path)
+            async with edge_app(backend, settings) as (client, app):
+                await proxy.cut()
+                response = await client.post(
+                    "/api/edge-intake/image",
+                    **form([("a.jpg", photo), ("b.png", samples.png())], {"latitude": 1.0}),
+                )
+                assert response.status_code == 503, response.text
+                assert response.json()["code"] == "STORE_UNAVAILABLE"
+                health = await client.get("/health")
+                assert health.status_code == 503
+                assert health.json()["reldb"] == "disconnected"
+
+                await proxy.restore()  # recovers without a restart
+                assert await _written(backend) == (0, 0, 0)  # no pack, no event, chain untouched
+                blobs = app.state.edge.blobs
+                assert not list(blobs.root.glob("tmp/*.part"))  # temporary files deleted
+
+                response = await client.post("/api/edge-intake/image", **form(("a.jpg", photo)))
+                assert response.status_code == 200, response.text
+                [evidence_id] = response.json()["evidence_ids"]
+                assert await _written(backend) == (1, 1, 1)
+                stored = await client.get(f"/api/edge-intake/evidence/{evidence_id}/content")
+                assert stored.content == photo
+                chain = (await client.get("/api/edge-intake/chain/verify?content=true")).json()
+                assert chain["valid"] is True and chain["checked"] == 1, chain
+                assert (await client.get("/health")).json()["reldb"] == "connected"
+
+                async def published() -> list:
+                    return await redis_client.xrange(redis_prefix + CHANNEL)
+
+                [(_, fields)] = await eventually(published)
+                assert evidence_id in fields["payload"]
+    finally:
+        await proxy.close()
