@@ -5,6 +5,15 @@ Concurrency: a sync run claims one item at a time with a single ``UPDATE … RET
 processes, each with its own connection) can never claim the same item. The claim is a lease
 (``claimed_by``, ``lease_until``): a client that crashes mid-send loses it when the lease ends and
 the item is sent again, with the same idempotency key, by the next run.
+
+Durability: what the user asked for (enqueue, retry, cleanup) is committed with
+``synchronous=FULL`` and survives a power cut once the call returns. The bookkeeping of a sync run
+(claim, lease renewal, release, SENT, FAILED) is committed with ``synchronous=NORMAL``: it survives
+a crash of the process, and a power cut can only roll the last of these changes back, never tear
+the file (WAL). A lost SENT or FAILED makes the next run send the item again with the same
+idempotency key, which the server answers with the original evidence ids; a lost claim only frees
+the item early. Two fsyncs per item would otherwise cost more than the upload of a small file.
+A sync run ends with :meth:`OutboxStore.flush`, so what it recorded is on disk when it returns.
 """
 
 from __future__ import annotations
@@ -83,6 +92,7 @@ class OutboxStore:
     def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
         self._db = connection
         self.path = path
+        self._durable = True  # the connection's synchronous setting: FULL (True) or NORMAL
 
     @classmethod
     def open(cls, path: Path, created_utc: str) -> OutboxStore:
@@ -141,7 +151,12 @@ class OutboxStore:
         self._db.close()
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        # ``durable=False`` for a sync run's bookkeeping only (see the module docstring). The
+        # setting is per connection and cannot change inside a transaction, so it is set here.
+        if durable != self._durable:
+            self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._durable = durable
         # IMMEDIATE takes the write lock at BEGIN, so a read-then-write cannot be overtaken.
         self._db.execute("BEGIN IMMEDIATE")
         try:
@@ -150,6 +165,11 @@ class OutboxStore:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+
+    def flush(self) -> None:
+        """Put the changes committed with ``durable=False`` on disk (a passive checkpoint syncs
+        the WAL first; it waits for no other connection)."""
+        self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
 
     def device(self) -> DeviceIdentity:
         """The identity stored with this outbox."""
@@ -178,7 +198,7 @@ class OutboxStore:
     ) -> OutboxItem | None:
         """Take the oldest item due by ``due_by`` that no live lease holds; FAILED (transient)
         items go back to PENDING as they are taken."""
-        with self._write() as db:
+        with self._write(durable=False) as db:
             row = db.execute(
                 "UPDATE outbox_items SET state = 'PENDING', claimed_by = ?, lease_until = ?,"
                 " updated_at = ? WHERE id = (SELECT id FROM outbox_items WHERE queued = 1"
@@ -190,7 +210,7 @@ class OutboxStore:
 
     def renew(self, item_id: int, runner: str, lease_until: float) -> None:
         """Extend a lease this runner still holds."""
-        with self._write() as db:
+        with self._write(durable=False) as db:
             db.execute(
                 "UPDATE outbox_items SET lease_until = ? WHERE id = ? AND claimed_by = ?",
                 (lease_until, item_id, runner),
@@ -198,7 +218,7 @@ class OutboxStore:
 
     def release(self, item_id: int, runner: str) -> None:
         """Give a claimed item back untouched (the run stopped before sending it)."""
-        with self._write() as db:
+        with self._write(durable=False) as db:
             db.execute(
                 "UPDATE outbox_items SET claimed_by = NULL, lease_until = NULL"
                 " WHERE id = ? AND claimed_by = ?",
@@ -207,7 +227,7 @@ class OutboxStore:
 
     def mark_sent(self, item_id: int, evidence_ids: list[str], now: float) -> None:
         """Record the server's evidence ids; the item is done whoever held it."""
-        with self._write() as db:
+        with self._write(durable=False) as db:
             db.execute(
                 "UPDATE outbox_items SET state = 'SENT', queued = 0, evidence_ids = ?,"
                 " claimed_by = NULL, lease_until = NULL, updated_at = ? WHERE id = ?",
@@ -222,7 +242,7 @@ class OutboxStore:
         Only while ``runner`` still holds the item: if its lease ran out and another run took
         the item over, that run's outcome is the one that counts.
         """
-        with self._write() as db:
+        with self._write(durable=False) as db:
             db.execute(
                 "UPDATE outbox_items SET state = 'FAILED', attempts = attempts + 1,"
                 " last_error = ?, queued = ?, next_attempt_at = ?, claimed_by = NULL,"
