@@ -7,6 +7,7 @@ import typer
 from conclave.cli.edge import edge_app
 from conclave.cli.migrate import migrate_command
 from conclave.cli.run import serve, up
+from conclave.cli.worker import worker_app
 
 app = typer.Typer(
     name="conclave",
@@ -17,6 +18,7 @@ app = typer.Typer(
 app.command("up")(up)
 app.command("serve")(serve)
 app.command("migrate")(migrate_command)
+app.add_typer(worker_app, name="worker")
 app.add_typer(edge_app, name="edge")
 
 

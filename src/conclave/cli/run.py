@@ -59,9 +59,9 @@ def serve(
 ) -> None:
     """Run one service (production mode: one process per service, any number of replicas)."""
     settings = load_settings(service)
-    configure_logging(settings.log_level, settings.log_format)
     bind = host or settings.host
     _check_auth(settings, allow_off_on_loopback=False, host=bind)
+    configure_logging(settings.log_level, settings.log_format)
     app = SERVICES[service].create_app(settings)
     uvicorn.run(
         app,
@@ -87,8 +87,8 @@ def up(
 ) -> None:
     """Run all four services in this process, embedded: SQLite file, in-process bus."""
     common = GatewaySettings()
-    configure_logging(common.log_level, common.log_format)
     _check_auth(common, allow_off_on_loopback=True, host=host)
+    configure_logging(common.log_level, common.log_format)
     asyncio.run(_run_all(host, common))
 
 

@@ -1,32 +1,47 @@
-"""``create_app``: the expedition service as an ASGI application (health, metrics)."""
+"""``create_app``: the expedition service as an ASGI application."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
 
 from conclave import __version__
-from conclave.platform.http import create_service_app, health_response, platform_lifespan
-from conclave.platform.metrics import ServiceMetrics
+from conclave.collector.api import router
+from conclave.collector.metrics import CollectorMetrics
+from conclave.collector.runtime import CollectorRuntime
+from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.runtime import Platform
 from conclave.settings import CollectorSettings
 
 
 def create_app(settings: CollectorSettings, *, platform: Platform | None = None) -> FastAPI:
     """The expedition service app. With ``platform`` given it is shared, not owned."""
+    metrics = CollectorMetrics()
+    platform_span = platform_lifespan(settings, platform, lambda _app, _platform: None)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with (
+            platform_span(app),
+            CollectorRuntime.open(
+                settings, app.state.platform, metrics, run_workers=settings.run_workers
+            ) as runtime,
+        ):
+            app.state.collector = runtime
+            yield
+
     app = create_service_app(
         service="collector",
         title="Conclave expedition service",
         version=__version__,
-        description="Background data-collection expeditions.",
+        description="Background data-collection expeditions with dual write to a structured "
+        "store and a semantic memory.",
         settings=settings,
-        metrics=ServiceMetrics("collector"),
-        lifespan=platform_lifespan(settings, platform, lambda _app, _platform: None),
+        metrics=metrics,
+        lifespan=lifespan,
     )
-
-    @app.get("/health", tags=["operations"])
-    async def health(request: Request) -> JSONResponse:
-        """Store and bus status; 503 when either is down."""
-        return await health_response(request.app.state.platform, "collector")
-
+    app.state.settings = settings
+    app.include_router(router)
     return app

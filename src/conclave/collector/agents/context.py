@@ -1,0 +1,100 @@
+"""What every agent of a running expedition shares: the expedition, the stores, progress."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from conclave.collector.indexer import VectorIndexer
+from conclave.collector.metrics import CollectorMetrics
+from conclave.collector.semantic import SemanticMemory
+from conclave.collector.sources.base import Source
+from conclave.settings import CollectorSettings
+
+
+class ExpeditionFailed(Exception):
+    """The expedition cannot succeed; the message is reported to the user as the reason."""
+
+    def __init__(self, message: str, *, code: str = "EXPEDITION_FAILED") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def content_hash(data: Any) -> str:
+    """SHA-256 of the canonical JSON of ``data`` (key order and spacing do not matter)."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass
+class ProgressTracker:
+    """Progress of a run, read by the heartbeat that persists it with the lease."""
+
+    stages: tuple[str, ...] = ()
+    stage: str | None = None
+    items_done: int = 0
+    items_total: int | None = None
+    agents: list[str] = field(default_factory=list)
+
+    def enter(self, stage: str, agent: str, total: int | None = None) -> None:
+        """Start ``stage``, worked by ``agent``."""
+        self.stage = stage
+        self.items_done = 0
+        self.items_total = total
+        self.deploy(agent)
+
+    def deploy(self, agent: str) -> None:
+        """Record that ``agent`` took part."""
+        if agent not in self.agents:
+            self.agents.append(agent)
+
+    def advance(self, count: int = 1) -> None:
+        """``count`` more items of the current stage are done."""
+        self.items_done += count
+
+    def snapshot(self, *, finished: bool = False) -> dict[str, Any]:
+        """The persisted progress record."""
+        if finished:
+            return {
+                "fraction": 1.0,
+                "stage": "done",
+                "items_done": self.items_done,
+                "items_total": self.items_total,
+            }
+        fraction = 0.0
+        if self.stages and self.stage in self.stages:
+            index = self.stages.index(self.stage)
+            within = min(1.0, self.items_done / self.items_total) if self.items_total else 0.0
+            fraction = (index + within) / len(self.stages)
+        return {
+            "fraction": round(fraction, 4),
+            "stage": self.stage,
+            "items_done": self.items_done,
+            "items_total": self.items_total,
+        }
+
+
+@dataclass
+class ExpeditionContext:
+    """One run of one expedition, as its agents see it."""
+
+    expedition_id: str
+    expedition_type: str
+    target_collections: list[str]
+    parameters: dict[str, Any]
+    correlation_id: str | None
+    engine: AsyncEngine
+    memory: SemanticMemory
+    indexer: VectorIndexer
+    sources: dict[str, Source]
+    settings: CollectorSettings
+    metrics: CollectorMetrics
+    progress: ProgressTracker = field(default_factory=ProgressTracker)
+
+    def collection(self, default: str = "default") -> str:
+        """The collection a run writes into: the first target, else ``default``."""
+        return self.target_collections[0] if self.target_collections else default

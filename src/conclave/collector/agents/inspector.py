@@ -1,0 +1,88 @@
+"""Inspector: quality and integrity checks over stored records, summarised as a score."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from conclave.collector import store
+from conclave.collector.agents.context import ExpeditionContext, content_hash
+
+_PAGE = 1000
+_MAX_ISSUES = 50
+
+
+@dataclass
+class Inspection:
+    """Checks run on a set of records. ``score`` = share of checked items without a finding."""
+
+    checked: int = 0
+    corrupted: list[str] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)
+    rejected: int = 0
+
+    @property
+    def score(self) -> float:
+        """1.0 when every item passed; items the Restorer rejected count as failures."""
+        total = self.checked + self.rejected
+        if total == 0:
+            return 1.0
+        bad = len(set(self.corrupted) | set(self.incomplete)) + self.rejected
+        return round(1 - bad / total, 4)
+
+    def summary(self) -> dict[str, Any]:
+        """The results-summary form (finding lists capped)."""
+        return {
+            "score": self.score,
+            "checked": self.checked,
+            "rejected": self.rejected,
+            "corrupted": len(self.corrupted),
+            "incomplete": len(self.incomplete),
+            "issues": (
+                [f"{key}: content hash mismatch" for key in self.corrupted]
+                + [f"{key}: missing required fields" for key in self.incomplete]
+            )[:_MAX_ISSUES],
+        }
+
+
+class Inspector:
+    """Recomputes each record's content hash (integrity) and checks required fields (quality)."""
+
+    name = "inspector"
+
+    def __init__(self, context: ExpeditionContext, required_fields: Sequence[str] = ()) -> None:
+        self._context = context
+        self._required = list(required_fields)
+
+    def _check(self, rows: Sequence[Any], report: Inspection) -> None:
+        for row in rows:
+            report.checked += 1
+            if content_hash(row.data) != row.content_hash:
+                report.corrupted.append(row.record_key)
+            if self._required and (
+                not isinstance(row.data, dict)
+                or any(row.data.get(name) in (None, "") for name in self._required)
+            ):
+                report.incomplete.append(row.record_key)
+
+    async def inspect_keys(self, collection: str, keys: Sequence[str]) -> Inspection:
+        """Inspect the records of ``keys`` (what a run just bound)."""
+        report = Inspection()
+        for start in range(0, len(keys), _PAGE):
+            chunk = list(keys[start : start + _PAGE])
+            self._check(await store.get_records(self._context.engine, collection, chunk), report)
+            self._context.progress.advance(len(chunk))
+        return report
+
+    async def inspect_collection(self, collection: str) -> Inspection:
+        """Inspect every record of ``collection``."""
+        report = Inspection()
+        after: str | None = None
+        while rows := await store.iter_collection(
+            self._context.engine, collection, after=after, limit=_PAGE
+        ):
+            self._check(rows, report)
+            self._context.progress.advance(len(rows))
+            after = rows[-1].record_key
+        return report

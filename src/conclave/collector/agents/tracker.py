@@ -1,0 +1,31 @@
+"""Tracker: acquisition from external sources."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from conclave.collector.agents.context import ExpeditionContext, ExpeditionFailed
+from conclave.collector.sources.base import SourceContext, SourceError, label
+
+
+class Tracker:
+    """Reads the raw items of each source named in a run, batch by batch."""
+
+    name = "tracker"
+
+    def __init__(self, context: ExpeditionContext) -> None:
+        self._context = context
+
+    async def track(self, spec: Mapping[str, Any]) -> AsyncIterator[tuple[str, list[Any]]]:
+        """Yield ``(source label, batch of raw items)``; a failing source fails the run."""
+        source = self._context.sources.get(str(spec.get("type")))
+        if source is None:
+            raise ExpeditionFailed(f"unknown source type {spec.get('type')!r}")
+        where = label(spec)
+        context = SourceContext(self._context.settings, self._context.correlation_id)
+        try:
+            async for batch in source.fetch(spec, context):
+                yield where, batch
+        except SourceError as exc:
+            raise ExpeditionFailed(f"source {where} failed: {exc}") from exc

@@ -1,0 +1,221 @@
+"""HTTP routes of the expedition service (thin: use cases live in :mod:`service`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from conclave import __version__
+from conclave.collector import scheduler
+from conclave.collector.models import (
+    COLLECTION_PATTERN,
+    CollectionInfo,
+    ExpeditionAccepted,
+    ExpeditionCreate,
+    ExpeditionRead,
+    ExpeditionTypeInfo,
+    HistoryPage,
+    OrchestratorTrigger,
+    RecordRead,
+    ScheduleCreate,
+    ScheduleRead,
+    SearchResult,
+    Status,
+)
+from conclave.collector.service import ExpeditionService, expedition_read
+from conclave.platform.clock import rfc3339, utc_now
+from conclave.platform.http import CurrentPrincipal, correlation_id
+
+router = APIRouter()
+Collection = Annotated[str, Path(pattern=COLLECTION_PATTERN)]
+
+
+def _service(request: Request) -> ExpeditionService:
+    return request.app.state.collector.service  # type: ignore[no-any-return]
+
+
+Service = Annotated[ExpeditionService, Depends(_service)]
+
+
+def _accepted(request: Request, row: Any) -> JSONResponse:
+    status_url = str(request.url_for("expedition_status", expedition_id=row.expedition_id))
+    base = request.app.state.settings.api_base
+    if base:
+        status_url = base.rstrip("/") + f"/expedition/status/{row.expedition_id}"
+    body = ExpeditionAccepted(
+        expedition_id=row.expedition_id,
+        status=row.status,
+        status_url=status_url,
+        expedition_type=row.expedition_type,
+        priority=row.priority,
+        created_at=rfc3339(row.created_at),
+    )
+    return JSONResponse(body.model_dump(), status_code=202, headers={"Location": status_url})
+
+
+@router.get("/health", tags=["operations"])
+async def health(request: Request, service: Service) -> JSONResponse:
+    """Store, bus and semantic memory status; 503 when the store or the bus is down."""
+    checks = await service.platform.check()
+    runtime = request.app.state.collector
+    try:
+        await runtime.memory.ping()
+        checks["semantic_memory"] = {"status": "up", "indexer": runtime.indexer.healthy}
+    except Exception as exc:
+        checks["semantic_memory"] = {"status": "down", "error": type(exc).__name__}
+    essential = checks["store"]["status"] == "up" and checks["bus"]["status"] == "up"
+    degraded = checks["semantic_memory"]["status"] != "up"
+    body = {
+        "status": "unhealthy" if not essential else ("degraded" if degraded else "healthy"),
+        "service": "collector",
+        "version": __version__,
+        "timestamp": rfc3339(utc_now()),
+        "worker_id": runtime.worker.worker_id,
+        "checks": checks,
+    }
+    return JSONResponse(body, status_code=200 if essential else 503)
+
+
+@router.post(
+    "/expedition/run",
+    tags=["expeditions"],
+    status_code=202,
+    response_model=ExpeditionAccepted,
+    responses={422: {"description": "Unknown type (known ones listed) or invalid parameters"}},
+)
+async def run_expedition(
+    request: Request, body: ExpeditionCreate, service: Service, principal: CurrentPrincipal
+) -> JSONResponse:
+    """Queue an expedition; it runs in the background (follow `status_url`)."""
+    row = await service.submit(
+        body, requested_by=principal.user_id, correlation_id=correlation_id(request)
+    )
+    return _accepted(request, row)
+
+
+@router.post(
+    "/expedition/trigger/orchestrator",
+    tags=["expeditions"],
+    responses={200: {"model": ExpeditionRead}, 202: {"model": ExpeditionAccepted}},
+)
+async def trigger_from_orchestrator(
+    request: Request, body: OrchestratorTrigger, service: Service, principal: CurrentPrincipal
+) -> JSONResponse:
+    """Queue an expedition and optionally wait for it (200 with the record once finished)."""
+    create = ExpeditionCreate(**body.model_dump(exclude={"wait_seconds"}))
+    row = await service.submit(
+        create, requested_by=principal.user_id, correlation_id=correlation_id(request)
+    )
+    if body.wait_seconds > 0:
+        row = await service.wait(row.expedition_id, body.wait_seconds)
+        if row.status in ("completed", "failed", "cancelled"):
+            return JSONResponse(expedition_read(row).model_dump())
+    return _accepted(request, row)
+
+
+@router.get("/expedition/status/{expedition_id}", tags=["expeditions"], name="expedition_status")
+async def expedition_status(
+    expedition_id: str, service: Service, _principal: CurrentPrincipal
+) -> ExpeditionRead:
+    """Status, progress, agents, results and errors of one expedition."""
+    return expedition_read(await service.get(expedition_id))
+
+
+@router.post("/expedition/{expedition_id}/cancel", tags=["expeditions"])
+async def cancel_expedition(
+    expedition_id: str, service: Service, _principal: CurrentPrincipal
+) -> ExpeditionRead:
+    """Cancel a queued or running expedition (409 once it has finished)."""
+    return expedition_read(await service.cancel(expedition_id))
+
+
+@router.get("/expedition/history", tags=["expeditions"])
+async def expedition_history(
+    service: Service,
+    _principal: CurrentPrincipal,
+    status: Status | None = None,
+    expedition_type: Annotated[str | None, Query(max_length=64)] = None,
+    since: Annotated[datetime | None, Query(description="Created at or after (RFC 3339).")] = None,
+    until: Annotated[datetime | None, Query(description="Created before (RFC 3339).")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200, description="From `next_cursor`.")] = None,
+) -> HistoryPage:
+    """Expeditions, newest first, filtered by status, type and creation time."""
+    rows, next_cursor = await service.history(
+        status=status,
+        expedition_type=expedition_type,
+        since=since,
+        until=until,
+        cursor=cursor,
+        limit=limit,
+    )
+    items = [expedition_read(row) for row in rows]
+    return HistoryPage(expeditions=items, count=len(items), next_cursor=next_cursor)
+
+
+@router.get("/expedition/types", tags=["expeditions"])
+async def expedition_types(service: Service, _principal: CurrentPrincipal) -> dict[str, Any]:
+    """Registered expedition types and sources."""
+    types = [
+        ExpeditionTypeInfo(name=t.name, description=t.description)
+        for t in service.registry.types.values()
+    ]
+    return {"types": types, "sources": sorted(service.registry.sources)}
+
+
+@router.get("/stats", tags=["operations"])
+async def stats(service: Service, _principal: CurrentPrincipal) -> dict[str, Any]:
+    """Counts by status and type, success rate, durations, queue depth, records, uptime."""
+    return await service.stats()
+
+
+@router.get("/collections", tags=["collections"])
+async def collections(service: Service, _principal: CurrentPrincipal) -> dict[str, Any]:
+    """Collections with record counts (structured store) and point counts (semantic memory)."""
+    items: list[CollectionInfo] = await service.collections()
+    return {"collections": items, "count": len(items)}
+
+
+@router.get("/collections/{name}/records/{key}", tags=["collections"])
+async def collection_record(
+    name: Collection, key: str, service: Service, _principal: CurrentPrincipal
+) -> RecordRead:
+    """One record by its key."""
+    return await service.record(name, key)
+
+
+@router.get("/collections/{name}/search", tags=["collections"])
+async def collection_search(
+    name: Collection,
+    service: Service,
+    _principal: CurrentPrincipal,
+    q: Annotated[str, Query(min_length=1, max_length=2000)],
+    limit: Annotated[int, Query(ge=1, le=100)] = 10,
+) -> SearchResult:
+    """Semantic search in a collection, best match first."""
+    return await service.search(name, q, limit)
+
+
+@router.post("/schedules", tags=["schedules"], status_code=201)
+async def create_schedule(
+    body: ScheduleCreate, service: Service, principal: CurrentPrincipal
+) -> ScheduleRead:
+    """Store a cron schedule that queues an expedition at every tick (UTC)."""
+    return await scheduler.add_schedule(service, body, principal.user_id)
+
+
+@router.get("/schedules", tags=["schedules"])
+async def list_schedules(service: Service, _principal: CurrentPrincipal) -> dict[str, Any]:
+    """Every schedule with its next tick."""
+    items = await scheduler.list_schedules(service)
+    return {"schedules": items, "count": len(items)}
+
+
+@router.delete("/schedules/{name}", tags=["schedules"], status_code=204)
+async def delete_schedule(name: str, service: Service, _principal: CurrentPrincipal) -> Response:
+    """Remove a schedule by name or id."""
+    await scheduler.remove_schedule(service, name)
+    return Response(status_code=204)

@@ -1,0 +1,54 @@
+"""The expedition service's bus channels and the payload of its state events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conclave.platform.bus.base import Event
+from conclave.platform.clock import as_utc, rfc3339
+
+REQUESTED = "collector.expedition.run.requested"
+STATES = ("started", "completed", "failed", "cancelled")
+SOURCE = "collector"
+
+
+def state_channel(state: str) -> str:
+    """``collector.expedition.run.<state>``."""
+    return f"collector.expedition.run.{state}"
+
+
+def _time(value: Any) -> str | None:
+    return rfc3339(value) if value is not None else None
+
+
+def duration_ms(row: Any) -> float | None:
+    """Run time of an expedition that started, up to its end."""
+    if row.started_at is None or row.completed_at is None:
+        return None
+    return round((as_utc(row.completed_at) - as_utc(row.started_at)).total_seconds() * 1000, 3)
+
+
+def state_event(row: Any, state: str) -> Event:
+    """The event announcing that expedition ``row`` reached ``state``."""
+    payload = {
+        "expedition_id": row.expedition_id,
+        "expedition_type": row.expedition_type,
+        "status": row.status,
+        "priority": row.priority,
+        "correlation_id": row.correlation_id,
+        "target_collections": row.target_collections,
+        "attempts": row.attempts,
+        "worker_id": row.worker_id,
+        "created_at": _time(row.created_at),
+        "started_at": _time(row.started_at),
+        "completed_at": _time(row.completed_at),
+        "duration_ms": duration_ms(row),
+        "results": row.results,
+        "errors": row.errors,
+    }
+    return Event(
+        channel=state_channel(state),
+        payload=payload,
+        source=SOURCE,
+        correlation_id=row.correlation_id,
+    )

@@ -1,0 +1,124 @@
+"""Bus listeners: ``collector.expedition.run.requested`` and the bridge of configured channels.
+
+Both turn an event into a queued expedition, exactly like ``POST /expedition/run``. The event id
+is recorded in ``consumed_events`` in the same transaction as the expedition, so a redelivered
+event (at-least-once bus) creates nothing new. An event whose payload is not a valid request
+raises: the bus redelivers it and, after ``BUS_MAX_DELIVERIES``, moves it to ``<channel>.dlq``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Mapping
+
+from pydantic import ValidationError
+
+from conclave.collector.events import REQUESTED
+from conclave.collector.models import ExpeditionCreate
+from conclave.collector.service import ExpeditionService
+from conclave.platform.bus.base import Event
+from conclave.platform.errors import ConclaveError
+
+REQUESTED_GROUP = "collector"
+BRIDGE_GROUP = "collector-bridge"
+_EVENT_NAMESPACE = uuid.UUID("0f8cde9e-3b7a-4c51-a1d2-6a4e1c3f7b90")
+
+
+class InvalidRequestEvent(Exception):
+    """The event's payload is not a valid expedition request."""
+
+
+def _expedition_id(event: Event, group: str) -> str:
+    # Derived from the event, so the same event always maps to the same expedition.
+    return str(uuid.uuid5(_EVENT_NAMESPACE, f"{group}:{event.event_id}"))
+
+
+class ExpeditionListeners:
+    """Consumes the request channel and the bridge channels until stopped."""
+
+    def __init__(
+        self, service: ExpeditionService, bridge: Mapping[str, str], consumer: str
+    ) -> None:
+        self._service = service
+        self._bridge = dict(bridge)
+        self._consumer = consumer
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Start one consumer per channel. A new group starts at the beginning of the stream,
+        so requests published before the first collector started are not lost."""
+        bus = self._service.platform.bus
+        self._tasks.append(
+            asyncio.create_task(
+                bus.consume(
+                    REQUESTED, REQUESTED_GROUP, self._consumer, self.on_requested, start="0"
+                )
+            )
+        )
+        for channel in self._bridge:
+            self._tasks.append(
+                asyncio.create_task(
+                    bus.consume(channel, BRIDGE_GROUP, self._consumer, self.on_bridged, start="0")
+                )
+            )
+
+    async def stop(self) -> None:
+        """Stop consuming (unacknowledged events are redelivered later)."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def on_requested(self, event: Event) -> None:
+        """``collector.expedition.run.requested`` → queued expedition."""
+        payload = dict(event.payload)
+        payload.setdefault("correlation_id", event.correlation_id)
+        requested_by = payload.pop("requested_by", None) or event.source
+        given_id = payload.pop("expedition_id", None)
+        try:
+            request = ExpeditionCreate.model_validate(payload)
+            expedition_id = str(uuid.UUID(str(given_id))) if given_id else None
+        except (ValidationError, ValueError) as exc:
+            raise InvalidRequestEvent(str(exc)) from exc
+        await self._submit(
+            request,
+            event,
+            REQUESTED_GROUP,
+            expedition_id or _expedition_id(event, REQUESTED_GROUP),
+            str(requested_by),
+        )
+
+    async def on_bridged(self, event: Event) -> None:
+        """An event of a bridged channel → expedition of the mapped type."""
+        request = ExpeditionCreate(
+            expedition_type=self._bridge[event.channel],
+            parameters={"event": dict(event.payload), "channel": event.channel},
+            correlation_id=event.correlation_id,
+        )
+        await self._submit(
+            request, event, BRIDGE_GROUP, _expedition_id(event, BRIDGE_GROUP), "bridge"
+        )
+
+    async def _submit(
+        self,
+        request: ExpeditionCreate,
+        event: Event,
+        group: str,
+        expedition_id: str,
+        requested_by: str,
+    ) -> None:
+        try:
+            await self._service.submit(
+                request,
+                requested_by=requested_by,
+                expedition_id=expedition_id,
+                dedupe=(group, event.event_id),
+            )
+        except ConclaveError as exc:
+            if exc.status >= 500:
+                raise  # store down: leave the event pending, it is redelivered
+            raise InvalidRequestEvent(exc.detail) from exc

@@ -1,0 +1,93 @@
+"""The registry of expedition types and sources: built-ins plus entry-point plug-ins."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from importlib.metadata import entry_points
+from typing import Any
+
+from conclave.collector.expedition_types import BUILTIN_TYPES, ExpeditionType
+from conclave.collector.models import COLLECTION_PATTERN, ExpeditionCreate
+from conclave.collector.sources.base import Source
+from conclave.collector.sources.evidence import EvidenceSource
+from conclave.collector.sources.file import FileSource
+from conclave.collector.sources.http_json import HttpJsonSource
+from conclave.platform.errors import Unprocessable
+from conclave.settings import CollectorSettings
+
+log = logging.getLogger(__name__)
+
+TYPES_GROUP = "conclave.expeditions"
+SOURCES_GROUP = "conclave.sources"
+_COLLECTION = re.compile(COLLECTION_PATTERN)
+
+
+def _plugins(group: str) -> Iterable[Any]:
+    for entry in entry_points(group=group):
+        try:
+            loaded = entry.load()
+        except Exception:
+            log.exception("cannot load plug-in", extra={"group": group, "entry_point": entry.name})
+            continue
+        # An entry point may name the object or a class/factory that builds it.
+        yield loaded() if callable(loaded) and not hasattr(loaded, "name") else loaded
+
+
+class ExpeditionRegistry:
+    """Known expedition types and sources, by name."""
+
+    def __init__(self, types: Iterable[ExpeditionType], sources: Iterable[Source]) -> None:
+        self.types = {t.name: t for t in types}
+        self.sources = {s.name: s for s in sources}
+
+    @classmethod
+    def load(cls, settings: CollectorSettings) -> ExpeditionRegistry:
+        """Built-ins, plus plug-ins from entry points when allowed by settings."""
+        types: list[Any] = list(BUILTIN_TYPES)
+        sources: list[Any] = [FileSource(), HttpJsonSource(), EvidenceSource()]
+        if settings.load_entry_points:
+            types += list(_plugins(TYPES_GROUP))
+            sources += list(_plugins(SOURCES_GROUP))
+        return cls(types, sources)
+
+    def validate(self, request: ExpeditionCreate, settings: CollectorSettings) -> ExpeditionType:
+        """The request's type, after checking the request against it (422 with the reason)."""
+        kind = self.types.get(request.expedition_type)
+        if kind is None:
+            known = sorted(self.types)
+            raise Unprocessable(
+                f"Unknown expedition_type {request.expedition_type!r}; known types: "
+                f"{', '.join(known)}.",
+                code="UNKNOWN_EXPEDITION_TYPE",
+                errors=[
+                    {
+                        "field": "expedition_type",
+                        "message": f"must be one of: {', '.join(known)}",
+                        "type": "unknown_expedition_type",
+                    }
+                ],
+                extra={"known_types": known},
+            )
+        for index, name in enumerate(request.target_collections):
+            if not _COLLECTION.match(name):
+                raise Unprocessable(
+                    f"target_collections[{index}] is not a valid collection name.",
+                    errors=[
+                        {
+                            "field": f"target_collections.{index}",
+                            "message": "1-128 characters of letters, digits, '_', '.', '-'",
+                            "type": "invalid_collection",
+                        }
+                    ],
+                )
+        try:
+            kind.validate(request.parameters, self.sources, settings)
+        except ValueError as exc:
+            raise Unprocessable(
+                str(exc),
+                code="INVALID_PARAMETERS",
+                errors=[{"field": "parameters", "message": str(exc), "type": "invalid"}],
+            ) from exc
+        return kind

@@ -1,0 +1,366 @@
+"""Use cases of the expedition service: submit, inspect, cancel, list, stats, collections."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from conclave.collector import store
+from conclave.collector.events import duration_ms, state_event
+from conclave.collector.metrics import CollectorMetrics
+from conclave.collector.models import (
+    PRIORITY_RANK,
+    CollectionInfo,
+    ExpeditionCreate,
+    ExpeditionRead,
+    Progress,
+    RecordRead,
+    SearchHit,
+    SearchResult,
+)
+from conclave.collector.registry import ExpeditionRegistry
+from conclave.collector.semantic import SemanticMemory
+from conclave.platform.clock import as_utc, rfc3339, utc_now
+from conclave.platform.db.engine import store_errors
+from conclave.platform.db.schema import consumed_events
+from conclave.platform.errors import BadRequest, Conflict, NotFound, Unavailable
+from conclave.platform.outbox import add_event
+from conclave.platform.runtime import Platform
+from conclave.settings import CollectorSettings
+
+
+def _time(value: datetime | None) -> str | None:
+    return rfc3339(value) if value is not None else None
+
+
+def expedition_read(row: Any) -> ExpeditionRead:
+    """The API view of an expedition row."""
+    return ExpeditionRead(
+        expedition_id=row.expedition_id,
+        expedition_type=row.expedition_type,
+        status=row.status,
+        priority=row.priority,
+        progress=Progress(**row.progress),
+        agents_deployed=list(row.agents_deployed),
+        results=row.results,
+        errors=list(row.errors),
+        attempts=row.attempts,
+        correlation_id=row.correlation_id,
+        target_collections=list(row.target_collections),
+        parameters=dict(row.parameters),
+        requested_by=row.requested_by,
+        worker_id=row.worker_id,
+        timeout_seconds=row.timeout_seconds,
+        created_at=rfc3339(row.created_at),
+        started_at=_time(row.started_at),
+        completed_at=_time(row.completed_at),
+        duration_ms=duration_ms(row),
+    )
+
+
+def record_read(row: Any) -> RecordRead:
+    """The API view of a collected record."""
+    return RecordRead(
+        collection=row.collection,
+        record_key=row.record_key,
+        content_hash=row.content_hash,
+        data=row.data,
+        source=row.source,
+        expedition_id=row.expedition_id,
+        correlation_id=row.correlation_id,
+        vector_pending=bool(row.vector_pending),
+        created_at=rfc3339(row.created_at),
+        updated_at=rfc3339(row.updated_at),
+    )
+
+
+def encode_cursor(row: Any) -> str:
+    """An opaque history cursor after ``row``."""
+    raw = f"{rfc3339(row.created_at)}|{row.expedition_id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """Read a cursor made by :func:`encode_cursor` (400 when it is not one)."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        moment, expedition_id = raw.split("|", 1)
+        return datetime.fromisoformat(moment.replace("Z", "+00:00")), expedition_id
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest("cursor must come from next_cursor.", code="INVALID_CURSOR") from exc
+
+
+class ExpeditionService:
+    """What the HTTP routes, the bus listeners and the scheduler ask of the collector."""
+
+    def __init__(
+        self,
+        settings: CollectorSettings,
+        platform: Platform,
+        registry: ExpeditionRegistry,
+        memory: SemanticMemory,
+        metrics: CollectorMetrics,
+        on_submitted: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.platform = platform
+        self.registry = registry
+        self.memory = memory
+        self.metrics = metrics
+        self._on_submitted = on_submitted
+        self._started = time.monotonic()
+
+    def notify_submitted(self) -> None:
+        """Wake this process's worker: new expeditions are queued."""
+        self._on_submitted()
+
+    def new_row(
+        self,
+        request: ExpeditionCreate,
+        *,
+        requested_by: str | None,
+        expedition_id: str | None = None,
+        correlation_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Validate ``request`` (422) and build its queued row."""
+        self.registry.validate(request, self.settings)
+        limit = self.settings.expedition_timeout_seconds
+        now = utc_now()
+        return {
+            "expedition_id": expedition_id or str(uuid.uuid4()),
+            "expedition_type": request.expedition_type,
+            "status": "queued",
+            "priority": request.priority,
+            "priority_rank": PRIORITY_RANK[request.priority],
+            "target_collections": request.collections(),
+            "parameters": request.parameters,
+            "correlation_id": request.correlation_id or correlation_id or None,
+            "requested_by": requested_by,
+            "timeout_seconds": min(request.timeout_seconds or limit, limit),
+            "progress": Progress().model_dump(),
+            "agents_deployed": [],
+            "results": None,
+            "errors": [],
+            "attempts": 0,
+            "worker_id": None,
+            "lease_expires_at": None,
+            "created_at": now,
+            "started_at": None,
+            "completed_at": None,
+            "updated_at": now,
+        }
+
+    async def submit(
+        self,
+        request: ExpeditionCreate,
+        *,
+        requested_by: str | None,
+        correlation_id: str | None = None,
+        expedition_id: str | None = None,
+        dedupe: tuple[str, str] | None = None,
+    ) -> Any:
+        """Queue an expedition; with ``dedupe=(consumer group, event id)`` a redelivered event
+        returns the expedition it created the first time instead of queueing another."""
+        row = self.new_row(
+            request,
+            requested_by=requested_by,
+            expedition_id=expedition_id,
+            correlation_id=correlation_id,
+        )
+        try:
+            with store_errors():
+                async with self.platform.engine.begin() as connection:
+                    if dedupe is not None:
+                        await connection.execute(
+                            consumed_events.insert().values(
+                                consumer_group=dedupe[0],
+                                event_id=dedupe[1],
+                                consumed_at=row["created_at"],
+                            )
+                        )
+                    await store.insert_expedition(connection, row)
+        except IntegrityError:
+            existing = await store.get_expedition(self.platform.engine, row["expedition_id"])
+            if dedupe is None or existing is None:
+                raise
+            return existing
+        self.metrics.expeditions.labels(request.expedition_type, "queued").inc()
+        # Read the record before waking this process's workers, so the answer describes the
+        # expedition as it was accepted (queued) rather than racing the claim.
+        record = await self.get(row["expedition_id"])
+        self._on_submitted()
+        return record
+
+    async def get(self, expedition_id: str) -> Any:
+        """One expedition (404 when unknown)."""
+        with store_errors():
+            row = await store.get_expedition(self.platform.engine, expedition_id)
+        if row is None:
+            raise NotFound(f"No expedition {expedition_id!r}.", code="EXPEDITION_NOT_FOUND")
+        return row
+
+    async def wait(self, expedition_id: str, seconds: float) -> Any:
+        """The expedition once it is terminal, or as it is when ``seconds`` have passed."""
+        deadline = time.monotonic() + seconds
+        while True:
+            row = await self.get(expedition_id)
+            if row.status in store.TERMINAL or time.monotonic() >= deadline:
+                return row
+            await asyncio.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+    async def cancel(self, expedition_id: str) -> Any:
+        """Cancel a queued or running expedition (409 once it has finished)."""
+        now = utc_now()
+        with store_errors():
+            async with self.platform.engine.begin() as connection:
+                row = await store.finish(
+                    connection,
+                    expedition_id,
+                    {"status": "cancelled", "completed_at": now, "updated_at": now},
+                )
+                if row is not None:
+                    await add_event(connection, state_event(row, "cancelled"))
+        if row is None:
+            current = await self.get(expedition_id)
+            raise Conflict(
+                f"Expedition {expedition_id} is already {current.status}.",
+                code="EXPEDITION_FINISHED",
+                extra={"expedition_status": current.status},
+            )
+        self.platform.relay.wake()
+        self.metrics.expeditions.labels(row.expedition_type, "cancelled").inc()
+        return row
+
+    async def history(
+        self,
+        *,
+        status: str | None,
+        expedition_type: str | None,
+        since: datetime | None,
+        until: datetime | None,
+        cursor: str | None,
+        limit: int,
+    ) -> tuple[list[Any], str | None]:
+        """A page of expeditions, newest first, and the cursor of the next page."""
+        after = decode_cursor(cursor) if cursor else None
+        with store_errors():
+            rows = await store.history(
+                self.platform.engine,
+                status=status,
+                expedition_type=expedition_type,
+                since=as_utc(since) if since else None,
+                until=as_utc(until) if until else None,
+                after=after,
+                limit=limit,
+            )
+        more = len(rows) == limit
+        return list(rows), encode_cursor(rows[-1]) if more else None
+
+    async def stats(self) -> dict[str, Any]:
+        """Counts by status and type, success rate, duration percentiles, queue, records."""
+        engine = self.platform.engine
+        with store_errors():
+            counts = await store.counts_by_status_and_type(engine)
+            durations = await store.recent_durations(engine)
+            depth = await store.queue_depth(engine)
+            total_records = await store.total_records(engine)
+        by_status: dict[str, int] = dict.fromkeys(
+            ("queued", "running", "completed", "failed", "cancelled"), 0
+        )
+        by_type: dict[str, dict[str, int]] = {}
+        for status, kind, count in (tuple(row) for row in counts):
+            by_status[status] = by_status.get(status, 0) + count
+            by_type.setdefault(kind, {})[status] = count
+        finished = by_status["completed"] + by_status["failed"]
+        return {
+            "expeditions": {"total": sum(by_status.values()), "by_status": by_status},
+            "by_type": by_type,
+            "success_rate": round(by_status["completed"] / finished, 4) if finished else None,
+            "duration_seconds": _percentiles(durations),
+            "queue_depth": depth,
+            "active": by_status["running"],
+            "records_collected": total_records,
+            "uptime_seconds": round(time.monotonic() - self._started, 3),
+            "expedition_types": sorted(self.registry.types),
+        }
+
+    async def collections(self) -> list[CollectionInfo]:
+        """Collections with their size in both stores."""
+        with store_errors():
+            rows = await store.collection_counts(self.platform.engine)
+        result = []
+        for row in rows:
+            try:
+                vectors: int | None = await self.memory.count(row.collection)
+            except Exception:  # semantic memory down: the structured figures still answer
+                vectors = None
+            result.append(
+                CollectionInfo(
+                    name=row.collection,
+                    records=row.records,
+                    vectors=vectors,
+                    pending_vectors=int(row.pending or 0),
+                    updated_at=_time(row.updated_at),
+                )
+            )
+        return result
+
+    async def record(self, collection: str, key: str) -> RecordRead:
+        """One record (404 when unknown)."""
+        with store_errors():
+            row = await store.get_record(self.platform.engine, collection, key)
+        if row is None:
+            raise NotFound(f"No record {key!r} in {collection!r}.", code="RECORD_NOT_FOUND")
+        return record_read(row)
+
+    async def search(self, collection: str, query: str, limit: int) -> SearchResult:
+        """Semantic search; hits are read back from the structured store (the truth)."""
+        try:
+            found = await self.memory.search(collection, query, limit)
+        except Exception as exc:
+            raise Unavailable(
+                "Semantic memory is not reachable.", code="SEMANTIC_MEMORY_UNAVAILABLE"
+            ) from exc
+        with store_errors():
+            rows = await store.get_records(
+                self.platform.engine, collection, [key for key, _ in found]
+            )
+        by_key = {row.record_key: row for row in rows}
+        hits = [
+            SearchHit(score=round(score, 6), record=record_read(by_key[key]))
+            for key, score in found
+            if key in by_key  # an orphan point (record deleted) is not a result
+        ]
+        return SearchResult(
+            collection=collection,
+            query=query,
+            embedder=self.memory.embedder.name,
+            hits=hits,
+            count=len(hits),
+        )
+
+
+def _percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"count": 0, "p50": None, "p90": None, "p99": None, "mean": None}
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        p50 = p90 = p99 = ordered[0]
+    else:
+        cuts = statistics.quantiles(ordered, n=100, method="inclusive")
+        p50, p90, p99 = cuts[49], cuts[89], cuts[98]
+    return {
+        "count": len(ordered),
+        "p50": round(p50, 4),
+        "p90": round(p90, 4),
+        "p99": round(p99, 4),
+        "mean": round(statistics.fmean(ordered), 4),
+    }

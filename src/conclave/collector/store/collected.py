@@ -1,0 +1,161 @@
+"""SQL of collected records: the structured store and its vector-pending flags."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Integer, cast, func, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from conclave.collector.store.tables import (
+    Executor,
+    _all,
+    _first,
+    _is_sqlite,
+    records,
+)
+
+
+async def existing_hashes(
+    executor: Executor, collection: str, keys: Sequence[str]
+) -> dict[str, str]:
+    """``record_key -> content_hash`` of the given keys that are already stored."""
+    if not keys:
+        return {}
+    rows = await _all(
+        executor,
+        select(records.c.record_key, records.c.content_hash).where(
+            records.c.collection == collection, records.c.record_key.in_(list(keys))
+        ),
+    )
+    return {row.record_key: row.content_hash for row in rows}
+
+
+async def upsert_records(connection: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert or update records by (collection, key); a row whose content is unchanged is left
+    alone, so binding the same data twice changes nothing (re-runs are idempotent)."""
+    if not rows:
+        return
+    dialect = postgresql if not _is_sqlite(connection) else sqlite
+    statement = dialect.insert(records)
+    statement = statement.on_conflict_do_update(
+        index_elements=[records.c.collection, records.c.record_key],
+        set_={
+            "content_hash": statement.excluded.content_hash,
+            "data": statement.excluded.data,
+            "source": statement.excluded.source,
+            "expedition_id": statement.excluded.expedition_id,
+            "correlation_id": statement.excluded.correlation_id,
+            "vector_pending": True,
+            "updated_at": statement.excluded.updated_at,
+        },
+        where=records.c.content_hash != statement.excluded.content_hash,
+    )
+    await connection.execute(statement, list(rows))
+
+
+async def get_record(executor: Executor, collection: str, key: str) -> Row[Any] | None:
+    """One record, or ``None``."""
+    return await _first(
+        executor,
+        select(records).where(records.c.collection == collection, records.c.record_key == key),
+    )
+
+
+async def get_records(
+    executor: Executor, collection: str, keys: Sequence[str]
+) -> Sequence[Row[Any]]:
+    """The stored records among ``keys``."""
+    if not keys:
+        return []
+    return await _all(
+        executor,
+        select(records).where(records.c.collection == collection, records.c.record_key.in_(keys)),
+    )
+
+
+async def collection_counts(engine: AsyncEngine) -> Sequence[Row[Any]]:
+    """``(collection, records, pending vectors, newest update)`` per collection."""
+    pending = func.sum(cast(records.c.vector_pending, Integer))
+    return await _all(
+        engine,
+        select(
+            records.c.collection,
+            func.count().label("records"),
+            pending.label("pending"),
+            func.max(records.c.updated_at).label("updated_at"),
+        )
+        .group_by(records.c.collection)
+        .order_by(records.c.collection),
+    )
+
+
+async def total_records(engine: AsyncEngine) -> int:
+    """Records in the structured store, all collections."""
+    row = await _first(engine, select(func.count()).select_from(records))
+    return int(row[0]) if row else 0
+
+
+async def pending_vectors(engine: AsyncEngine, limit: int) -> Sequence[Row[Any]]:
+    """Records whose vector has not been written (or is out of date)."""
+    return await _all(
+        engine,
+        select(records)
+        .where(records.c.vector_pending.is_(True))
+        .order_by(records.c.updated_at)
+        .limit(limit),
+    )
+
+
+async def mark_indexed(engine: AsyncEngine, written: Sequence[tuple[str, str, str]]) -> None:
+    """Clear the pending flag of ``(collection, key, content_hash)`` whose vector was written;
+    a record changed meanwhile (other hash) stays pending for its new content."""
+    if not written:
+        return
+    async with engine.begin() as connection:
+        await connection.execute(
+            update(records)
+            .where(
+                tuple_(records.c.collection, records.c.record_key, records.c.content_hash).in_(
+                    list(written)
+                )
+            )
+            .values(vector_pending=False)
+        )
+
+
+async def mark_pending(connection: AsyncConnection, collection: str, keys: Sequence[str]) -> int:
+    """Flag records for (re)writing their vector."""
+    if not keys:
+        return 0
+    result = await connection.execute(
+        update(records)
+        .where(records.c.collection == collection, records.c.record_key.in_(list(keys)))
+        .values(vector_pending=True)
+    )
+    return int(result.rowcount or 0)
+
+
+async def repair_hash(
+    connection: AsyncConnection, collection: str, key: str, content_hash: str, now: datetime
+) -> None:
+    """Store the recomputed hash of a record whose stored hash no longer matches its data."""
+    await connection.execute(
+        update(records)
+        .where(records.c.collection == collection, records.c.record_key == key)
+        .values(content_hash=content_hash, vector_pending=True, updated_at=now)
+    )
+
+
+async def iter_collection(
+    engine: AsyncEngine, collection: str, *, after: str | None, limit: int
+) -> Sequence[Row[Any]]:
+    """One page of a collection's records in key order (audits walk collections this way)."""
+    statement = select(records).where(records.c.collection == collection)
+    if after is not None:
+        statement = statement.where(records.c.record_key > after)
+    return await _all(engine, statement.order_by(records.c.record_key).limit(limit))

@@ -1,0 +1,63 @@
+"""SQL of cron schedules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from conclave.collector.store.tables import (
+    _all,
+    schedules,
+)
+
+
+async def insert_schedule(engine: AsyncEngine, row: dict[str, Any]) -> None:
+    """Store a new schedule (``IntegrityError`` when the name is taken)."""
+    async with engine.begin() as connection:
+        await connection.execute(schedules.insert().values(**row))
+
+
+async def list_schedules(engine: AsyncEngine) -> Sequence[Row[Any]]:
+    """Every schedule by name."""
+    return await _all(engine, select(schedules).order_by(schedules.c.name))
+
+
+async def delete_schedule(engine: AsyncEngine, name_or_id: str) -> bool:
+    """Remove a schedule by name or id."""
+    async with engine.begin() as connection:
+        result = await connection.execute(
+            schedules.delete().where(
+                or_(schedules.c.name == name_or_id, schedules.c.schedule_id == name_or_id)
+            )
+        )
+    return bool(result.rowcount)
+
+
+async def due_schedules(engine: AsyncEngine, now: datetime) -> Sequence[Row[Any]]:
+    """Enabled schedules whose next tick has come."""
+    return await _all(
+        engine,
+        select(schedules).where(schedules.c.enabled.is_(True), schedules.c.next_fire_at <= now),
+    )
+
+
+async def advance_schedule(
+    connection: AsyncConnection,
+    schedule_id: str,
+    due: datetime,
+    next_fire_at: datetime,
+    expedition_id: str,
+) -> bool:
+    """Compare-and-set the schedule past tick ``due``: only one replica's update matches, and
+    only that replica creates the tick's expedition (in the same transaction)."""
+    result = await connection.execute(
+        update(schedules)
+        .where(schedules.c.schedule_id == schedule_id, schedules.c.next_fire_at == due)
+        .values(next_fire_at=next_fire_at, last_fired_at=due, last_expedition_id=expedition_id)
+    )
+    return bool(result.rowcount)

@@ -1,0 +1,130 @@
+"""Expedition (collector) service settings (spec 001)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
+
+from conclave.settings.common import CommonSettings, _split_csv
+
+
+class CollectorSettings(CommonSettings):
+    """Expedition (collector) service settings (spec 001)."""
+
+    host: str = Field("127.0.0.1", alias="COLLECTOR_API_HOST", description="Listen address.")
+    port: int = Field(8008, alias="COLLECTOR_API_PORT", description="Listen port.")
+    api_base: str | None = Field(
+        None, alias="COLLECTOR_API_BASE", description="Address the service advertises."
+    )
+    run_workers: bool = Field(
+        True,
+        alias="COLLECTOR_RUN_WORKERS",
+        description="Whether the HTTP process also runs expeditions (extra workers: "
+        "`conclave worker collector`).",
+    )
+    worker_concurrency: int = Field(
+        4,
+        ge=1,
+        alias="COLLECTOR_WORKER_CONCURRENCY",
+        description="Expeditions one worker process runs at the same time.",
+    )
+    expedition_timeout_seconds: float = Field(
+        3600.0,
+        gt=0,
+        alias="COLLECTOR_EXPEDITION_TIMEOUT_SECONDS",
+        description="Longest an expedition may run (a request may ask for less); then it fails.",
+    )
+    lease_seconds: float = Field(
+        30.0,
+        gt=0,
+        alias="COLLECTOR_LEASE_SECONDS",
+        description="A running expedition whose worker has not renewed its lease for this long "
+        "is queued again for another worker.",
+    )
+    max_attempts: int = Field(
+        3,
+        ge=1,
+        alias="COLLECTOR_MAX_ATTEMPTS",
+        description="Claims of one expedition (lost workers included) before it fails.",
+    )
+    poll_seconds: float = Field(
+        0.5,
+        gt=0,
+        alias="COLLECTOR_POLL_SECONDS",
+        description="How often an idle worker looks for queued expeditions of other processes.",
+    )
+    semantic_memory_url: str | None = Field(
+        None,
+        alias="CONCLAVE_SEMANTIC_MEMORY_URL",
+        description="Qdrant server URL; unset = Qdrant local mode on disk under the data folder.",
+    )
+    semantic_memory_api_key: SecretStr = Field(
+        SecretStr(""), alias="CONCLAVE_SEMANTIC_MEMORY_API_KEY", description="Qdrant API key."
+    )
+    semantic_memory_path: Path | None = Field(
+        None,
+        alias="COLLECTOR_SEMANTIC_MEMORY_PATH",
+        description="Folder of the local-mode semantic memory; default <CONCLAVE_DATA_DIR>/qdrant.",
+    )
+    semantic_collection_prefix: str = Field(
+        "conclave_",
+        alias="COLLECTOR_SEMANTIC_COLLECTION_PREFIX",
+        description="Prefix of every Qdrant collection name.",
+    )
+    embedder: str = Field(
+        "hashing",
+        alias="COLLECTOR_EMBEDDER",
+        description="'hashing' (built in, lexical) or 'package.module:factory' for another model.",
+    )
+    embedding_dimensions: int = Field(
+        384, ge=16, alias="COLLECTOR_EMBEDDING_DIMENSIONS", description="Hashing embedder size."
+    )
+    file_roots: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        alias="COLLECTOR_FILE_ROOTS",
+        description="Folders the `file` source may read, comma separated; default: the working "
+        "folder and the data folder.",
+    )
+    edge_api_base: str = Field(
+        "http://127.0.0.1:8050",
+        alias="COLLECTOR_EDGE_API_BASE",
+        description="Edge intake service address, for the `evidence` source.",
+    )
+    edge_api_token: SecretStr = Field(
+        SecretStr(""),
+        alias="COLLECTOR_EDGE_API_TOKEN",
+        description="Bearer token the `evidence` source sends to the edge service.",
+    )
+    bridge_channels: dict[str, str] = Field(
+        default_factory=lambda: {"edge_intake.evidence.created": "evidence_ingest"},
+        alias="COLLECTOR_BRIDGE_CHANNELS",
+        description='Bus channels turned into expeditions, JSON {"channel": "expedition_type"}; '
+        "{} turns the bridge off.",
+    )
+    scheduler_poll_seconds: float = Field(
+        1.0,
+        gt=0,
+        alias="COLLECTOR_SCHEDULER_POLL_SECONDS",
+        description="How often schedules are checked for due ticks.",
+    )
+    load_entry_points: bool = Field(
+        True,
+        alias="COLLECTOR_LOAD_ENTRY_POINTS",
+        description="Load expedition types and sources from the 'conclave.expeditions' and "
+        "'conclave.sources' entry point groups.",
+    )
+
+    _split_roots = field_validator("file_roots", mode="before")(_split_csv)
+
+    def resolved_semantic_memory_path(self) -> Path:
+        """Where the local-mode semantic memory lives."""
+        if self.semantic_memory_path is not None:
+            return self.semantic_memory_path
+        return self.data_dir / "qdrant"
+
+    def resolved_file_roots(self) -> list[Path]:
+        """Folders the `file` source may read."""
+        return [root.resolve() for root in (self.file_roots or [Path.cwd(), self.data_dir])]

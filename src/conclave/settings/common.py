@@ -1,0 +1,162 @@
+"""Settings every service shares, and the helpers the service classes use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+from urllib.parse import quote
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _split_csv(value: object) -> object:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class CommonSettings(BaseSettings):
+    """Settings every service shares: where state lives, the bus, auth, limits, logging."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+
+    data_dir: Path = Field(
+        Path(".conclave"),
+        alias="CONCLAVE_DATA_DIR",
+        description="Folder for embedded-mode state: SQLite file, blobs, local semantic memory.",
+    )
+    database_url: str | None = Field(
+        None,
+        alias="CONCLAVE_DATABASE_URL",
+        description="SQLAlchemy async URL of the relational store; wins over RELDB_*.",
+    )
+    reldb_host: str | None = Field(None, alias="RELDB_HOST", description="PostgreSQL host.")
+    reldb_port: int = Field(5432, alias="RELDB_PORT", description="PostgreSQL port.")
+    reldb_db: str = Field("conclave", alias="RELDB_DB", description="PostgreSQL database.")
+    reldb_user: str = Field("postgres", alias="RELDB_USER", description="PostgreSQL user.")
+    reldb_password: SecretStr = Field(
+        SecretStr(""), alias="RELDB_PASSWORD", description="PostgreSQL password."
+    )
+    database_pool_size: int = Field(
+        10, alias="CONCLAVE_DATABASE_POOL_SIZE", description="Connections per process (Postgres)."
+    )
+    auto_migrate: bool = Field(
+        True,
+        alias="CONCLAVE_AUTO_MIGRATE",
+        description="Apply pending migrations at startup (serialised by an advisory lock).",
+    )
+
+    bus_url: str | None = Field(
+        None,
+        alias="CONCLAVE_BUS_URL",
+        description="redis://host:port/db or memory://; wins over BUS_HOST/BUS_PORT.",
+    )
+    bus_host: str | None = Field(None, alias="BUS_HOST", description="Redis host of the bus.")
+    bus_port: int = Field(6379, alias="BUS_PORT", description="Redis port of the bus.")
+    bus_stream_prefix: str = Field(
+        "", alias="BUS_STREAM_PREFIX", description="Prefix of every stream key on Redis."
+    )
+    bus_stream_maxlen: int = Field(
+        100_000, alias="BUS_STREAM_MAXLEN", description="Approximate length streams are trimmed to."
+    )
+    bus_max_deliveries: int = Field(
+        5,
+        alias="BUS_MAX_DELIVERIES",
+        description="Deliveries of one entry before it moves to the <channel>.dlq stream.",
+    )
+    bus_claim_idle_seconds: float = Field(
+        60.0,
+        alias="BUS_CLAIM_IDLE_SECONDS",
+        description="Idle time after which another consumer reclaims an unacknowledged entry.",
+    )
+
+    outbox_poll_seconds: float = Field(
+        1.0,
+        alias="CONCLAVE_OUTBOX_POLL_SECONDS",
+        description="How often the outbox relay looks for events it was not woken for.",
+    )
+    outbox_max_backoff_seconds: float = Field(
+        10.0,
+        alias="CONCLAVE_OUTBOX_MAX_BACKOFF_SECONDS",
+        description="Longest wait between two publish attempts while the bus is down.",
+    )
+    outbox_retention_hours: float = Field(
+        168.0,
+        alias="CONCLAVE_OUTBOX_RETENTION_HOURS",
+        description="Published outbox rows (the emitter audit log) are kept this long.",
+    )
+
+    auth: Literal["enabled", "disabled"] = Field(
+        "enabled",
+        alias="CONCLAVE_AUTH",
+        description="'disabled' turns authentication off explicitly (never for the internet).",
+    )
+    api_tokens: SecretStr = Field(
+        SecretStr(""),
+        alias="CONCLAVE_API_TOKENS",
+        description="Static bearer tokens, comma separated 'token=user_id' entries.",
+    )
+    jwt_secret: SecretStr = Field(
+        SecretStr(""),
+        alias="CONCLAVE_JWT_SECRET",
+        description="HS256 secret for JWT bearer tokens.",
+    )
+    jwt_public_key: SecretStr = Field(
+        SecretStr(""),
+        alias="CONCLAVE_JWT_PUBLIC_KEY",
+        description="PEM public key for RS256 JWT bearer tokens.",
+    )
+    jwt_audience: str | None = Field(
+        None, alias="CONCLAVE_JWT_AUDIENCE", description="Required `aud` claim, if set."
+    )
+    jwt_issuer: str | None = Field(
+        None, alias="CONCLAVE_JWT_ISSUER", description="Required `iss` claim, if set."
+    )
+
+    max_body_bytes: int = Field(
+        1_048_576,
+        alias="CONCLAVE_MAX_BODY_BYTES",
+        description="Largest JSON request body accepted (413 beyond it).",
+    )
+    max_json_depth: int = Field(
+        32, alias="CONCLAVE_MAX_JSON_DEPTH", description="Deepest nesting accepted in JSON input."
+    )
+    log_level: str = Field("INFO", alias="CONCLAVE_LOG_LEVEL", description="Logging level.")
+    log_format: Literal["json", "text"] = Field(
+        "json", alias="CONCLAVE_LOG_FORMAT", description="Structured JSON logs or plain text."
+    )
+
+    def resolved_database_url(self) -> str:
+        """The store URL: explicit URL, else PostgreSQL from RELDB_*, else the embedded SQLite."""
+        if self.database_url:
+            return self.database_url
+        if self.reldb_host:
+            user = quote(self.reldb_user, safe="")
+            password = quote(self.reldb_password.get_secret_value(), safe="")
+            credentials = f"{user}:{password}" if password else user
+            return (
+                f"postgresql+asyncpg://{credentials}@{self.reldb_host}:{self.reldb_port}/"
+                f"{self.reldb_db}"
+            )
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'conclave.db').resolve()}"
+
+    def resolved_bus_url(self) -> str:
+        """The bus URL: explicit URL, else Redis from BUS_HOST/BUS_PORT, else in-process."""
+        if self.bus_url:
+            return self.bus_url
+        if self.bus_host:
+            return f"redis://{self.bus_host}:{self.bus_port}/0"
+        return "memory://"
+
+    def auth_configured(self) -> bool:
+        """True when at least one way to authenticate a caller is configured."""
+        return bool(
+            self.api_tokens.get_secret_value()
+            or self.jwt_secret.get_secret_value()
+            or self.jwt_public_key.get_secret_value()
+        )
+
+    def auth_active(self) -> bool:
+        """Whether requests must carry credentials."""
+        return self.auth == "enabled" and self.auth_configured()

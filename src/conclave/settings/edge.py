@@ -1,0 +1,72 @@
+"""Edge media intake service settings (spec 002, edge part)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+
+from conclave.settings.common import CommonSettings
+
+
+class EdgeSettings(CommonSettings):
+    """Edge media intake service settings (spec 002, edge part)."""
+
+    host: str = Field("127.0.0.1", alias="EDGE_HOST", description="Listen address.")
+    port: int = Field(8050, alias="EDGE_PORT", description="Listen port.")
+    blob_dir: Path | None = Field(
+        None,
+        alias="EDGE_BLOB_DIR",
+        description="Content-addressed blob folder (shared volume in production); "
+        "default <CONCLAVE_DATA_DIR>/blobs.",
+    )
+    max_upload_bytes: dict[str, int] = Field(
+        default_factory=dict,
+        alias="EDGE_MAX_UPLOAD_BYTES",
+        description='Per-type file size limits as JSON, e.g. {"video": 4294967296}; '
+        "types not named keep their defaults.",
+    )
+    max_files_per_request: int = Field(
+        16, alias="EDGE_MAX_FILES_PER_REQUEST", description="Most file parts in one upload."
+    )
+    max_metadata_bytes: int = Field(
+        65_536, alias="EDGE_MAX_METADATA_BYTES", description="Largest `metadata` form field."
+    )
+    parse_timeout_seconds: float = Field(
+        30.0,
+        alias="EDGE_PARSE_TIMEOUT_SECONDS",
+        description="Longest a media parser may run on one file before the upload gets a 422.",
+    )
+    parse_memory_bytes: int = Field(
+        2 * 1024**3,
+        alias="EDGE_PARSE_MEMORY_BYTES",
+        description="Address-space limit of each parser worker process.",
+    )
+    parser_workers: int = Field(
+        2, alias="EDGE_PARSER_WORKERS", description="Parser worker processes per service process."
+    )
+    device_secrets: SecretStr = Field(
+        SecretStr(""),
+        alias="EDGE_DEVICE_SECRETS",
+        description="HMAC signing secrets, comma separated 'device_id=secret'; a device listed "
+        "here must sign its uploads.",
+    )
+    require_signature: bool = Field(
+        False,
+        alias="EDGE_REQUIRE_SIGNATURE",
+        description="Refuse unsigned uploads from every device, not only those with a secret.",
+    )
+    signature_window_seconds: int = Field(
+        300,
+        alias="EDGE_SIGNATURE_WINDOW_SECONDS",
+        description="Largest clock difference accepted in a signed request's timestamp.",
+    )
+    fsync_blobs: bool = Field(
+        True,
+        alias="EDGE_FSYNC_BLOBS",
+        description="Flush each blob to disk before its Evidence Pack commits.",
+    )
+
+    def resolved_blob_dir(self) -> Path:
+        """Where blobs live: ``EDGE_BLOB_DIR`` or ``<data_dir>/blobs``."""
+        return self.blob_dir if self.blob_dir is not None else self.data_dir / "blobs"

@@ -1,0 +1,111 @@
+"""Tool gateway settings (spec 000)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
+
+from conclave.settings.common import CommonSettings, _split_csv
+
+
+class GatewaySettings(CommonSettings):
+    """Tool gateway settings (spec 000)."""
+
+    host: str = Field("127.0.0.1", alias="GATEWAY_HOST", description="Listen address.")
+    port: int = Field(8020, alias="GATEWAY_PORT", description="Listen port.")
+    mcp_domain: Literal["generic", "finance"] = Field(
+        "generic", alias="MCP_DOMAIN", description="Runtime mode: generic or finance."
+    )
+    tool_timeout_seconds: float = Field(
+        30.0,
+        alias="GATEWAY_TOOL_TIMEOUT_SECONDS",
+        description="Default time-out of one tool execution (tools may set their own).",
+    )
+    tool_modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        alias="GATEWAY_TOOL_MODULES",
+        description="Extra tool plug-ins, comma separated 'package.module[:attribute]'.",
+    )
+    load_entry_points: bool = Field(
+        True,
+        alias="GATEWAY_LOAD_ENTRY_POINTS",
+        description="Load tool plug-ins registered under the 'conclave.tools' entry point group.",
+    )
+    max_batch: int = Field(
+        256,
+        alias="GATEWAY_AUDIT_MAX_BATCH",
+        description="Most audit writes grouped into one database commit.",
+    )
+
+    orchestrator_url: str | None = Field(
+        None, alias="ORCHESTRATOR_URL", description="Base URL of the orchestrator backend."
+    )
+    orchestrator_api: str = Field(
+        "", alias="ORCHESTRATOR_API", description="API path prefix on the orchestrator."
+    )
+    neural_engine_api: str | None = Field(
+        None, alias="NEURAL_ENGINE_API", description="Base URL of the neural engine backend."
+    )
+    vee_engine_api: str | None = Field(
+        None, alias="VEE_ENGINE_API", description="Base URL of the VEE engine backend."
+    )
+    pattern_weavers_api: str | None = Field(
+        None, alias="PATTERN_WEAVERS_API", description="Base URL of the pattern weavers backend."
+    )
+    edge_url: str = Field(
+        "http://127.0.0.1:8050", alias="GATEWAY_EDGE_URL", description="Edge intake service."
+    )
+    collector_url: str = Field(
+        "http://127.0.0.1:8008", alias="GATEWAY_COLLECTOR_URL", description="Expedition service."
+    )
+    graph_url: str = Field(
+        "http://127.0.0.1:8004", alias="GATEWAY_GRAPH_URL", description="Graph dispatch service."
+    )
+    service_token: SecretStr = Field(
+        SecretStr(""),
+        alias="GATEWAY_SERVICE_TOKEN",
+        description="Bearer token the platform tools present to Conclave's other services.",
+    )
+    tool_catalogues: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        alias="GATEWAY_TOOL_CATALOGUES",
+        description="Extra HTTP tool catalogue files (YAML or JSON), comma separated.",
+    )
+    user_rate_limit: str = Field(
+        "",
+        alias="GATEWAY_USER_RATE_LIMIT",
+        description="Calls per user, '<requests>/<seconds>[:<burst>]' ('600/60'); empty = off.",
+    )
+    max_args_bytes: int = Field(
+        262_144,
+        alias="GATEWAY_MAX_ARGS_BYTES",
+        description="Largest arguments object accepted, in bytes of JSON (413 beyond it).",
+    )
+    mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        alias="GATEWAY_MCP_ALLOWED_HOSTS",
+        description="Host headers /mcp accepts (DNS-rebinding guard), comma separated; '*' = any.",
+    )
+
+    _split_lists = field_validator(
+        "tool_modules", "mcp_allowed_hosts", "tool_catalogues", mode="before"
+    )(_split_csv)
+
+    def backend_urls(self) -> dict[str, str | None]:
+        """Base URL of each named backend (``None`` when its variable is unset)."""
+        orchestrator = None
+        if self.orchestrator_url:
+            prefix = self.orchestrator_api.strip("/")
+            orchestrator = self.orchestrator_url.rstrip("/") + (f"/{prefix}" if prefix else "")
+        return {
+            "orchestrator": orchestrator,
+            "neural_engine": self.neural_engine_api or None,
+            "vee_engine": self.vee_engine_api or None,
+            "pattern_weavers": self.pattern_weavers_api or None,
+            "edge": self.edge_url or None,
+            "collector": self.collector_url or None,
+            "graph": self.graph_url or None,
+        }

@@ -1,0 +1,130 @@
+"""Helpers for the expedition service tests: settings, a served app, a local JSON API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from conclave.collector.app import create_app
+from conclave.platform.runtime import Platform
+from conclave.settings import CollectorSettings
+from tests.conftest import Backend, eventually, serve_app
+
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+def collector_settings(data_dir: Path, **overrides: Any) -> CollectorSettings:
+    """Collector settings for tests: fixtures migrate, auth off, fast loops, files in data_dir."""
+    values: dict[str, Any] = {
+        "auto_migrate": False,
+        "auth": "disabled",
+        "outbox_poll_seconds": 0.05,
+        "outbox_max_backoff_seconds": 0.2,
+        "data_dir": data_dir,
+        "file_roots": [data_dir],
+        "poll_seconds": 0.05,
+        "lease_seconds": 3.0,
+        "scheduler_poll_seconds": 0.1,
+        "load_entry_points": False,
+    }
+    values.update(overrides)
+    return CollectorSettings(**values)
+
+
+@asynccontextmanager
+async def collector_app(
+    backend: Backend, settings: CollectorSettings
+) -> AsyncIterator[tuple[httpx.AsyncClient, FastAPI]]:
+    """The collector app on the backend's store and bus, with a client."""
+    async with Platform.open(settings, engine=backend.engine, bus=backend.bus) as platform:
+        app = create_app(settings, platform=platform)
+        async with serve_app(app) as client:
+            yield client, app
+
+
+async def wait_terminal(client: httpx.AsyncClient, expedition_id: str, timeout: float = 15):
+    """The expedition's record once it has finished."""
+
+    async def check() -> Any:
+        body = (await client.get(f"/expedition/status/{expedition_id}")).json()
+        return body if body["status"] in TERMINAL else None
+
+    return await eventually(check, timeout=timeout)
+
+
+async def wait_status(client: httpx.AsyncClient, expedition_id: str, status: str, timeout=10):
+    """The expedition's record once it is in ``status``."""
+
+    async def check() -> Any:
+        body = (await client.get(f"/expedition/status/{expedition_id}")).json()
+        return body if body["status"] == status else None
+
+    return await eventually(check, timeout=timeout)
+
+
+def write_jsonl(path: Path, items: list[dict[str, Any]]) -> Path:
+    """Write ``items`` as JSON Lines."""
+    path.write_text("".join(json.dumps(item) + "\n" for item in items))
+    return path
+
+
+class JsonApi:
+    """A small real HTTP server standing in for an external JSON API we do not own.
+
+    Serves ``pages`` (one list per ``?page=N``, 1-based; empty past the end). ``delay`` slows
+    every answer; ``garbage`` answers non-JSON.
+    """
+
+    def __init__(self, pages: list[list[dict[str, Any]]], *, delay: float = 0.0) -> None:
+        self.pages = pages
+        self.delay = delay
+        self.garbage = False
+        self.requests = 0
+        self._server: asyncio.Server | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> JsonApi:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/items"
+        return self
+
+    async def __aexit__(self, *_: Any) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = (await reader.readline()).decode()
+            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                pass
+            self.requests += 1
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            target = request_line.split(" ")[1]
+            page = 1
+            if "page=" in target:
+                page = int(target.split("page=")[1].split("&")[0])
+            if self.garbage:
+                body, kind = b"<html>oops</html>", "text/html"
+            else:
+                items = self.pages[page - 1] if 0 < page <= len(self.pages) else []
+                body, kind = json.dumps({"data": items}).encode(), "application/json"
+            writer.write(
+                f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+                f"Connection: close\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
