@@ -102,6 +102,17 @@ def gateway(backend: Backend, test_tools: tuple[Tool, ...]) -> GatewayClient:
     return start
 
 
+@asynccontextmanager
+async def run_gateway(
+    backend: Backend, settings: Any, extra_tools: tuple[Tool, ...] = ()
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The gateway app with ``settings`` over the backend, as an in-process HTTP client."""
+    async with open_platform(backend, settings) as platform:
+        app = create_app(settings, platform=platform, extra_tools=extra_tools)
+        async with serve_app(app) as client:
+            yield client
+
+
 async def audit_rows(backend: Backend) -> list[Any]:
     """Every row of ``mcp_tool_calls``, oldest first."""
     async with backend.engine.connect() as connection:

@@ -69,13 +69,16 @@ async def list_tools(
     names: Annotated[
         str | None, Query(max_length=4000, description="Comma-separated names.")
     ] = None,
+    include_unavailable: Annotated[
+        bool, Query(description="Also list tools whose backend is not configured.")
+    ] = False,
 ) -> ToolCatalogue:
     """The tool catalogue in function-calling format (OpenAI by default)."""
     wanted_tags = {t.strip() for t in tags.split(",") if t.strip()} if tags else None
     wanted_names = {n.strip() for n in names.split(",") if n.strip()} if names else None
     tools = [
         tool
-        for tool in service.registry.tools()
+        for tool in service.registry.tools(include_unavailable=include_unavailable)
         if (wanted_tags is None or wanted_tags & set(tool.tags))
         and (wanted_names is None or tool.name in wanted_names)
     ]
@@ -152,6 +155,7 @@ async def get_call(
         tool_name=row.tool_name,
         requested_tool=row.requested_tool,
         args=row.args,
+        canonical_args=row.canonical_args,
         result=row.result,
         orthodoxy_status=row.orthodoxy_status,
         status=row.status,

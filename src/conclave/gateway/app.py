@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
+import httpx
 from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.routing import Route
 
 from conclave import __version__
 from conclave.gateway.api import router
+from conclave.gateway.backends.breaker import CircuitBreaker
+from conclave.gateway.backends.catalogue import (
+    ENTITY_TOOLS,
+    PLATFORM_TOOLS,
+    build_tools,
+    load_catalogue,
+)
 from conclave.gateway.builtin import BUILTIN_TOOLS
+from conclave.gateway.finance import FINANCE_ALIASES
+from conclave.gateway.finance_api import finance_router
 from conclave.gateway.limits import CallLimits
 from conclave.gateway.mcp import MCP_PATH, McpEndpoint, create_mcp_server, create_session_manager
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.plugins import load_entry_point_tools, load_module_tools
 from conclave.gateway.registry import ToolRegistry
 from conclave.gateway.service import GatewayService
+from conclave.gateway.signals import signals_table_fallback
 from conclave.gateway.tools import Tool
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.ratelimit import MemoryRateLimiter, Rate, RateLimiter, RedisRateLimiter
@@ -25,10 +36,13 @@ from conclave.platform.runtime import Platform
 from conclave.settings import GatewaySettings
 
 
-def build_registry(settings: GatewaySettings, extra: tuple[Tool, ...] = ()) -> ToolRegistry:
-    """Built-ins, then entry-point plug-ins, then module plug-ins from settings, then ``extra``."""
+def build_registry(
+    settings: GatewaySettings, extra: tuple[Tool, ...] = (), backend_tools: tuple[Tool, ...] = ()
+) -> ToolRegistry:
+    """Built-ins, HTTP backend tools, entry-point plug-ins, module plug-ins from settings, then
+    ``extra``; finance aliases on top in finance mode."""
     registry = ToolRegistry()
-    tools = list(BUILTIN_TOOLS)
+    tools = [*BUILTIN_TOOLS, *backend_tools]
     if settings.load_entry_points:
         tools.extend(load_entry_point_tools())
     for path in settings.tool_modules:
@@ -36,6 +50,9 @@ def build_registry(settings: GatewaySettings, extra: tuple[Tool, ...] = ()) -> T
     tools.extend(extra)
     for tool in tools:
         registry.register(tool)
+    if settings.mcp_domain == "finance":
+        for alias in FINANCE_ALIASES:
+            registry.add_alias(alias)
     return registry
 
 
@@ -48,15 +65,15 @@ def rate_limiter_for(settings: GatewaySettings) -> RateLimiter:
 
 
 @asynccontextmanager
-async def _running(
-    manager: StreamableHTTPSessionManager, limiter: RateLimiter
+async def _resources(
+    manager: StreamableHTTPSessionManager, limiter: RateLimiter, http: httpx.AsyncClient
 ) -> AsyncIterator[None]:
-    async with manager.run():
-        try:
-            yield
-        finally:
-            if isinstance(limiter, RedisRateLimiter):
-                await limiter.close()
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(http.aclose)
+        if isinstance(limiter, RedisRateLimiter):
+            stack.push_async_callback(limiter.close)
+        await stack.enter_async_context(manager.run())
+        yield
 
 
 def create_app(
@@ -67,7 +84,17 @@ def create_app(
 ) -> FastAPI:
     """The gateway app. With ``platform`` given (``conclave up``, tests) it is shared, not owned."""
     metrics = GatewayMetrics()
-    registry = build_registry(settings, extra_tools)
+    # One client for every backend: pooled connections; time-outs are set per tool.
+    http = httpx.AsyncClient(follow_redirects=False)
+    breakers: dict[str, CircuitBreaker] = {}
+    fallbacks = {"signals_table": signals_table_fallback(lambda: app.state.platform)}
+    backend_tools: list[Tool] = []
+    token = settings.service_token.get_secret_value() or None
+    for path in (ENTITY_TOOLS, PLATFORM_TOOLS, *settings.tool_catalogues):
+        backend_tools += build_tools(
+            load_catalogue(path), settings.backend_urls(), http, breakers, fallbacks, token
+        )
+    registry = build_registry(settings, extra_tools, tuple(backend_tools))
 
     mcp_server = create_mcp_server(lambda: app.state.gateway)
     limiter = rate_limiter_for(settings)
@@ -89,7 +116,7 @@ def create_app(
         # A session manager runs once: every start of the app gets a new one.
         manager = create_session_manager(mcp_server, allowed_hosts)
         mcp_endpoint.manager = manager
-        return _running(manager, limiter)
+        return _resources(manager, limiter, http)
 
     app = create_service_app(
         service="gateway",
@@ -102,6 +129,8 @@ def create_app(
     )
     app.state.settings = settings
     app.include_router(router)
+    if settings.mcp_domain == "finance":
+        app.include_router(finance_router)
     mcp_endpoint = McpEndpoint(app.state.authenticator)
     app.router.routes.append(Route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"]))
     return app

@@ -56,6 +56,7 @@ class ToolCall(BaseModel):
     tool_name: str
     requested_tool: str
     args: Any
+    canonical_args: Any = Field(None, description="What the canonical tool received (aliases).")
     result: Any
     orthodoxy_status: str
     status: str

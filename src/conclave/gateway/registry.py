@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jsonschema import Draft202012Validator
 
+from conclave.gateway.finance import Alias
 from conclave.gateway.formats import wire_name
 from conclave.gateway.tools import Tool
 from conclave.gateway.validation import compile_schema
 
 _MCP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class RegisteredAlias:
+    """An alias tool with its argument validator; it runs its canonical tool."""
+
+    alias: Alias
+    arguments: Draft202012Validator
+    view: Tool
+    """How the alias appears in catalogues (the canonical tool's annotations, its own schema)."""
 
 
 @dataclass(frozen=True)
@@ -29,12 +40,13 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, RegisteredTool] = {}
         self._aliases: dict[str, str] = {}
+        self._alias_tools: dict[str, RegisteredAlias] = {}
 
     def register(self, tool: Tool) -> None:
         """Add ``tool``; raises ``ValueError`` for a bad name, a duplicate or an invalid schema."""
         if not _MCP_NAME.match(tool.name):
             raise ValueError(f"tool name {tool.name!r} must match {_MCP_NAME.pattern}")
-        if tool.name in self._tools or tool.name in self._aliases:
+        if tool.name in self._tools or tool.name in self._aliases or tool.name in self._alias_tools:
             raise ValueError(f"tool {tool.name!r} is registered twice")
         if tool.parameters.get("type") != "object":
             raise ValueError(f"tool {tool.name!r}: parameters must be a JSON Schema of type object")
@@ -51,6 +63,32 @@ class ToolRegistry:
             self._aliases[alias] = tool.name
         self._tools[tool.name] = RegisteredTool(tool, arguments, output)
 
+    def add_alias(self, alias: Alias) -> None:
+        """Add an alias tool for a registered canonical tool."""
+        canonical = self._tools.get(alias.canonical)
+        if canonical is None:
+            raise ValueError(f"alias {alias.name!r}: canonical tool {alias.canonical!r} is missing")
+        if alias.name in self._tools or alias.name in self._alias_tools:
+            raise ValueError(f"alias {alias.name!r} is registered twice")
+        view = replace(
+            canonical.tool,
+            name=alias.name,
+            title=None,
+            description=alias.description,
+            parameters=alias.parameters,
+            tags=("finance", *canonical.tool.tags),
+        )
+        validator = compile_schema(alias.parameters, where=f"alias {alias.name!r} parameters")
+        self._alias_tools[alias.name] = RegisteredAlias(alias, validator, view)
+
+    def alias(self, name: str) -> RegisteredAlias | None:
+        """The alias tool called ``name``."""
+        return self._alias_tools.get(name)
+
+    def aliases(self) -> list[RegisteredAlias]:
+        """Every alias tool, sorted by name."""
+        return [self._alias_tools[name] for name in sorted(self._alias_tools)]
+
     def resolve(self, name: str) -> RegisteredTool | None:
         """The tool called ``name`` or whose wire alias is ``name``."""
         found = self._tools.get(name)
@@ -58,9 +96,14 @@ class ToolRegistry:
             found = self._tools[self._aliases[name]]
         return found
 
-    def tools(self) -> list[Tool]:
-        """Every tool, sorted by name."""
-        return [self._tools[name].tool for name in sorted(self._tools)]
+    def tools(self, *, include_unavailable: bool = False) -> list[Tool]:
+        """The catalogue sorted by name: tools and alias tools, without unavailable ones unless
+        asked for."""
+        tools = [entry.tool for entry in self._tools.values()]
+        tools += [entry.view for entry in self._alias_tools.values()]
+        if not include_unavailable:
+            tools = [tool for tool in tools if tool.unavailable_reason is None]
+        return sorted(tools, key=lambda tool: tool.name)
 
     def __len__(self) -> int:
         return len(self._tools)

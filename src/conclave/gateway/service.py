@@ -10,27 +10,46 @@ effect ever happens without an audit trail: if that first write fails the call i
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
-import math
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
 from conclave.gateway import store
+from conclave.gateway.finance import RewriteError
 from conclave.gateway.limits import CallLimits
 from conclave.gateway.metrics import GatewayMetrics
-from conclave.gateway.registry import RegisteredTool, ToolRegistry
+from conclave.gateway.outcome import (
+    BLESSED,
+    FAILED,
+    HERETICAL,
+    PURIFIED,
+    REJECTED,
+    RUNNING,
+    SUCCEEDED,
+    TIMEOUT,
+    Outcome,
+    final_values,
+    outcome_from_row,
+    request_hash,
+)
+from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
 from conclave.gateway.tools import RuleViolation, ToolContext, ToolExecutionError
 from conclave.gateway.validation import depth_exceeds, redact, schema_errors
 from conclave.platform.bus.base import Event
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import store_errors
-from conclave.platform.errors import ConclaveError, Conflict, StoreUnavailable
+from conclave.platform.errors import (
+    ConclaveError,
+    Conflict,
+    NotFound,
+    StoreUnavailable,
+    Unprocessable,
+)
 from conclave.platform.outbox import outbox_write
 from conclave.platform.runtime import Platform
 
@@ -39,24 +58,6 @@ log = logging.getLogger(__name__)
 CHANNEL = "conclave.mcp.actions"
 SOURCE = "gateway"
 
-BLESSED, PURIFIED, HERETICAL = "blessed", "purified", "heretical"
-SUCCEEDED, REJECTED, FAILED, TIMEOUT, RUNNING = (
-    "succeeded",
-    "rejected",
-    "failed",
-    "timeout",
-    "running",
-)
-
-_TITLES = {
-    "UNKNOWN_TOOL": "Unknown tool",
-    "VALIDATION_FAILED": "Invalid arguments",
-    "RULE_VIOLATION": "Rejected by a tool rule",
-    "TOOL_TIMEOUT": "Tool timed out",
-    "TOOL_FAILED": "Tool failed",
-    "OUTPUT_INVALID": "Tool output broke its schema",
-    "ARGS_TOO_LARGE": "Arguments too large",
-}
 _FINISH_ATTEMPTS = 4
 
 
@@ -71,48 +72,24 @@ class ExecuteCommand:
     idempotency_key: str | None = None
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """A finished call as the caller sees it (also rebuilt from the audit row on replay)."""
-
-    conclave_id: str
-    tool: str
-    status: str
-    orthodoxy_status: str
-    result: Any
-    warnings: list[str]
-    duration_ms: float
-    http_status: int = 200
-    error_code: str | None = None
-    error_message: str | None = None
-    errors: list[dict[str, str]] | None = None
-    replayed: bool = False
-
-    def raise_if_failed(self) -> None:
-        """Turn a failed outcome into the problem the caller receives."""
-        if self.http_status < 400:
-            return
-        code = self.error_code or "TOOL_FAILED"
-        error = ConclaveError(
-            self.error_message,
-            code=code,
-            errors=self.errors,
-            extra={
-                "conclave_id": self.conclave_id,
-                "tool": self.tool,
-                "orthodoxy_status": self.orthodoxy_status,
-            },
-            headers={"Idempotent-Replayed": "true"} if self.replayed else None,
-        )
-        error.status = self.http_status
-        error.title = _TITLES.get(code, "Tool call failed")
-        raise error
+Rejection = tuple[str, str, list[dict[str, str]] | None, int]
+"""(code, detail, field errors, HTTP status) of a call refused before it runs."""
 
 
-def request_hash(tool: str, args: Any) -> str:
-    """Fingerprint of a request, to refuse an idempotency key reused for different input."""
-    canonical = json.dumps({"tool": tool, "args": args}, sort_keys=True, default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+def _rewrite(
+    alias: RegisteredAlias, registered: RegisteredTool, args: dict[str, Any]
+) -> tuple[dict[str, Any] | None, Rejection | None]:
+    """Map alias arguments onto the canonical tool, checking the result against its schema."""
+    try:
+        canonical_args = alias.alias.rewrite(dict(args))
+    except RewriteError as exc:
+        errors = [{"field": "/", "message": str(exc), "rule": "rewrite"}]
+        return None, ("VALIDATION_FAILED", f"Arguments cannot be mapped: {exc}.", errors, 422)
+    errors = schema_errors(registered.arguments, canonical_args)
+    if errors:
+        detail = f"Rewritten arguments do not fit {registered.tool.name!r}."
+        return None, ("VALIDATION_FAILED", detail, errors, 422)
+    return canonical_args, None
 
 
 class GatewayService:
@@ -145,10 +122,11 @@ class GatewayService:
             replay = await self._replay(command, fingerprint)
             if replay is not None:
                 return replay
-        registered = self.registry.resolve(command.tool)
+        alias = self.registry.alias(command.tool)
+        registered = self.registry.resolve(alias.alias.canonical if alias else command.tool)
         if registered is not None:
             await self._limits.admit_tool(registered.tool)
-        schema = registered.tool.parameters if registered else None
+        schema = (alias.view if alias else registered.tool).parameters if registered else None
         row: dict[str, Any] = {
             "conclave_id": conclave_id,
             "tool_name": registered.tool.name if registered else command.tool[:128],
@@ -160,7 +138,12 @@ class GatewayService:
             "request_hash": fingerprint,
             "created_at": utc_now(),
         }
-        rejection = self._reject(command, registered)
+        rejection = self._reject(command, registered, alias)
+        if rejection is None and alias is not None and registered is not None:
+            canonical_args, rejection = _rewrite(alias, registered, command.args)
+            if canonical_args is not None:
+                row["canonical_args"] = redact(canonical_args, registered.tool.parameters)
+                command = replace(command, args=canonical_args)
         if rejection is not None:
             code, message, errors, status = rejection
             return await self._record_rejection(
@@ -187,11 +170,38 @@ class GatewayService:
             return {"_omitted": f"arguments larger than {self._limits.max_args_bytes} bytes"}
         return redact(args, schema)
 
+    def normalize(self, name: str, args: Any) -> tuple[str, dict[str, Any]]:
+        """The canonical tool and rewritten arguments of alias call ``name`` (nothing runs)."""
+        alias = self.registry.alias(name)
+        registered = self.registry.resolve(alias.alias.canonical) if alias else None
+        if alias is None or registered is None:
+            raise NotFound(f"No alias tool is called {name[:128]!r}.", code="UNKNOWN_ALIAS")
+        command = ExecuteCommand(tool=name, args=args, user_id="", correlation_id=None)
+        rejection = self._reject(command, registered, alias, check_available=False)
+        canonical_args = None
+        if rejection is None:
+            canonical_args, rejection = _rewrite(alias, registered, args)
+        if rejection is not None or canonical_args is None:
+            code, message, errors, status = rejection or ("VALIDATION_FAILED", "", None, 422)
+            error = Unprocessable(message, code=code, errors=errors)
+            error.status = status
+            raise error
+        return registered.tool.name, canonical_args
+
     def _reject(
-        self, command: ExecuteCommand, registered: RegisteredTool | None
-    ) -> tuple[str, str, list[dict[str, str]] | None, int] | None:
+        self,
+        command: ExecuteCommand,
+        registered: RegisteredTool | None,
+        alias: RegisteredAlias | None = None,
+        *,
+        check_available: bool = True,
+    ) -> Rejection | None:
         if registered is None:
             return "UNKNOWN_TOOL", f"No tool is called {command.tool[:128]!r}.", None, 404
+        if check_available and registered.tool.unavailable_reason is not None:
+            reason = registered.tool.unavailable_reason
+            detail = f"Tool {registered.tool.name!r} is unavailable: {reason}."
+            return "BACKEND_UNAVAILABLE", detail, None, 503
         if not isinstance(command.args, dict):
             errors = [{"field": "/", "message": "arguments must be a JSON object", "rule": "type"}]
             return "VALIDATION_FAILED", "Arguments must be a JSON object.", errors, 422
@@ -202,7 +212,7 @@ class GatewayService:
             errors = [{"field": "/", "message": "nesting too deep", "rule": "maxDepth"}]
             detail = f"Arguments nest deeper than {self._max_depth} levels."
             return "VALIDATION_FAILED", detail, errors, 422
-        errors = schema_errors(registered.arguments, command.args)
+        errors = schema_errors(alias.arguments if alias else registered.arguments, command.args)
         if errors:
             fields = ", ".join(sorted({e["field"] for e in errors}))
             return "VALIDATION_FAILED", f"Invalid arguments at {fields}.", errors, 422
@@ -230,6 +240,11 @@ class GatewayService:
             return await self._finish(
                 command, row, started, status=FAILED, orthodoxy=BLESSED, http_status=exc.status,
                 code=exc.code, message=exc.message,
+            )  # fmt: skip
+        except ConclaveError as exc:  # e.g. the store a tool reads is down
+            return await self._finish(
+                command, row, started, status=FAILED, orthodoxy=BLESSED, http_status=exc.status,
+                code=exc.code, message=exc.detail,
             )  # fmt: skip
         except Exception:
             log.exception("tool executor raised", extra={"tool": tool.name})
@@ -282,7 +297,7 @@ class GatewayService:
             duration_ms=duration_ms, http_status=http_status, error_code=code,
             error_message=message,
         )  # fmt: skip
-        values = _final_values(outcome, row)
+        values = final_values(outcome, row)
         prerecorded = row.pop("_prerecorded")
         audit = (
             store.finish_call(row["conclave_id"], values)
@@ -323,7 +338,7 @@ class GatewayService:
             orthodoxy_status=HERETICAL, result=None, warnings=[], duration_ms=duration_ms,
             http_status=http_status, error_code=code, error_message=message, errors=errors,
         )  # fmt: skip
-        audit = {**row, **_final_values(outcome, row)}
+        audit = {**row, **final_values(outcome, row)}
         if errors:
             audit["warnings"] = [f"{e['field']}: {e['message']}" for e in errors]
         try:
@@ -343,6 +358,7 @@ class GatewayService:
             "args": row["args"],
             "user_id": command.user_id,
             "timestamp": rfc3339(row["created_at"]),
+            "requested_tool": row["requested_tool"],
             "status": outcome.status,
             "orthodoxy_status": outcome.orthodoxy_status,
         }
@@ -398,45 +414,3 @@ def _output_problem(registered: RegisteredTool, result: Any) -> str | None:
         if errors:
             return "The tool's result does not match its output schema."
     return None
-
-
-def _json_safe(value: Any) -> Any:
-    # Audit rows and events are JSON: non-finite floats become null (their rule warns about it).
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def _final_values(outcome: Outcome, row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "status": outcome.status,
-        "orthodoxy_status": outcome.orthodoxy_status,
-        "http_status": outcome.http_status,
-        "result": _json_safe(outcome.result),
-        "warnings": outcome.warnings,
-        "error_code": outcome.error_code,
-        "error_message": outcome.error_message,
-        "duration_ms": outcome.duration_ms,
-        "completed_at": utc_now(),
-    }
-
-
-def outcome_from_row(row: Any, *, replayed: bool = False) -> Outcome:
-    """Rebuild the caller's view of a finished call from its audit row."""
-    return Outcome(
-        conclave_id=row.conclave_id,
-        tool=row.tool_name,
-        status=row.status,
-        orthodoxy_status=row.orthodoxy_status,
-        result=row.result,
-        warnings=list(row.warnings or []),
-        duration_ms=row.duration_ms or 0.0,
-        http_status=row.http_status or 200,
-        error_code=row.error_code,
-        error_message=row.error_message,
-        replayed=replayed,
-    )

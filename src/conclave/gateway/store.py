@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -29,6 +30,7 @@ mcp_tool_calls = Table(
     Column("tool_name", String(128), nullable=False),
     Column("requested_tool", String(256), nullable=False),
     Column("args", JSON, nullable=True),
+    Column("canonical_args", JSON, nullable=True),
     Column("result", JSON, nullable=True),
     Column("orthodoxy_status", String(16), nullable=False),
     Column("status", String(16), nullable=False),
@@ -84,3 +86,40 @@ async def find_by_idempotency_key(engine: AsyncEngine, user_id: str, key: str) -
             )
         )
         return result.first()
+
+
+# Observations about entities (sentiment, activity, ...), written by the deployment's pipelines;
+# `query_signals` reads them when no signals backend is configured.
+signals = Table(
+    "signals",
+    metadata,
+    Column("signal_id", String(36), primary_key=True),
+    Column("entity_id", String(128), nullable=False),
+    Column("signal_type", String(64), nullable=False),
+    Column("value", Float, nullable=True),
+    Column("observed_at", DateTime(timezone=True), nullable=False),
+    Column("source", String(128), nullable=True),
+    Column("attributes", JSON, nullable=True),
+    Index("ix_signals_entity_id_observed_at", "entity_id", "observed_at"),
+)
+
+
+async def query_signals(
+    engine: AsyncEngine,
+    entity_ids: list[str],
+    signal_types: list[str] | None,
+    since: datetime | None,
+    until: datetime | None,
+    limit: int,
+) -> list[Row[Any]]:
+    """Signals of ``entity_ids`` in the window, newest first."""
+    query = select(signals).where(signals.c.entity_id.in_(entity_ids))
+    if signal_types:
+        query = query.where(signals.c.signal_type.in_(signal_types))
+    if since is not None:
+        query = query.where(signals.c.observed_at >= since)
+    if until is not None:
+        query = query.where(signals.c.observed_at <= until)
+    query = query.order_by(signals.c.observed_at.desc(), signals.c.signal_id).limit(limit)
+    async with engine.connect() as connection:
+        return list((await connection.execute(query)).all())

@@ -81,3 +81,6 @@ class Tool:
     """Calls per second for this tool across all users (and replicas, on Redis)."""
     max_concurrency: int | None = None
     """Executions of this tool running at once in one process; more get 429 ``TOOL_BUSY``."""
+    unavailable_reason: str | None = None
+    """Set when the tool cannot work in this deployment (e.g. its backend is not configured):
+    it is left out of the catalogue and its executor answers 503."""

@@ -1,0 +1,144 @@
+"""Executors for tools backed by an HTTP endpoint: time-out, retries with backoff for idempotent
+tools, one circuit breaker per backend, errors mapped to stable codes (never a stack trace)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from conclave.gateway.backends.breaker import CircuitBreaker
+from conclave.gateway.tools import Executor, ToolContext, ToolExecutionError
+
+Fallback = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class HttpCall:
+    """How one tool calls its backend."""
+
+    backend: str
+    base_url: str | None
+    method: str
+    path: str
+    timeout_seconds: float
+    retries: int
+    arguments: dict[str, str] | None
+    result_field: str | None
+    token: str | None = None
+
+
+def _unavailable(message: str) -> ToolExecutionError:
+    return ToolExecutionError(message, code="BACKEND_UNAVAILABLE", status=503)
+
+
+def _request_body(call: HttpCall, args: dict[str, Any], used: set[str]) -> dict[str, Any]:
+    if call.arguments is None:
+        return {name: value for name, value in args.items() if name not in used}
+    return {field: args[name] for field, name in call.arguments.items() if name in args}
+
+
+def _path(call: HttpCall, args: dict[str, Any]) -> tuple[str, set[str]]:
+    """Fill ``{name}`` placeholders of the path from the arguments (URL-quoted)."""
+    used = {name for name in _PLACEHOLDER.findall(call.path) if name in args}
+    path = _PLACEHOLDER.sub(lambda m: quote(str(args.get(m.group(1), "")), safe=""), call.path)
+    return path, used
+
+
+def http_executor(
+    call: HttpCall,
+    client: httpx.AsyncClient,
+    breaker: CircuitBreaker,
+    *,
+    fallback: Fallback | None = None,
+    backoff_seconds: float = 0.2,
+) -> Executor:
+    """An executor that sends the (mapped) arguments to the backend and returns its JSON answer."""
+
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> Any:
+        if call.base_url is None:
+            if fallback is not None:
+                return await fallback(args, ctx)
+            raise _unavailable(f"Backend {call.backend!r} is not configured.")
+        path, used = _path(call, args)
+        url = call.base_url.rstrip("/") + "/" + path.lstrip("/")
+        body = _request_body(call, args, used)
+        headers = {"X-Conclave-Id": ctx.conclave_id, "X-Correlation-ID": ctx.correlation_id or ""}
+        if call.token:
+            headers["Authorization"] = f"Bearer {call.token}"
+        attempts = call.retries + 1
+        for attempt in range(attempts):
+            if not breaker.allow():
+                raise _unavailable(f"Backend {call.backend!r} is failing; calls are paused.")
+            last = attempt == attempts - 1
+            try:
+                response = await client.request(
+                    call.method,
+                    url,
+                    json=body if call.method != "GET" else None,
+                    params=_query(body) if call.method == "GET" else None,
+                    headers=headers,
+                    timeout=call.timeout_seconds,
+                )
+            except httpx.TimeoutException as exc:
+                breaker.record_failure()
+                if last:
+                    raise ToolExecutionError(
+                        f"Backend {call.backend!r} did not answer in {call.timeout_seconds:g} s.",
+                        code="BACKEND_TIMEOUT", status=504,
+                    ) from exc  # fmt: skip
+            except httpx.TransportError as exc:
+                breaker.record_failure()
+                if last:
+                    raise _unavailable(f"Backend {call.backend!r} is not reachable.") from exc
+            else:
+                if response.status_code < 500:
+                    breaker.record_success()  # the backend is alive, whatever it thinks of us
+                    return _result(call, response)
+                breaker.record_failure()
+                if last:
+                    raise ToolExecutionError(
+                        f"Backend {call.backend!r} failed with HTTP {response.status_code}.",
+                        code="BACKEND_FAILED", status=502,
+                    )  # fmt: skip
+            await asyncio.sleep(backoff_seconds * 2**attempt * random.uniform(0.5, 1.0))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    return execute
+
+
+def _query(body: dict[str, Any]) -> dict[str, str]:
+    return {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in body.items()}
+
+
+def _result(call: HttpCall, response: httpx.Response) -> Any:
+    if response.status_code >= 400:
+        detail = response.text[:300].strip() or response.reason_phrase
+        raise ToolExecutionError(
+            f"Backend {call.backend!r} refused the call (HTTP {response.status_code}): {detail}",
+            code="BACKEND_REJECTED", status=422,
+        )  # fmt: skip
+    if not response.content:
+        return None
+    try:
+        answer = response.json()
+    except ValueError as exc:
+        raise ToolExecutionError(
+            f"Backend {call.backend!r} answered with something that is not JSON.",
+            code="BACKEND_FAILED", status=502,
+        ) from exc  # fmt: skip
+    if call.result_field is not None:
+        if not isinstance(answer, dict) or call.result_field not in answer:
+            raise ToolExecutionError(
+                f"Backend {call.backend!r} answer has no {call.result_field!r} field.",
+                code="BACKEND_FAILED", status=502,
+            )  # fmt: skip
+        return answer[call.result_field]
+    return answer

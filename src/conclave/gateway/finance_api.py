@@ -1,0 +1,90 @@
+"""Finance-mode routes under ``/v1/finance`` (only mounted when ``MCP_DOMAIN=finance``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, Field
+
+from conclave.gateway.finance import DEFAULT_DAYS, ENTITY_PREFIX, FINANCE_ALIASES, RISK_OF_PROFILE
+from conclave.gateway.formats import render
+from conclave.gateway.models import ToolCatalogue
+from conclave.gateway.service import GatewayService
+from conclave.platform.http import CurrentPrincipal
+
+finance_router = APIRouter(prefix="/v1/finance", tags=["finance"])
+
+
+async def _service(request: Request) -> GatewayService:
+    return request.app.state.gateway  # type: ignore[no-any-return]
+
+
+Service = Annotated[GatewayService, Depends(_service)]
+
+ARGUMENT_MAPPINGS = {
+    "screen_tickers": {
+        "tickers": f"universe ({ENTITY_PREFIX}<SYMBOL>)",
+        "profile": "criteria.risk",
+        "min_market_cap": "criteria.market_cap_min",
+        "max_pe": "criteria.pe_max",
+        "sectors": "criteria.sectors",
+        "limit": "limit",
+    },
+    "compare_tickers": {"tickers": f"entity_ids ({ENTITY_PREFIX}<SYMBOL>)", "metrics": "metrics"},
+    "query_sentiment": {
+        "tickers": f"entity_ids ({ENTITY_PREFIX}<SYMBOL>)",
+        "days": "since = now - days, until = now",
+        "(fixed)": "signal_types = ['sentiment']",
+        "limit": "limit",
+    },
+}
+
+
+class NormalizeRequest(BaseModel):
+    """An alias call to rewrite without executing it."""
+
+    tool: str = Field(..., min_length=1, max_length=128)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class NormalizeResponse(BaseModel):
+    """What the alias call would run."""
+
+    requested_tool: str
+    canonical_tool: str
+    arguments: dict[str, Any]
+
+
+@finance_router.get("/config")
+async def finance_config(_principal: CurrentPrincipal) -> dict[str, Any]:
+    """Aliases, their canonical tools, argument mappings and defaults."""
+    return {
+        "domain": "finance",
+        "aliases": {alias.name: alias.canonical for alias in FINANCE_ALIASES},
+        "mappings": ARGUMENT_MAPPINGS,
+        "defaults": {"days": DEFAULT_DAYS, "risk_of_profile": RISK_OF_PROFILE},
+        "entity_prefix": ENTITY_PREFIX,
+    }
+
+
+@finance_router.get("/tools")
+async def finance_tools(
+    service: Service,
+    _principal: CurrentPrincipal,
+    format: Literal["openai", "anthropic", "mcp"] = "openai",
+) -> ToolCatalogue:
+    """The finance alias tools in function-calling format."""
+    entries = [render(entry.view, format) for entry in service.registry.aliases()]
+    return ToolCatalogue(tools=entries, count=len(entries), format=format)
+
+
+@finance_router.post("/normalize")
+async def normalize(
+    body: NormalizeRequest, service: Service, _principal: CurrentPrincipal
+) -> NormalizeResponse:
+    """Show the canonical tool and rewritten arguments of an alias call, without executing."""
+    canonical, arguments = service.normalize(body.tool, body.args)
+    return NormalizeResponse(
+        requested_tool=body.tool, canonical_tool=canonical, arguments=arguments
+    )

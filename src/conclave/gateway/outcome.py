@@ -1,0 +1,117 @@
+"""A call's outcome as the caller sees it, and its audit-row values."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from conclave.platform.clock import utc_now
+from conclave.platform.errors import ConclaveError
+
+BLESSED, PURIFIED, HERETICAL = "blessed", "purified", "heretical"
+SUCCEEDED, REJECTED, FAILED, TIMEOUT, RUNNING = (
+    "succeeded",
+    "rejected",
+    "failed",
+    "timeout",
+    "running",
+)
+
+_TITLES = {
+    "UNKNOWN_TOOL": "Unknown tool",
+    "VALIDATION_FAILED": "Invalid arguments",
+    "RULE_VIOLATION": "Rejected by a tool rule",
+    "TOOL_TIMEOUT": "Tool timed out",
+    "TOOL_FAILED": "Tool failed",
+    "OUTPUT_INVALID": "Tool output broke its schema",
+    "ARGS_TOO_LARGE": "Arguments too large",
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished call as the caller sees it (also rebuilt from the audit row on replay)."""
+
+    conclave_id: str
+    tool: str
+    status: str
+    orthodoxy_status: str
+    result: Any
+    warnings: list[str]
+    duration_ms: float
+    http_status: int = 200
+    error_code: str | None = None
+    error_message: str | None = None
+    errors: list[dict[str, str]] | None = None
+    replayed: bool = False
+
+    def raise_if_failed(self) -> None:
+        """Turn a failed outcome into the problem the caller receives."""
+        if self.http_status < 400:
+            return
+        code = self.error_code or "TOOL_FAILED"
+        error = ConclaveError(
+            self.error_message,
+            code=code,
+            errors=self.errors,
+            extra={
+                "conclave_id": self.conclave_id,
+                "tool": self.tool,
+                "orthodoxy_status": self.orthodoxy_status,
+            },
+            headers={"Idempotent-Replayed": "true"} if self.replayed else None,
+        )
+        error.status = self.http_status
+        error.title = _TITLES.get(code, "Tool call failed")
+        raise error
+
+
+def request_hash(tool: str, args: Any) -> str:
+    """Fingerprint of a request, to refuse an idempotency key reused for different input."""
+    canonical = json.dumps({"tool": tool, "args": args}, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def json_safe(value: Any) -> Any:
+    # Audit rows and events are JSON: non-finite floats become null (their rule warns about it).
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def final_values(outcome: Outcome, row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": outcome.status,
+        "orthodoxy_status": outcome.orthodoxy_status,
+        "http_status": outcome.http_status,
+        "result": json_safe(outcome.result),
+        "warnings": outcome.warnings,
+        "error_code": outcome.error_code,
+        "error_message": outcome.error_message,
+        "duration_ms": outcome.duration_ms,
+        "completed_at": utc_now(),
+    }
+
+
+def outcome_from_row(row: Any, *, replayed: bool = False) -> Outcome:
+    """Rebuild the caller's view of a finished call from its audit row."""
+    return Outcome(
+        conclave_id=row.conclave_id,
+        tool=row.tool_name,
+        status=row.status,
+        orthodoxy_status=row.orthodoxy_status,
+        result=row.result,
+        warnings=list(row.warnings or []),
+        duration_ms=row.duration_ms or 0.0,
+        http_status=row.http_status or 200,
+        error_code=row.error_code,
+        error_message=row.error_message,
+        replayed=replayed,
+    )

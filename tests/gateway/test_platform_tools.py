@@ -1,0 +1,59 @@
+"""Platform tools: the gateway calling Conclave's own services over HTTP."""
+
+from __future__ import annotations
+
+import httpx
+
+from conclave.edge.app import create_app as create_edge_app
+from conclave.platform.runtime import Platform
+from tests.conftest import Backend, test_settings
+from tests.edge.conftest import edge_settings
+from tests.edge.samples import png
+from tests.gateway.conftest import audit_rows, run_gateway
+from tests.httpserver import free_port, running_server
+
+
+async def test_evidence_tools_read_the_edge_service(backend: Backend, tmp_path):
+    settings = edge_settings(tmp_path)
+    async with (
+        Platform.open(settings, engine=backend.engine, bus=backend.bus) as platform,
+        running_server(create_edge_app(settings, platform=platform)) as edge_url,
+    ):
+        async with httpx.AsyncClient(base_url=edge_url) as edge:
+            upload = await edge.post(
+                "/api/edge-intake/image",
+                files={"file": ("map.png", png(), "image/png")},
+                headers={"Idempotency-Key": "gw-1"},
+            )
+            assert upload.status_code == 200, upload.text
+            [evidence_id] = upload.json()["evidence_ids"]
+
+        async with run_gateway(backend, test_settings(edge_url=edge_url)) as client:
+            found = await client.post(
+                "/execute", json={"tool": "get_evidence", "args": {"evidence_id": evidence_id}}
+            )
+            assert found.status_code == 200, found.text
+            assert found.json()["result"]["evidence_id"] == evidence_id
+            assert found.json()["result"]["media_type"] == "image"
+            recent = await client.post(
+                "/execute", json={"tool": "search_evidence", "args": {"type": "image"}}
+            )
+            assert recent.status_code == 200, recent.text
+            assert evidence_id in recent.text
+            missing = await client.post(
+                "/execute", json={"tool": "get_evidence", "args": {"evidence_id": "nope"}}
+            )
+            assert missing.status_code == 422
+            assert missing.json()["code"] == "BACKEND_REJECTED"
+
+
+async def test_unreachable_service_is_503(backend: Backend):
+    settings = test_settings(collector_url=f"http://127.0.0.1:{free_port()}")
+    async with run_gateway(backend, settings) as client:
+        response = await client.post(
+            "/execute", json={"tool": "expedition_status", "args": {"expedition_id": "x"}}
+        )
+        assert response.status_code == 503
+        assert response.json()["code"] == "BACKEND_UNAVAILABLE"
+        [row] = await audit_rows(backend)
+        assert (row.tool_name, row.status) == ("expedition_status", "failed")
