@@ -1,32 +1,80 @@
-"""``create_app``: the graph dispatch service as an ASGI application (health, metrics)."""
+"""``create_app``: the graph dispatch service as an ASGI application."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+import httpx
+from fastapi import FastAPI
 
 from conclave import __version__
-from conclave.platform.http import create_service_app, health_response, platform_lifespan
-from conclave.platform.metrics import ServiceMetrics
+from conclave.graph.api import router
+from conclave.graph.collector import CollectorClient, CollectorLookup
+from conclave.graph.graph import GraphContext, GraphExtension, build_graph, load_extension
+from conclave.graph.heartbeat import Heartbeat
+from conclave.graph.intents import IntentClassifier, load_intents
+from conclave.graph.metrics import GraphMetrics
+from conclave.graph.service import DispatchService
+from conclave.platform.embedding import load_embedder
+from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.runtime import Platform
 from conclave.settings import GraphSettings
 
 
-def create_app(settings: GraphSettings, *, platform: Platform | None = None) -> FastAPI:
-    """The graph dispatch service app. With ``platform`` given it is shared, not owned."""
+def build_classifier(settings: GraphSettings) -> IntentClassifier:
+    """The intent classifier the settings describe (embeds every example once)."""
+    embedder = load_embedder(settings.embedder, settings.embedding_dimensions)
+    return IntentClassifier(load_intents(settings.intents_file), embedder)
+
+
+def create_app(
+    settings: GraphSettings,
+    *,
+    platform: Platform | None = None,
+    extensions: Sequence[GraphExtension] = (),
+) -> FastAPI:
+    """The graph dispatch service app. With ``platform`` given it is shared, not owned.
+
+    ``extensions`` run after those named in ``GRAPH_EXTENSIONS`` and may add nodes and edges.
+    """
+    metrics = GraphMetrics()
+    all_extensions = [*(load_extension(spec) for spec in settings.extensions), *extensions]
+
+    @asynccontextmanager
+    async def resources(app: FastAPI, runtime: Platform) -> AsyncIterator[None]:
+        # A neural embedder may take seconds to embed the examples: keep the loop free meanwhile.
+        classifier = await asyncio.to_thread(build_classifier, settings)
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        timeout = httpx.Timeout(settings.collector_timeout_seconds)
+        async with httpx.AsyncClient(limits=limits, timeout=timeout) as http:
+            client = CollectorClient(
+                http, settings.collector_url, settings.collector_token.get_secret_value()
+            )
+            context = GraphContext(settings, classifier, CollectorLookup(client, settings))
+            graph = build_graph(context, all_extensions)
+            # The first run of a compiled graph pays LangGraph's lazy set-up (tens of ms); pay it
+            # here rather than in the first caller's request. Empty input does no I/O.
+            await graph.ainvoke({"query": "", "entities": []})
+            heartbeat = Heartbeat(settings.heartbeat_seconds, settings.heartbeat_grace_seconds)
+            metrics.watch_heartbeat(lambda: heartbeat.count, heartbeat.age)
+            async with heartbeat.running():
+                app.state.graph = DispatchService(settings, graph, runtime, heartbeat, metrics)
+                yield
+
+    def setup(app: FastAPI, runtime: Platform) -> AbstractAsyncContextManager[None]:
+        return resources(app, runtime)
+
     app = create_service_app(
         service="graph",
         title="Conclave graph dispatch service",
         version=__version__,
         description="Routes a query and its entities through a LangGraph orchestration.",
         settings=settings,
-        metrics=ServiceMetrics("graph"),
-        lifespan=platform_lifespan(settings, platform, lambda _app, _platform: None),
+        metrics=metrics,
+        lifespan=platform_lifespan(settings, platform, setup),
     )
-
-    @app.get("/health", tags=["operations"])
-    async def health(request: Request) -> JSONResponse:
-        """Store and bus status; 503 when either is down."""
-        return await health_response(request.app.state.platform, "graph")
-
+    app.state.settings = settings
+    app.include_router(router)
     return app

@@ -1,0 +1,63 @@
+"""HTTP routes of the graph dispatch service (thin: the use cases live in :mod:`service`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from conclave.graph.models import DispatchRequest, DispatchResponse, GraphHealth
+from conclave.graph.service import DispatchCommand, DispatchService
+from conclave.platform.errors import Forbidden
+from conclave.platform.http import CurrentPrincipal, correlation_id
+
+router = APIRouter()
+
+
+async def _service(request: Request) -> DispatchService:
+    return request.app.state.graph  # type: ignore[no-any-return]
+
+
+Service = Annotated[DispatchService, Depends(_service)]
+
+
+@router.get(
+    "/health",
+    tags=["operations"],
+    response_model=GraphHealth,
+    responses={503: {"model": GraphHealth, "description": "Heartbeat stalled or stopped"}},
+)
+async def health(service: Service) -> JSONResponse:
+    """Liveness from the heartbeat; 503 when the heartbeat stalls."""
+    body = service.health()
+    return JSONResponse(body.model_dump(), status_code=200 if body.status == "healthy" else 503)
+
+
+@router.post(
+    "/dispatch",
+    tags=["dispatch"],
+    response_model=DispatchResponse,
+    responses={
+        401: {"description": "Missing or invalid credentials"},
+        403: {"description": "`user_id` differs from the authenticated caller"},
+        413: {"description": "Body too large"},
+        422: {"description": "Invalid body, query too long, too many entities"},
+        503: {"description": "Audit monitoring on and the store is down: not answered"},
+    },
+)
+async def dispatch(
+    body: DispatchRequest, request: Request, service: Service, principal: CurrentPrincipal
+) -> DispatchResponse:
+    """Route a query and its validated entities through the dispatch graph."""
+    user_id: str | None = principal.user_id
+    if body.user_id is not None:
+        if request.app.state.authenticator.enabled and body.user_id != principal.user_id:
+            raise Forbidden("user_id comes from your credentials.", code="USER_MISMATCH")
+        user_id = body.user_id
+    command = DispatchCommand(
+        request=body,
+        user_id=user_id,
+        correlation_id=body.correlation_id or correlation_id(request) or None,
+    )
+    return await service.dispatch(command)
