@@ -161,3 +161,37 @@ async def test_unconfigured_backend_is_unlisted_and_503(backend: Backend, tmp_pa
         assert "NEURAL_ENGINE_API" in response.json()["detail"]
         [row] = await audit_rows(backend)
         assert row.status == "rejected"
+
+
+async def test_finance_aliases_reach_the_backend_rewritten(backend: Backend, backend_server):
+    fake, url = backend_server
+    settings = test_settings(mcp_domain="finance", neural_engine_api=url + "/neural")
+    async with run_gateway(backend, settings) as client:
+        screen = await client.post(
+            "/execute",
+            json={"tool": "screen_tickers",
+                  "args": {"tickers": ["aapl", "msft"], "profile": "conservative", "limit": 5}},
+        )  # fmt: skip
+        assert screen.status_code == 200, screen.text
+        assert screen.json()["tool"] == "screen_entities"
+        assert fake.received[-1]["path"] == "/neural/screen"
+        assert screen.json()["result"]["echo"] == {
+            "criteria": {"risk": "low"}, "universe": ["ticker:AAPL", "ticker:MSFT"], "limit": 5,
+        }  # fmt: skip
+
+        compare = await client.post(
+            "/execute",
+            json={
+                "tool": "compare_tickers",
+                "args": {"tickers": ["AAPL", "GOOG"], "metrics": ["pe"]},
+            },
+        )
+        assert compare.status_code == 200, compare.text
+        assert fake.received[-1]["path"] == "/neural/compare"
+        assert compare.json()["result"]["echo"] == {
+            "entity_ids": ["ticker:AAPL", "ticker:GOOG"], "metrics": ["pe"],
+        }  # fmt: skip
+        rows = await audit_rows(backend)
+        assert [(r.requested_tool, r.tool_name) for r in rows] == [
+            ("screen_tickers", "screen_entities"), ("compare_tickers", "compare_entities"),
+        ]  # fmt: skip

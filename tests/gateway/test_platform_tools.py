@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import httpx
 
+from conclave.collector.app import create_app as create_collector_app
 from conclave.edge.app import create_app as create_edge_app
 from conclave.platform.runtime import Platform
-from tests.conftest import Backend, test_settings
+from tests.collector.conftest import collector_settings
+from tests.conftest import Backend, eventually, test_settings
 from tests.edge.conftest import edge_settings
 from tests.edge.samples import png
 from tests.gateway.conftest import audit_rows, run_gateway
@@ -57,3 +59,48 @@ async def test_unreachable_service_is_503(backend: Backend):
         assert response.json()["code"] == "BACKEND_UNAVAILABLE"
         [row] = await audit_rows(backend)
         assert (row.tool_name, row.status) == ("expedition_status", "failed")
+
+
+async def test_expedition_tools_drive_the_collector(backend: Backend, tmp_path):
+    items = tmp_path / "items.jsonl"
+    items.write_text('{"id": "b1", "name": "Old stone bridge"}\n{"id": "b2", "name": "Steel"}\n')
+    settings = collector_settings(tmp_path)
+    async with (
+        Platform.open(settings, engine=backend.engine, bus=backend.bus) as platform,
+        running_server(create_collector_app(settings, platform=platform)) as collector_url,
+        run_gateway(backend, test_settings(collector_url=collector_url)) as client,
+    ):
+        parameters = {"sources": [{"type": "file", "path": str(items), "key": "id"}]}
+        started = await client.post(
+            "/execute",
+            json={
+                "tool": "run_expedition",
+                "args": {"expedition_type": "discovery", "target_collections": ["bridges"],
+                         "parameters": parameters},
+            },
+        )  # fmt: skip
+        assert started.status_code == 200, started.text
+        expedition_id = started.json()["result"]["expedition_id"]
+
+        async def finished():
+            status = await client.post(
+                "/execute",
+                json={"tool": "expedition_status", "args": {"expedition_id": expedition_id}},
+            )
+            result = status.json()["result"]
+            return result if result["status"] in ("completed", "failed") else None
+
+        record = await eventually(finished, timeout=15)
+        assert record["status"] == "completed", record
+        search = await client.post(
+            "/execute",
+            json={
+                "tool": "semantic_search",
+                "args": {"collection": "bridges", "q": "stone bridge"},
+            },
+        )
+        assert search.status_code == 200, search.text
+        hits = search.json()["result"]["hits"]
+        assert hits and hits[0]["record"]["record_key"] == "b1"
+        rows = await audit_rows(backend)
+        assert rows[0].tool_name == "run_expedition" and rows[0].status == "succeeded"
