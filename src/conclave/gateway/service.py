@@ -127,18 +127,19 @@ class GatewayService:
         if registered is not None:
             await self._limits.admit_tool(registered.tool)
         schema = (alias.view if alias else registered.tool).parameters if registered else None
+        shape = self._shape(command.args)
         row: dict[str, Any] = {
             "conclave_id": conclave_id,
             "tool_name": registered.tool.name if registered else command.tool[:128],
             "requested_tool": command.tool,
-            "args": self._stored_args(command.args, schema),
+            "args": self._stored_args(command.args, schema, shape),
             "user_id": command.user_id,
             "correlation_id": command.correlation_id,
             "idempotency_key": command.idempotency_key,
             "request_hash": fingerprint,
             "created_at": utc_now(),
         }
-        rejection = self._reject(command, registered, alias)
+        rejection = self._reject(command, registered, alias, shape=shape)
         if rejection is None and alias is not None and registered is not None:
             canonical_args, rejection = _rewrite(alias, registered, command.args)
             if canonical_args is not None:
@@ -163,10 +164,16 @@ class GatewayService:
             row["_prerecorded"] = prerecorded
             return await self._run(command, registered, row, started)
 
-    def _stored_args(self, args: Any, schema: Any) -> Any:
-        if depth_exceeds(args, self._max_depth):
+    def _shape(self, args: Any) -> tuple[bool, bool]:
+        """(nests too deep, too large): measured once per call, used by the checks and the audit."""
+        too_deep = depth_exceeds(args, self._max_depth)
+        return too_deep, not too_deep and self._limits.args_too_large(args)
+
+    def _stored_args(self, args: Any, schema: Any, shape: tuple[bool, bool]) -> Any:
+        too_deep, too_large = shape
+        if too_deep:
             return {"_omitted": f"arguments nest deeper than {self._max_depth} levels"}
-        if self._limits.args_too_large(args):
+        if too_large:
             return {"_omitted": f"arguments larger than {self._limits.max_args_bytes} bytes"}
         return redact(args, schema)
 
@@ -195,6 +202,7 @@ class GatewayService:
         alias: RegisteredAlias | None = None,
         *,
         check_available: bool = True,
+        shape: tuple[bool, bool] | None = None,
     ) -> Rejection | None:
         if registered is None:
             return "UNKNOWN_TOOL", f"No tool is called {command.tool[:128]!r}.", None, 404
@@ -205,13 +213,14 @@ class GatewayService:
         if not isinstance(command.args, dict):
             errors = [{"field": "/", "message": "arguments must be a JSON object", "rule": "type"}]
             return "VALIDATION_FAILED", "Arguments must be a JSON object.", errors, 422
-        if self._limits.args_too_large(command.args):
-            detail = f"Arguments exceed {self._limits.max_args_bytes} bytes of JSON."
-            return "ARGS_TOO_LARGE", detail, None, 413
-        if depth_exceeds(command.args, self._max_depth):
+        too_deep, too_large = shape or self._shape(command.args)
+        if too_deep:
             errors = [{"field": "/", "message": "nesting too deep", "rule": "maxDepth"}]
             detail = f"Arguments nest deeper than {self._max_depth} levels."
             return "VALIDATION_FAILED", detail, errors, 422
+        if too_large:
+            detail = f"Arguments exceed {self._limits.max_args_bytes} bytes of JSON."
+            return "ARGS_TOO_LARGE", detail, None, 413
         errors = schema_errors(alias.arguments if alias else registered.arguments, command.args)
         if errors:
             fields = ", ".join(sorted({e["field"] for e in errors}))
