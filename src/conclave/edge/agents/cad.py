@@ -76,7 +76,9 @@ def _step(path: str, fmt: str) -> dict[str, Any]:
             entities += (tail + chunk.decode("latin-1")).count("\n#")
             tail = chunk[-16:].decode("latin-1")
     schema = re.search(r"FILE_SCHEMA\s*\(\s*\(\s*'([^']*)'", header)
-    system = re.search(r"FILE_NAME\s*\((?:\s*'[^']*'\s*,){5}\s*'([^']*)'", header)
+    # FILE_NAME(name, time_stamp, (authors), (organizations), preprocessor, originating_system,
+    # authorization): authors and organizations are lists, so fields are strings or (...).
+    system = re.search(r"FILE_NAME\s*\((?:\s*(?:'[^']*'|\([^)]*\))\s*,){5}\s*'([^']*)'", header)
     return {
         "format": fmt,
         "schema": schema.group(1) if schema else None,
