@@ -26,6 +26,9 @@ from conclave.platform.http import CurrentPrincipal, correlation_id
 
 router = APIRouter()
 PREFIX = "/api/edge-intake"
+# Chain positions are BIGINT in the store: a larger number from a client cannot be bound to a
+# query (the driver raises), so it is refused at the edge of the API.
+MAX_SEQ = 2**63 - 1
 
 
 def _service(request: Request) -> IntakeService:
@@ -109,7 +112,7 @@ async def upload(
         media_type=media_type,
         principal=principal,
         content_type=request.headers.get("content-type", ""),
-        content_length=int(length) if length and length.isdigit() else None,
+        content_length=int(length) if length and length.isascii() and length.isdigit() else None,
         body=request.stream(),
         correlation_id=correlation_id(request),
         idempotency_key=idempotency_key,
@@ -144,7 +147,9 @@ async def events(
 ) -> EventPage:
     """Recent evidence-created events, newest first, with their delivery state."""
     media_type = media_type_or_404(type) if type else None
-    if cursor is not None and not cursor.isdigit():
+    # ``isdigit`` alone admits digits ``int`` refuses (superscripts); check ASCII and range too.
+    valid = cursor is None or (cursor.isascii() and cursor.isdigit() and int(cursor) <= MAX_SEQ)
+    if not valid:
         raise BadRequest("cursor must come from next_cursor.", code="INVALID_CURSOR")
     rows = await store.list_events(
         service.engine,
@@ -238,7 +243,7 @@ async def verify_evidence(
 async def verify_chain(
     service: Service,
     _principal: CurrentPrincipal,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
+    after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     content: Annotated[bool, Query(description="Also re-hash every blob (slow).")] = False,
 ) -> ChainVerifyResult:

@@ -12,7 +12,12 @@ import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from python_multipart.multipart import MultipartParseError, MultipartParser, parse_options_header
+from python_multipart.multipart import (
+    MultipartParseError,
+    MultipartParser,
+    MultipartState,
+    parse_options_header,
+)
 
 from conclave.edge.blobs import BlobStore, TempBlob
 from conclave.platform.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
@@ -169,6 +174,13 @@ async def read_upload(
             upload.body_bytes += len(chunk)
             parser.write(chunk)
         parser.finalize()
+        # The parser's ``finalize`` does not check that the closing boundary arrived: a body cut
+        # short (a dropped connection, a proxy limit) would otherwise store a truncated file as
+        # if it were complete.
+        if parser.state != MultipartState.END:
+            raise BadRequest(
+                "The multipart body ended before its closing boundary.", code="TRUNCATED_UPLOAD"
+            )
     except MultipartParseError as exc:
         upload.discard()
         raise BadRequest("The multipart body is malformed.", code="MALFORMED_MULTIPART") from exc

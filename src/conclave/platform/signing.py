@@ -27,7 +27,8 @@ def sign(secret: str, body_sha256: str, timestamp: str, nonce: str | None = None
 
 def check_timestamp(timestamp: str | None, now: float, window_seconds: float) -> None:
     """Raise :class:`Unauthorized` unless ``timestamp`` is Unix seconds within the window."""
-    if not timestamp or not timestamp.isdigit() or len(timestamp) > 12:
+    # Headers arrive latin-1 decoded, and ``isdigit`` admits characters ``int`` refuses ("²").
+    if not timestamp or not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > 12:
         raise Unauthorized("X-Conclave-Timestamp must be Unix seconds.", code="INVALID_SIGNATURE")
     if abs(now - int(timestamp)) > window_seconds:
         raise Unauthorized(
