@@ -152,5 +152,6 @@ async def test_source_returning_garbage_fails_with_the_reason(backend, tmp_path)
         assert record["status"] == "failed"
         assert record["errors"][-1]["code"] == "EXPEDITION_FAILED"
         assert "not JSON" in record["errors"][-1]["message"]
-        events = await backend.bus.read(state_channel("failed"))
+        # The event follows the commit through the outbox relay, a moment later.
+        events = await eventually(lambda: backend.bus.read(state_channel("failed")))
         assert events[-1].payload["expedition_id"] == record["expedition_id"]

@@ -177,3 +177,30 @@ async def test_history_filters_cursor_and_stats(backend, tmp_path) -> None:
         assert stats["success_rate"] == 0.75
         assert stats["duration_seconds"]["count"] == 4
         assert stats["queue_depth"] == 0
+
+
+async def test_state_survives_a_restart(backend, tmp_path) -> None:
+    source = write_jsonl(tmp_path / "items.jsonl", [{"id": i} for i in range(4)])
+    discovery = {
+        "expedition_type": "discovery",
+        "target_collections": ["kept"],
+        "parameters": {"sources": [{"type": "file", "path": str(source), "key": "id"}]},
+    }
+    settings = collector_settings(tmp_path, worker_concurrency=1)
+    async with JsonApi([[{"id": i}] for i in range(5)], delay=0.2) as api:
+        async with collector_app(backend, settings) as (client, _app):
+            interrupted = (await client.post("/expedition/run", json=_slow_run(api))).json()
+            await wait_status(client, interrupted["expedition_id"], "running")
+            queued = (await client.post("/expedition/run", json=discovery)).json()
+        # Stopped with one expedition running and one waiting; a new app on the same store:
+        async with collector_app(backend, settings) as (client, _app):
+            waiting = (await client.get(f"/expedition/status/{queued['expedition_id']}")).json()
+            assert waiting["created_at"] == queued["created_at"]
+            rerun = await wait_terminal(client, interrupted["expedition_id"])
+            done = await wait_terminal(client, queued["expedition_id"])
+    assert rerun["status"] == "completed", rerun["errors"]
+    assert rerun["attempts"] == 2  # the shutdown put it back in the queue; it ran again
+    assert rerun["results"]["records"]["inserted"] + rerun["results"]["records"]["unchanged"] == 5
+    assert done["status"] == "completed", done["errors"]
+    assert done["results"]["records"]["inserted"] == 4
+    assert done["target_collections"] == ["kept"]

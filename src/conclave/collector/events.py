@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from conclave.platform.bus.base import Event
 from conclave.platform.clock import as_utc, rfc3339
 
 REQUESTED = "collector.expedition.run.requested"
+# A wake-up for idle workers of other processes: "the queue has new work". Not a state change
+# (the row in the store is the truth), so consumers need no dedupe: an extra wake-up costs one
+# claim attempt, a lost one costs at most one poll interval.
+QUEUED = "collector.expedition.run.queued"
 STATES = ("started", "completed", "failed", "cancelled")
 SOURCE = "collector"
 
@@ -51,4 +56,18 @@ def state_event(row: Any, state: str) -> Event:
         payload=payload,
         source=SOURCE,
         correlation_id=row.correlation_id,
+    )
+
+
+def queued_event(row: Mapping[str, Any]) -> Event:
+    """The wake-up announcing that the expedition in ``row`` (a new row's values) is queued."""
+    return Event(
+        channel=QUEUED,
+        payload={
+            "expedition_id": row["expedition_id"],
+            "expedition_type": row["expedition_type"],
+            "priority": row["priority"],
+        },
+        source=SOURCE,
+        correlation_id=row["correlation_id"],
     )

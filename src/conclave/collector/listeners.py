@@ -1,9 +1,15 @@
-"""Bus listeners: ``collector.expedition.run.requested`` and the bridge of configured channels.
+"""Bus listeners: ``collector.expedition.run.requested``, the bridge of configured channels, and
+the ``collector.expedition.run.queued`` wake-up.
 
-Both turn an event into a queued expedition, exactly like ``POST /expedition/run``. The event id
-is recorded in ``consumed_events`` in the same transaction as the expedition, so a redelivered
-event (at-least-once bus) creates nothing new. An event whose payload is not a valid request
-raises: the bus redelivers it and, after ``BUS_MAX_DELIVERIES``, moves it to ``<channel>.dlq``.
+The first two turn an event into a queued expedition, exactly like ``POST /expedition/run``. The
+event id is recorded in ``consumed_events`` in the same transaction as the expedition, so a
+redelivered event (at-least-once bus) creates nothing new. An event whose payload is not a valid
+request raises: the bus redelivers it and, after ``BUS_MAX_DELIVERIES``, moves it to
+``<channel>.dlq``.
+
+The wake-up must reach *every* worker process, so each process reads it through a consumer group
+of its own (``collector-wake.<worker id>``), starting at new entries only. The handler just wakes
+the local worker, which then claims from the store as usual; duplicates and losses are harmless.
 """
 
 from __future__ import annotations
@@ -11,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pydantic import ValidationError
 
-from conclave.collector.events import REQUESTED
+from conclave.collector.events import QUEUED, REQUESTED
 from conclave.collector.models import ExpeditionCreate
 from conclave.collector.service import ExpeditionService
 from conclave.platform.bus.base import Event
@@ -23,6 +29,7 @@ from conclave.platform.errors import ConclaveError
 
 REQUESTED_GROUP = "collector"
 BRIDGE_GROUP = "collector-bridge"
+WAKE_GROUP_PREFIX = "collector-wake."
 _EVENT_NAMESPACE = uuid.UUID("0f8cde9e-3b7a-4c51-a1d2-6a4e1c3f7b90")
 
 
@@ -39,11 +46,16 @@ class ExpeditionListeners:
     """Consumes the request channel and the bridge channels until stopped."""
 
     def __init__(
-        self, service: ExpeditionService, bridge: Mapping[str, str], consumer: str
+        self,
+        service: ExpeditionService,
+        bridge: Mapping[str, str],
+        consumer: str,
+        wake: Callable[[], None],
     ) -> None:
         self._service = service
         self._bridge = dict(bridge)
         self._consumer = consumer
+        self._wake = wake
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -54,6 +66,13 @@ class ExpeditionListeners:
             asyncio.create_task(
                 bus.consume(
                     REQUESTED, REQUESTED_GROUP, self._consumer, self.on_requested, start="0"
+                )
+            )
+        )
+        self._tasks.append(
+            asyncio.create_task(
+                bus.consume(
+                    QUEUED, WAKE_GROUP_PREFIX + self._consumer, self._consumer, self.on_queued
                 )
             )
         )
@@ -72,6 +91,10 @@ class ExpeditionListeners:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+
+    async def on_queued(self, _event: Event) -> None:
+        """``collector.expedition.run.queued`` (any process) → look at the queue now."""
+        self._wake()
 
     async def on_requested(self, event: Event) -> None:
         """``collector.expedition.run.requested`` → queued expedition."""

@@ -57,7 +57,7 @@ class CollectorRuntime:
                 await worker.start()
                 stack.push_async_callback(worker.stop)
                 listeners = ExpeditionListeners(
-                    service, settings.bridge_channels, consumer=worker.worker_id
+                    service, settings.bridge_channels, consumer=worker.worker_id, wake=worker.wake
                 )
                 await listeners.start()
                 stack.push_async_callback(listeners.stop)

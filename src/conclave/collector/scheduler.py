@@ -165,7 +165,7 @@ class Scheduler:
                     row["expedition_id"],
                 )
                 if won:
-                    await store.insert_expedition(connection, row)
+                    await service.queue(connection, row)
             if won:
                 fired.append(row["expedition_id"])
         if fired:

@@ -12,9 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from conclave.collector import store
-from conclave.collector.events import duration_ms, state_event
+from conclave.collector.events import duration_ms, queued_event, state_event
 from conclave.collector.metrics import CollectorMetrics
 from conclave.collector.models import (
     PRIORITY_RANK,
@@ -119,8 +120,17 @@ class ExpeditionService:
         self._started = time.monotonic()
 
     def notify_submitted(self) -> None:
-        """Wake this process's worker: new expeditions are queued."""
+        """After a commit that queued expeditions: wake this process's worker, and the outbox
+        relay so the ``queued`` wake-up reaches the workers of other processes at once."""
+        self.platform.relay.wake()
         self._on_submitted()
+
+    @staticmethod
+    async def queue(connection: AsyncConnection, row: dict[str, Any]) -> None:
+        """Insert a row made by :meth:`new_row` and its wake-up event in the caller's
+        transaction (call :meth:`notify_submitted` after the commit)."""
+        await store.insert_expedition(connection, row)
+        await add_event(connection, queued_event(row))
 
     def new_row(
         self,
@@ -186,7 +196,7 @@ class ExpeditionService:
                                 consumed_at=row["created_at"],
                             )
                         )
-                    await store.insert_expedition(connection, row)
+                    await self.queue(connection, row)
         except IntegrityError:
             existing = await store.get_expedition(self.platform.engine, row["expedition_id"])
             if dedupe is None or existing is None:
@@ -196,7 +206,7 @@ class ExpeditionService:
         # Read the record before waking this process's workers, so the answer describes the
         # expedition as it was accepted (queued) rather than racing the claim.
         record = await self.get(row["expedition_id"])
-        self._on_submitted()
+        self.notify_submitted()
         return record
 
     async def get(self, expedition_id: str) -> Any:

@@ -52,7 +52,9 @@ class Platform:
         async with AsyncExitStack() as stack:
             if engine is None:
                 engine = create_engine(
-                    settings.resolved_database_url(), pool_size=settings.database_pool_size
+                    settings.resolved_database_url(),
+                    pool_size=settings.database_pool_size,
+                    schema=settings.database_schema,
                 )
                 stack.push_async_callback(engine.dispose)
             if settings.auto_migrate:

@@ -38,6 +38,13 @@ class CommonSettings(BaseSettings):
     reldb_password: SecretStr = Field(
         SecretStr(""), alias="RELDB_PASSWORD", description="PostgreSQL password."
     )
+    database_schema: str | None = Field(
+        None,
+        alias="CONCLAVE_DATABASE_SCHEMA",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$",
+        description="PostgreSQL schema to use (its search_path) instead of the server default; "
+        "lets several deployments or test runs share one database. Ignored on SQLite.",
+    )
     database_pool_size: int = Field(
         10, alias="CONCLAVE_DATABASE_POOL_SIZE", description="Connections per process (Postgres)."
     )

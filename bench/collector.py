@@ -1,0 +1,281 @@
+"""Expedition service: discovery throughput vs a plain bulk insert, start latency, upload → vector.
+
+Run: ``.venv/bin/python -m bench.collector [--records 100000] [--starts 300] [--uploads 40]``
+
+Every server is a subprocess (`conclave serve collector|edge`, `conclave worker collector`) on a
+throw-away PostgreSQL database and Redis stream prefix; the client runs in this process.
+
+1. Throughput: one discovery run of ``--records`` rows from a JSON Lines file, until the run is
+   ``completed`` (structured store) and until no vector is pending (both stores), next to a plain
+   batched ``INSERT`` (asyncpg ``executemany``) of the same rows into a table with the same
+   columns and unique key, in the same database, in the same run.
+2. Start latency (``created_at`` → ``started_at`` of the record): an accept-only collector
+   (``COLLECTOR_RUN_WORKERS=false``) and a `conclave worker collector` process, so the start
+   crosses processes. Baseline in the same run: the same worker on another stream prefix, so no
+   bus wake-up reaches it and it finds work only by polling (``COLLECTOR_POLL_SECONDS``).
+3. Upload → vector: an Evidence Pack uploaded to the edge service until its record in collection
+   ``evidence`` has its semantic-memory point (bridge event → ``evidence_ingest`` → indexer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+from redis.asyncio import Redis
+
+from bench.gateway import PG_ADMIN, REDIS_URL, _free_port, _start, _wait_ready
+from conclave.collector.agents.context import content_hash
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def _items(count: int) -> list[dict[str, Any]]:
+    words = ["harbour", "crane", "survey", "north", "dam", "bridge", "river", "field", "report"]
+    return [
+        {
+            "id": f"r{i}",
+            "title": f"{words[i % 9]} {words[(i * 7) % 9]} inspection {i}",
+            "region": words[(i * 5) % 9],
+            "value": i,
+        }
+        for i in range(count)
+    ]
+
+
+async def _plain_insert(dsn: str, items: list[dict[str, Any]]) -> float:
+    connection = await asyncpg.connect(dsn)
+    await connection.execute(
+        "CREATE TABLE bench_plain (collection text, record_key text, content_hash text, "
+        "data jsonb, source text, created_at timestamptz, updated_at timestamptz, "
+        "PRIMARY KEY (collection, record_key))"
+    )
+    rows = [("bench", item["id"], content_hash(item), json.dumps(item), "file") for item in items]
+    started = time.perf_counter()
+    for at in range(0, len(rows), 1000):
+        async with connection.transaction():
+            await connection.executemany(
+                "INSERT INTO bench_plain VALUES ($1, $2, $3, $4::jsonb, $5, now(), now())",
+                rows[at : at + 1000],
+            )
+    elapsed = time.perf_counter() - started
+    await connection.close()
+    return elapsed
+
+
+async def _until(check: Callable[[], Any], limit: float, pause: float = 0.01) -> Any:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        value = await check()
+        if value:
+            return value
+        await asyncio.sleep(pause)
+    raise RuntimeError("condition not met in time")
+
+
+async def _throughput(base: str, path: Path, count: int) -> tuple[float, float]:
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        body = {
+            "expedition_type": "discovery",
+            "target_collections": ["bench"],
+            "parameters": {"sources": [{"type": "file", "path": str(path), "key": "id"}]},
+        }
+        started = time.perf_counter()
+        expedition_id = (await client.post("/expedition/run", json=body)).json()["expedition_id"]
+
+        async def finished() -> dict[str, Any] | None:
+            record = (await client.get(f"/expedition/status/{expedition_id}")).json()
+            return record if record["status"] in ("completed", "failed") else None
+
+        record = await _until(finished, 3600, 0.05)
+        stored = time.perf_counter() - started
+        if record["status"] != "completed":
+            raise RuntimeError(f"discovery failed: {record['errors']}")
+
+        async def indexed() -> bool:
+            listing = (await client.get("/collections")).json()["collections"]
+            bench = next(c for c in listing if c["name"] == "bench")
+            return bench["records"] == count and bench["pending_vectors"] == 0
+
+        await _until(indexed, 3600, 0.05)
+        return stored, time.perf_counter() - started
+
+
+async def _start_latency(base: str, runs: int) -> list[float]:
+    waits = []
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        for _ in range(runs):
+            body = {"expedition_type": "audit", "target_collections": ["nothing"]}
+            expedition_id = (await client.post("/expedition/run", json=body)).json()[
+                "expedition_id"
+            ]
+
+            # Wait for the end, not the start: the next submission then meets an idle worker
+            # (one finishing a run looks at the queue at once and would hide the poll delay).
+            async def started(expedition_id: str = expedition_id) -> dict[str, Any] | None:
+                record = (await client.get(f"/expedition/status/{expedition_id}")).json()
+                return record if record["completed_at"] else None
+
+            record = await _until(started, 30, 0.005)
+            created = datetime.fromisoformat(record["created_at"])
+            waits.append((datetime.fromisoformat(record["started_at"]) - created).total_seconds())
+    return [w * 1000 for w in waits]
+
+
+async def _upload_to_vector(edge: str, collector: str, uploads: int) -> list[float]:
+    latencies = []
+    async with (
+        httpx.AsyncClient(base_url=edge, timeout=30) as uploader,
+        httpx.AsyncClient(base_url=collector, timeout=30) as reader,
+    ):
+        for i in range(uploads):
+            started = time.perf_counter()
+            response = await uploader.post(
+                "/api/edge-intake/document",
+                files={"file": (f"report-{i}.txt", f"Crane survey {uuid.uuid4()}\n".encode())},
+                data={"metadata": json.dumps({"site": f"site {i}"})},
+            )
+            if response.status_code != 200:
+                raise RuntimeError(f"upload refused: {response.text}")
+            [evidence_id] = response.json()["evidence_ids"]
+
+            async def vector(evidence_id: str = evidence_id) -> bool:
+                answer = await reader.get(f"/collections/evidence/records/{evidence_id}")
+                return answer.status_code == 200 and not answer.json()["vector_pending"]
+
+            await _until(vector, 60, 0.005)
+            latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
+
+
+def _env(database: str, prefix: str, data_dir: Path, **extra: str) -> dict[str, str]:
+    return {
+        "CONCLAVE_DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{database}",
+        "CONCLAVE_BUS_URL": REDIS_URL,
+        "BUS_STREAM_PREFIX": prefix,
+        "CONCLAVE_AUTH": "disabled",
+        "CONCLAVE_LOG_LEVEL": "WARNING",
+        "CONCLAVE_DATA_DIR": str(data_dir),
+        "COLLECTOR_FILE_ROOTS": str(data_dir.parent),
+        **extra,
+    }
+
+
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.wait(timeout=30)
+
+
+async def main(records: int, starts: int, uploads: int) -> None:
+    database = f"conclave_bench_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(PG_ADMIN)
+    await admin.execute(f'CREATE DATABASE "{database}"')
+    prefix = f"bench:{uuid.uuid4().hex[:8]}:"
+    python = sys.executable
+    cli = [python, "-m", "conclave.cli.main"]
+    folder = Path(tempfile.mkdtemp(prefix="conclave-bench-"))
+    items = _items(records)
+    source = folder / "items.jsonl"
+    source.write_text("".join(json.dumps(item) + "\n" for item in items))
+    dsn = PG_ADMIN.rsplit("/", 1)[0] + f"/{database}"
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        # Phase 1 and 3: one collector that runs its own expeditions, and the edge service.
+        edge_port, main_port = _free_port(), _free_port()
+        edge_base = f"http://127.0.0.1:{edge_port}"
+        processes.append(_start([*cli, "serve", "edge", "--port", str(edge_port)],
+                                _env(database, prefix, folder / "edge")))  # fmt: skip
+        await _wait_ready(edge_port, "/health")
+        processes.append(
+            _start([*cli, "serve", "collector", "--port", str(main_port)],
+                   _env(database, prefix, folder / "main", COLLECTOR_EDGE_API_BASE=edge_base))
+        )  # fmt: skip
+        await _wait_ready(main_port, "/health")
+        collector = f"http://127.0.0.1:{main_port}"
+        stored, both = await _throughput(collector, source, records)
+        plain = await _plain_insert(dsn, items)
+        vectors = await _upload_to_vector(edge_base, collector, uploads)
+        local = await _start_latency(collector, starts)
+        _stop(processes)
+        processes.clear()
+
+        # Phase 2: an accept-only collector and a separate worker process.
+        accept_port = _free_port()
+        processes.append(
+            _start([*cli, "serve", "collector", "--port", str(accept_port)],
+                   _env(database, prefix, folder / "accept", COLLECTOR_RUN_WORKERS="false"))
+        )  # fmt: skip
+        worker_env = _env(database, prefix, folder / "w")
+        processes.append(_start([*cli, "worker", "collector"], worker_env))
+        await _wait_ready(accept_port, "/health")
+        await asyncio.sleep(3)  # the worker subscribes to the wake-up channel
+        accept = f"http://127.0.0.1:{accept_port}"
+        crossed = await _start_latency(accept, starts)
+        _stop(processes[1:])
+        del processes[1:]
+        # Baseline: the same worker, deaf to the accept-only collector's wake-ups.
+        processes.append(_start([*cli, "worker", "collector"],
+                                _env(database, prefix + "deaf:", folder / "w2")))  # fmt: skip
+        await asyncio.sleep(3)
+        polled = await _start_latency(accept, max(50, starts // 4))
+    finally:
+        _stop(processes)
+        await asyncio.sleep(0.5)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        await admin.close()
+        redis = Redis.from_url(REDIS_URL)
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()
+
+    print(f"collector benchmark: {records:,} records, {starts} starts, {uploads} uploads, "
+          f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}")  # fmt: skip
+    print("| measurement | figure |")
+    print("|---|---:|")
+    print(f"| plain batched INSERT of the rows (baseline) | {records / plain:,.0f} rows/s |")
+    print(f"| discovery run, structured store (run completed) | {records / stored:,.0f} rows/s |")
+    print(f"| discovery run, both stores (no vector pending) | {records / both:,.0f} rows/s |")
+    for name, values in (
+        ("start latency, same process", local),
+        ("start latency, other process (bus wake-up)", crossed),
+        ("start latency, other process, polling only (baseline)", polled),
+        ("edge upload → semantic-memory point", vectors),
+    ):
+        print(
+            f"| {name} | p50 {statistics.median(values):.1f} ms, "
+            f"p99 {_percentile(values, 0.99):.1f} ms |"
+        )
+    print(f"ratio discovery (both stores)/plain insert: {plain / both:.2f} (target >= 0.3)")
+    print(f"start latency p99 across processes: {_percentile(crossed, 0.99):.1f} ms "
+          f"(target < 200 ms: {_percentile(crossed, 0.99) / 200:.2f} of it)")  # fmt: skip
+    print(f"upload → vector p99: {_percentile(vectors, 0.99):.0f} ms "
+          f"(target < 2000 ms: {_percentile(vectors, 0.99) / 2000:.2f} of it)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--starts", type=int, default=300)
+    parser.add_argument("--uploads", type=int, default=40)
+    options = parser.parse_args()
+    asyncio.run(main(options.records, options.starts, options.uploads))
