@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from conclave.cli.collector import collector_app
 from conclave.cli.edge import edge_app
 from conclave.cli.migrate import migrate_command
 from conclave.cli.run import serve, up
@@ -19,6 +20,7 @@ app.command("up")(up)
 app.command("serve")(serve)
 app.command("migrate")(migrate_command)
 app.add_typer(worker_app, name="worker")
+app.add_typer(collector_app, name="collector")
 app.add_typer(edge_app, name="edge")
 
 

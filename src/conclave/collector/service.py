@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -203,11 +204,10 @@ class ExpeditionService:
                 raise
             return existing
         self.metrics.expeditions.labels(request.expedition_type, "queued").inc()
-        # Read the record before waking this process's workers, so the answer describes the
-        # expedition as it was accepted (queued) rather than racing the claim.
-        record = await self.get(row["expedition_id"])
         self.notify_submitted()
-        return record
+        # Answer with the row as it was committed (queued): a worker of any process, woken by the
+        # outbox event committed with it, may already have claimed it by the time we could re-read.
+        return SimpleNamespace(**row)
 
     async def get(self, expedition_id: str) -> Any:
         """One expedition (404 when unknown)."""
