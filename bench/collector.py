@@ -38,7 +38,7 @@ import asyncpg
 import httpx
 from redis.asyncio import Redis
 
-from bench.gateway import PG_ADMIN, REDIS_URL, _free_port, _start, _wait_ready
+from bench.servers import PG_ADMIN, REDIS_URL, free_port, start_process, wait_ready
 from conclave.collector.agents.context import content_hash
 
 
@@ -200,16 +200,16 @@ async def main(records: int, starts: int, uploads: int) -> None:
     processes: list[subprocess.Popen[bytes]] = []
     try:
         # Phase 1 and 3: one collector that runs its own expeditions, and the edge service.
-        edge_port, main_port = _free_port(), _free_port()
+        edge_port, main_port = free_port(), free_port()
         edge_base = f"http://127.0.0.1:{edge_port}"
-        processes.append(_start([*cli, "serve", "edge", "--port", str(edge_port)],
+        processes.append(start_process([*cli, "serve", "edge", "--port", str(edge_port)],
                                 _env(database, prefix, folder / "edge")))  # fmt: skip
-        await _wait_ready(edge_port, "/health")
+        await wait_ready(edge_port, "/health")
         processes.append(
-            _start([*cli, "serve", "collector", "--port", str(main_port)],
+            start_process([*cli, "serve", "collector", "--port", str(main_port)],
                    _env(database, prefix, folder / "main", COLLECTOR_EDGE_API_BASE=edge_base))
         )  # fmt: skip
-        await _wait_ready(main_port, "/health")
+        await wait_ready(main_port, "/health")
         collector = f"http://127.0.0.1:{main_port}"
         stored, both = await _throughput(collector, source, records)
         plain = await _plain_insert(dsn, items)
@@ -219,21 +219,21 @@ async def main(records: int, starts: int, uploads: int) -> None:
         processes.clear()
 
         # Phase 2: an accept-only collector and a separate worker process.
-        accept_port = _free_port()
+        accept_port = free_port()
         processes.append(
-            _start([*cli, "serve", "collector", "--port", str(accept_port)],
+            start_process([*cli, "serve", "collector", "--port", str(accept_port)],
                    _env(database, prefix, folder / "accept", COLLECTOR_RUN_WORKERS="false"))
         )  # fmt: skip
         worker_env = _env(database, prefix, folder / "w")
-        processes.append(_start([*cli, "worker", "collector"], worker_env))
-        await _wait_ready(accept_port, "/health")
+        processes.append(start_process([*cli, "worker", "collector"], worker_env))
+        await wait_ready(accept_port, "/health")
         await asyncio.sleep(3)  # the worker subscribes to the wake-up channel
         accept = f"http://127.0.0.1:{accept_port}"
         crossed = await _start_latency(accept, starts)
         _stop(processes[1:])
         del processes[1:]
         # Baseline: the same worker, deaf to the accept-only collector's wake-ups.
-        processes.append(_start([*cli, "worker", "collector"],
+        processes.append(start_process([*cli, "worker", "collector"],
                                 _env(database, prefix + "deaf:", folder / "w2")))  # fmt: skip
         await asyncio.sleep(3)
         polled = await _start_latency(accept, max(50, starts // 4))

@@ -51,8 +51,8 @@ import av
 from PIL import Image
 from redis.asyncio import Redis
 
-from bench.gateway import PG_ADMIN, REDIS_URL, ROOT, _free_port, _start, _wait_ready
 from bench.loadgen import LoadResult
+from bench.servers import PG_ADMIN, REDIS_URL, ROOT, free_port, start_process, wait_ready
 
 HOST = "127.0.0.1"
 BOUNDARY = "conclave-bench-7d1f0b2e"
@@ -397,9 +397,9 @@ async def main(options: argparse.Namespace) -> None:
     await admin.execute(f'CREATE DATABASE "{database}"')
     prefix = f"bench:{uuid.uuid4().hex[:8]}:"
     (work / "bare").mkdir()
-    bare_port, edge_port = _free_port(), _free_port()
+    bare_port, edge_port = free_port(), free_port()
     python = sys.executable
-    bare = _start(
+    bare = start_process(
         [python, "-m", "uvicorn", "bench.bare_upload:app", "--port", str(bare_port),
          "--no-access-log", "--log-level", "warning"],
         {"BENCH_UPLOAD_DIR": str(work / "bare")},
@@ -414,15 +414,15 @@ async def main(options: argparse.Namespace) -> None:
     }
     if options.no_fsync:
         edge_env["EDGE_FSYNC_BLOBS"] = "false"
-    edge = _start(
+    edge = start_process(
         [python, "-m", "conclave.cli.main", "serve", "edge", "--port", str(edge_port)], edge_env
     )
     servers = {"bare": (bare_port, "/upload", bare.pid)}
     servers["edge"] = (edge_port, "/api/edge-intake/", edge.pid)
     runs: dict[tuple[str, str], Workload] = {}
     try:
-        await _wait_ready(bare_port, "/")
-        await _wait_ready(edge_port, "/health")
+        await wait_ready(bare_port, "/")
+        await wait_ready(edge_port, "/health")
         print("measuring small files ...", file=sys.stderr)
         for name, (port, path, pid) in servers.items():
             await _settle()

@@ -55,7 +55,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.gateway import ROOT, _free_port, _wait_ready
+from bench.servers import ROOT, free_port, wait_ready
 from conclave.edge_client import EdgeClient, Envelope, Outbox, SyncReport, UploadResult
 
 HOST = "127.0.0.1"
@@ -260,7 +260,7 @@ def outbox_evidence(outbox: Outbox, report: SyncReport) -> list[list[str]]:
 
 async def main(items: int, levels: list[int], rounds: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="conclave-bench-edge-client-"))
-    port = _free_port()
+    port = free_port()
     base_url = f"http://{HOST}:{port}"
     server = start_edge(port, work / "server")
     base = base_png()
@@ -268,7 +268,7 @@ async def main(items: int, levels: list[int], rounds: int) -> None:
     runs: list[Run] = []
     enqueue_seconds: list[float] = []
     try:
-        await _wait_ready(port, "/health")
+        await wait_ready(port, "/health")
         warm = write_files(work / "warm-up", base, next(numbers), WARM_UP)
         await upload_directly(base_url, warm, 2, "bench-warm-up", [])
         for round_index in range(rounds):

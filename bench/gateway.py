@@ -12,22 +12,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
-import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import asyncpg
-import httpx
 from redis.asyncio import Redis
 
 from bench.loadgen import LoadResult, run_load
+from bench.servers import PG_ADMIN, REDIS_URL, free_port, start_process, wait_ready
 
-ROOT = Path(__file__).resolve().parent.parent
-PG_ADMIN = os.environ.get("BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 BODY = {"tool": "echo", "args": {"message": "hello, conclave"}}
 MCP_BODY = {
     "jsonrpc": "2.0",
@@ -36,31 +30,6 @@ MCP_BODY = {
     "params": {"name": "echo", "arguments": {"message": "hello, conclave"}},
 }
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        args, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-
-
-async def _wait_ready(port: int, path: str) -> None:
-    async with httpx.AsyncClient() as client:
-        for _ in range(200):
-            try:
-                if (await client.get(f"http://127.0.0.1:{port}{path}")).status_code < 500:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"server on port {port} did not start")
 
 
 async def _measure(
@@ -88,13 +57,13 @@ async def main(seconds: float, concurrency: int) -> None:
     admin = await asyncpg.connect(PG_ADMIN)
     await admin.execute(f'CREATE DATABASE "{database}"')
     prefix = f"bench:{uuid.uuid4().hex[:8]}:"
-    bare_port, gateway_port = _free_port(), _free_port()
+    bare_port, gateway_port = free_port(), free_port()
     python = sys.executable
-    bare = _start(
+    bare = start_process(
         [python, "-m", "uvicorn", "bench.bare_app:app", "--port", str(bare_port),
          "--no-access-log", "--log-level", "warning"], {},
     )  # fmt: skip
-    gateway = _start(
+    gateway = start_process(
         [python, "-m", "conclave.cli.main", "serve", "gateway", "--port", str(gateway_port)],
         {
             "CONCLAVE_DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{database}",
@@ -105,8 +74,8 @@ async def main(seconds: float, concurrency: int) -> None:
         },
     )
     try:
-        await _wait_ready(bare_port, "/docs")
-        await _wait_ready(gateway_port, "/health")
+        await wait_ready(bare_port, "/docs")
+        await wait_ready(gateway_port, "/health")
         baseline = await _measure(bare_port, concurrency, seconds)
         governed = await _measure(gateway_port, concurrency, seconds)
         mcp = await _measure(gateway_port, concurrency, seconds, "/mcp", MCP_BODY, MCP_HEADERS)

@@ -14,25 +14,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 from fastapi import FastAPI
 
 from bench.loadgen import LoadResult, run_load
+from bench.servers import free_port, start_process, wait_ready
 from conclave.graph.app import build_classifier
 from conclave.graph.collector import CollectorClient, CollectorLookup
 from conclave.graph.graph import GraphContext, build_graph
 from conclave.graph.models import DispatchRequest, DispatchResponse
 from conclave.settings import GraphSettings
 
-ROOT = Path(__file__).resolve().parent.parent
 QUERIES = [
     {"query": "hello there", "validated_entities": []},
     {"query": "what is the capital of France?", "validated_entities": []},
@@ -59,31 +56,6 @@ async def bare_dispatch(body: DispatchRequest) -> DispatchResponse:
         trace_id=str(uuid.uuid4()),
         duration_ms=0.01,
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        args, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-
-
-async def _wait_ready(port: int, path: str) -> None:
-    async with httpx.AsyncClient() as client:
-        for _ in range(300):
-            try:
-                if (await client.get(f"http://127.0.0.1:{port}{path}")).status_code < 500:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"server on port {port} did not start")
 
 
 async def _mixed(port: int, concurrency: int, seconds: float) -> LoadResult:
@@ -128,14 +100,14 @@ def _row(name: str, result: LoadResult) -> str:
 
 
 async def main(seconds: float, concurrency: int) -> None:
-    bare_port, graph_port = _free_port(), _free_port()
+    bare_port, graph_port = free_port(), free_port()
     python = sys.executable
     with tempfile.TemporaryDirectory() as data_dir:
-        bare = _start(
+        bare = start_process(
             [python, "-m", "uvicorn", "bench.graph:bare_app", "--port", str(bare_port),
              "--no-access-log", "--log-level", "warning"], {},
         )  # fmt: skip
-        service = _start(
+        service = start_process(
             [python, "-m", "conclave.cli.main", "serve", "graph", "--port", str(graph_port)],
             {
                 "CONCLAVE_DATA_DIR": data_dir,
@@ -145,8 +117,8 @@ async def main(seconds: float, concurrency: int) -> None:
             },
         )
         try:
-            await _wait_ready(bare_port, "/docs")
-            await _wait_ready(graph_port, "/health")
+            await wait_ready(bare_port, "/docs")
+            await wait_ready(graph_port, "/health")
             baseline = await _mixed(bare_port, concurrency, seconds)
             graph = await _mixed(graph_port, concurrency, seconds)
         finally:
