@@ -13,7 +13,7 @@ from conclave.gateway.formats import render
 from conclave.gateway.models import ExecuteRequest, ExecuteResponse, ToolCall, ToolCatalogue
 from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.platform.clock import rfc3339
-from conclave.platform.errors import Forbidden, NotFound
+from conclave.platform.errors import NotFound
 from conclave.platform.http import (
     CurrentPlatform,
     CurrentPrincipal,
@@ -111,11 +111,7 @@ async def execute(
     ] = None,
 ) -> ExecuteResponse:
     """Execute one tool through validation, audit, event and metrics."""
-    user_id = principal.user_id
-    if body.user_id is not None:
-        if request.app.state.authenticator.enabled and body.user_id != principal.user_id:
-            raise Forbidden("user_id comes from your credentials.", code="USER_MISMATCH")
-        user_id = body.user_id
+    user_id = request.app.state.authenticator.acting_user(principal, body.user_id)
     outcome = await service.execute(
         ExecuteCommand(
             tool=body.tool,

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from conclave.gateway.api import Service
 from conclave.gateway.finance import DEFAULT_DAYS, ENTITY_PREFIX, FINANCE_ALIASES, RISK_OF_PROFILE
 from conclave.gateway.formats import render
 from conclave.gateway.models import ToolCatalogue
-from conclave.gateway.service import GatewayService
 from conclave.platform.http import CurrentPrincipal
 
 finance_router = APIRouter(prefix="/v1/finance", tags=["finance"])
 
-
-async def _service(request: Request) -> GatewayService:
-    return request.app.state.gateway  # type: ignore[no-any-return]
-
-
-Service = Annotated[GatewayService, Depends(_service)]
 
 ARGUMENT_MAPPINGS = {
     "screen_tickers": {

@@ -9,7 +9,6 @@ from fastapi.responses import JSONResponse
 
 from conclave.graph.models import DispatchRequest, DispatchResponse, GraphHealth
 from conclave.graph.service import DispatchCommand, DispatchService
-from conclave.platform.errors import Forbidden
 from conclave.platform.http import CurrentPrincipal, correlation_id
 
 router = APIRouter()
@@ -50,11 +49,7 @@ async def dispatch(
     body: DispatchRequest, request: Request, service: Service, principal: CurrentPrincipal
 ) -> DispatchResponse:
     """Route a query and its validated entities through the dispatch graph."""
-    user_id: str | None = principal.user_id
-    if body.user_id is not None:
-        if request.app.state.authenticator.enabled and body.user_id != principal.user_id:
-            raise Forbidden("user_id comes from your credentials.", code="USER_MISMATCH")
-        user_id = body.user_id
+    user_id = request.app.state.authenticator.acting_user(principal, body.user_id)
     command = DispatchCommand(
         request=body,
         user_id=user_id,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import jwt
 
-from conclave.platform.errors import Unauthorized
+from conclave.platform.errors import Forbidden, Unauthorized
 
 ANONYMOUS = "anonymous"
 
@@ -75,6 +75,15 @@ class Authenticator:
         if self._algorithms and credential.count(".") == 2:
             return Principal(self._decode_jwt(credential), "jwt")
         raise Unauthorized("Invalid bearer token.", code="INVALID_TOKEN")
+
+    def acting_user(self, principal: Principal, claimed: str | None) -> str:
+        """The user a request acts for: always the principal, except that with auth disabled a
+        request may name its user; naming someone else with auth on is 403 ``USER_MISMATCH``."""
+        if claimed is None:
+            return principal.user_id
+        if self._config.enabled and claimed != principal.user_id:
+            raise Forbidden("user_id comes from your credentials.", code="USER_MISMATCH")
+        return claimed
 
     def _lookup_token(self, credential: str) -> str | None:
         # Compare against every entry in constant time so timing does not reveal a prefix match.
