@@ -8,10 +8,11 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 import httpx
 from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from conclave import __version__
-from conclave.gateway.api import router
+from conclave.gateway.api import EXECUTE_ROUTE, router
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.backends.catalogue import (
     ENTITY_TOOLS,
@@ -20,6 +21,7 @@ from conclave.gateway.backends.catalogue import (
     load_catalogue,
 )
 from conclave.gateway.builtin import BUILTIN_TOOLS
+from conclave.gateway.fast_lane import FastLane
 from conclave.gateway.finance import FINANCE_ALIASES
 from conclave.gateway.finance_api import finance_router
 from conclave.gateway.limits import CallLimits
@@ -129,6 +131,8 @@ def create_app(
     )
     app.state.settings = settings
     app.include_router(router)
+    # Innermost, so ids, metrics and the body cap still wrap it (see fast_lane.py for why).
+    app.user_middleware.append(Middleware(FastLane, owner=app, route=EXECUTE_ROUTE, method="POST"))
     if settings.mcp_domain == "finance":
         app.include_router(finance_router)
     mcp_endpoint = McpEndpoint(app.state.authenticator)

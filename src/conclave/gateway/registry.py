@@ -5,12 +5,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from jsonschema import Draft202012Validator
-
 from conclave.gateway.finance import Alias
 from conclave.gateway.formats import wire_name
 from conclave.gateway.tools import Tool
-from conclave.gateway.validation import compile_schema
+from conclave.gateway.validation import SchemaCheck, compile_schema
 
 _MCP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
@@ -20,7 +18,7 @@ class RegisteredAlias:
     """An alias tool with its argument validator; it runs its canonical tool."""
 
     alias: Alias
-    arguments: Draft202012Validator
+    arguments: SchemaCheck
     view: Tool
     """How the alias appears in catalogues (the canonical tool's annotations, its own schema)."""
 
@@ -30,8 +28,8 @@ class RegisteredTool:
     """A tool with its validators compiled once at registration."""
 
     tool: Tool
-    arguments: Draft202012Validator
-    output: Draft202012Validator | None
+    arguments: SchemaCheck
+    output: SchemaCheck | None
 
 
 class ToolRegistry:

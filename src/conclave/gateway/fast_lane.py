@@ -1,0 +1,55 @@
+"""``POST /execute`` without the framework's per-request machinery.
+
+The governance chain is what ``/execute`` is for; routing, the exception middleware, the exit-stack
+middleware and request/response wrapping around it cost the gateway as much CPU as the chain
+itself. This innermost middleware answers ``POST /execute`` by calling the route function directly
+and renders its errors with the app's own exception handlers. Everything outside it still applies
+(request and correlation ids, HTTP metrics, the body-size cap); every other request goes on to the
+router, and the documented route in :mod:`conclave.gateway.api` is the same function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class FastLane:
+    """Innermost middleware: requests for ``route`` (one method) go straight to its endpoint."""
+
+    def __init__(self, app: ASGIApp, *, owner: FastAPI, route: APIRoute, method: str) -> None:
+        self.app = app
+        self._owner = owner
+        self._route = route
+        self._method = method
+        self._endpoint: Endpoint = route.endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hot = scope["type"] == "http" and scope["path"] == self._route.path
+        if not hot or scope["method"] != self._method:
+            await self.app(scope, receive, send)
+            return
+        scope["route"] = self._route  # what the HTTP metrics label the request with
+        request = Request(scope, receive)
+        try:
+            response = await self._endpoint(request)
+        except Exception as exc:
+            handler = self._handler_for(exc)
+            if handler is None:
+                raise  # the request-context middleware renders the 500
+            response = await handler(request, exc)
+        await response(scope, receive, send)
+
+    def _handler_for(self, exc: Exception) -> Any:
+        handlers = self._owner.exception_handlers
+        for kind in type(exc).__mro__:
+            if kind in handlers and kind is not Exception:
+                return handlers[kind]
+        return None
