@@ -57,7 +57,7 @@ async def test_concurrent_writes_are_committed_in_fewer_commits(
     engine: AsyncEngine, writer: BatchWriter
 ) -> None:
     commits: list[int] = []
-    writer.after_commit(lambda: commits.append(1))
+    writer.after_commit(lambda committed: commits.append(1))
     ids = [str(uuid.uuid4()) for _ in range(100)]
 
     await asyncio.gather(*(writer.write(consumed(event_id)) for event_id in ids))

@@ -8,6 +8,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 import httpx
 from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
@@ -25,7 +26,13 @@ from conclave.gateway.fast_lane import FastLane
 from conclave.gateway.finance import FINANCE_ALIASES
 from conclave.gateway.finance_api import finance_router
 from conclave.gateway.limits import CallLimits
-from conclave.gateway.mcp import MCP_PATH, McpEndpoint, create_mcp_server, create_session_manager
+from conclave.gateway.mcp import (
+    MCP_PATH,
+    McpEndpoint,
+    McpHandlers,
+    create_mcp_server,
+    create_session_manager,
+)
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.plugins import load_entry_point_tools, load_module_tools
 from conclave.gateway.registry import ToolRegistry
@@ -98,7 +105,8 @@ def create_app(
         )
     registry = build_registry(settings, extra_tools, tuple(backend_tools))
 
-    mcp_server = create_mcp_server(lambda: app.state.gateway)
+    mcp_handlers = McpHandlers(lambda: app.state.gateway)
+    mcp_server = create_mcp_server(mcp_handlers)
     limiter = rate_limiter_for(settings)
     allowed_hosts = [] if "*" in settings.mcp_allowed_hosts else settings.mcp_allowed_hosts
 
@@ -118,6 +126,7 @@ def create_app(
         # A session manager runs once: every start of the app gets a new one.
         manager = create_session_manager(mcp_server, allowed_hosts)
         mcp_endpoint.manager = manager
+        mcp_endpoint.security = TransportSecurityMiddleware(manager.security_settings)
         return _resources(manager, limiter, http)
 
     app = create_service_app(
@@ -135,6 +144,8 @@ def create_app(
     app.user_middleware.append(Middleware(FastLane, owner=app, route=EXECUTE_ROUTE, method="POST"))
     if settings.mcp_domain == "finance":
         app.include_router(finance_router)
-    mcp_endpoint = McpEndpoint(app.state.authenticator)
+    mcp_endpoint = McpEndpoint(
+        app.state.authenticator, mcp_handlers, fast_path=settings.mcp_fast_path
+    )
     app.router.routes.append(Route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"]))
     return app

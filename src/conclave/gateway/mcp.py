@@ -16,9 +16,14 @@ from typing import Any
 from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from starlette.types import Receive, Scope, Send
+from mcp_types import DEFAULT_NEGOTIATED_VERSION, methods
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
 
 from conclave import __version__
 from conclave.gateway.service import ExecuteCommand, GatewayService
@@ -42,19 +47,21 @@ def _mcp_tool(tool: Tool) -> types.Tool:
     )
 
 
-def create_mcp_server(service: Callable[[], GatewayService]) -> Server[Any]:
-    """An MCP server whose handlers use the gateway service returned by ``service``."""
+class McpHandlers:
+    """What ``tools/list`` and ``tools/call`` answer, for the SDK's server and the fast path."""
 
-    async def list_tools(
-        _ctx: Any, _params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[_mcp_tool(t) for t in service().registry.tools()])
+    def __init__(self, service: Callable[[], GatewayService]) -> None:
+        self._service = service
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        principal: Principal = ctx.request.scope["state"]["principal"]
-        gateway = service()
+    def list_tools(self) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[_mcp_tool(t) for t in self._service().registry.tools()])
+
+    async def call_tool(
+        self, principal: Principal, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        """Run the call through the governance chain; raises ``MCPError`` for an unknown tool."""
         try:
-            outcome = await gateway.execute(
+            outcome = await self._service().execute(
                 ExecuteCommand(
                     tool=params.name,
                     args=params.arguments if params.arguments is not None else {},
@@ -97,6 +104,18 @@ def create_mcp_server(service: Callable[[], GatewayService]) -> Server[Any]:
             _meta={"conclave": meta},
         )
 
+
+def create_mcp_server(handlers: McpHandlers) -> Server[Any]:
+    """An MCP server (the SDK's low-level server) answering with ``handlers``."""
+
+    async def list_tools(
+        _ctx: Any, _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return handlers.list_tools()
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return await handlers.call_tool(ctx.request.scope["state"]["principal"], params)
+
     return Server(
         "conclave-gateway",
         version=__version__,
@@ -121,11 +140,29 @@ def create_session_manager(
 
 
 class McpEndpoint:
-    """ASGI endpoint at ``/mcp``: authenticate like every other route, then hand to the SDK."""
+    """ASGI endpoint at ``/mcp``: authenticate like every other route, then answer.
 
-    def __init__(self, authenticator: Authenticator) -> None:
+    The SDK's stateless transport builds a server session (task group, memory streams, a
+    dispatcher) for every request, which costs twice the governed call behind it. So a plain
+    stateless JSON request for ``tools/call`` or ``tools/list`` (the traffic of a working agent) is
+    answered here: the SDK's own types parse the parameters and serialise the result, the same
+    handlers answer, and the wire format is the SDK's (a test holds the two paths equal). Anything
+    else (``initialize``, notifications, batches, GET streams, the 2026 per-request protocol,
+    malformed messages, requests its transport-security check refuses) goes to the SDK as is.
+    """
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        handlers: McpHandlers,
+        *,
+        fast_path: bool = True,
+    ) -> None:
         self._authenticator = authenticator
+        self._handlers = handlers
+        self._fast_path = fast_path
         self.manager: StreamableHTTPSessionManager | None = None  # set when the app starts
+        self.security: TransportSecurityMiddleware | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
@@ -137,4 +174,103 @@ class McpEndpoint:
         if self.manager is None:
             raise RuntimeError("the gateway app has not started")
         scope.setdefault("state", {})["principal"] = principal
+        if self._fast_path and scope["method"] == "POST":
+            body = await _read_body(receive)
+            if await self._answer(scope, headers, body, principal, send):
+                return
+            receive = _replay(body, receive)
         await self.manager.handle_request(scope, receive, send)
+
+    async def _answer(
+        self, scope: Scope, headers: dict[str, str], body: bytes, principal: Principal, send: Send
+    ) -> bool:
+        """Answer a plain stateless ``tools/call``/``tools/list``; False leaves it to the SDK."""
+        message = _plain_request(headers, body)
+        if message is None or self.security is None:
+            return False
+        if await self.security.validate_request(Request(scope), is_post=True) is not None:
+            return False
+        request_id, method, params, version = message
+        try:
+            if method == "tools/list":
+                result: Any = self._handlers.list_tools()
+            else:
+                call = types.CallToolRequestParams.model_validate(params, by_name=False)
+                result = await self._handlers.call_tool(principal, call)
+        except ValidationError:
+            return False  # the SDK words the error
+        except MCPError as exc:
+            reply: Any = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=exc.error)
+        else:
+            dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            # The SDK's own sieve: what this protocol version's result schema holds.
+            dumped = methods.serialize_server_result(method, version, dumped)
+            reply = types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=dumped)
+        response = Response(
+            reply.model_dump_json(by_alias=True, exclude_unset=True),
+            media_type="application/json",
+        )
+        await response(scope, _no_more_body, send)
+        return True
+
+
+def _plain_request(headers: dict[str, str], body: bytes) -> tuple[Any, str, Any, str] | None:
+    """(id, method, params, protocol version) of a single stateless JSON ``tools/call`` or
+    ``tools/list`` request of a handshake-era protocol version."""
+    version = headers.get("mcp-protocol-version", DEFAULT_NEGOTIATED_VERSION)
+    if version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None
+    media_type = headers.get("content-type", "").split(";")[0].strip()
+    accept = headers.get("accept", "")
+    if media_type != "application/json" or not _accepts_json(accept):
+        return None
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return None
+    request_id, method, params = message.get("id"), message.get("method"), message.get("params")
+    if set(message) - {"jsonrpc", "id", "method", "params"}:
+        return None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        return None
+    if method == "tools/call" and isinstance(params, dict):
+        return request_id, method, params, version
+    if method == "tools/list" and params in (None, {}):
+        return request_id, method, params, version
+    return None
+
+
+def _accepts_json(accept: str) -> bool:
+    types_ = {part.split(";")[0].strip() for part in accept.split(",")}
+    return bool(types_ & {"application/json", "application/*", "*/*"})
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _no_more_body() -> Message:
+    return {"type": "http.disconnect"}

@@ -5,6 +5,11 @@ with the :class:`~conclave.platform.db.batch.BatchWriter`, or :func:`add_event` 
 owns). After commit the relay publishes pending events and marks them published; while the bus is
 down it retries with capped exponential backoff. Delivery is at-least-once: a crash between publish
 and mark publishes again, and consumers dedupe by ``event_id``.
+
+Events written through the writer are handed to this process's relay when their commit succeeds,
+so it publishes them without reading them back; their rows are reserved for it for
+:data:`HANDOFF_RESERVATION` (other relays' polls skip them), after which any relay publishes what a
+crashed process left behind. Events added on a caller's connection are found by polling.
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.bus.base import Event, EventBus
 from conclave.platform.clock import as_utc, utc_now
-from conclave.platform.db.batch import Insert
+from conclave.platform.db.batch import BatchWriter, Insert, Update
 from conclave.platform.db.engine import is_sqlite, is_store_down
 from conclave.platform.db.schema import outbox_events
 from conclave.platform.errors import BusUnavailable
 
 log = logging.getLogger(__name__)
+
+HANDOFF_RESERVATION = timedelta(seconds=10)
+"""How long polls leave an event to the relay of the process that committed it."""
 
 
 def _row(event: Event) -> dict[str, Any]:
@@ -44,8 +52,11 @@ def _row(event: Event) -> dict[str, Any]:
 
 
 def outbox_write(event: Event) -> Insert:
-    """The outbox row of ``event``, to commit with a batch of business writes."""
-    return Insert(outbox_events, _row(event))
+    """The outbox row of ``event``, to commit with a batch of business writes; once committed,
+    the writer hands the event to the relay (reserved for it, see the module's docstring)."""
+    row = _row(event)
+    row["next_attempt_at"] = event.emitted_at + HANDOFF_RESERVATION
+    return Insert(outbox_events, row, committed=event)
 
 
 async def add_event(connection: AsyncConnection, event: Event) -> None:
@@ -87,9 +98,13 @@ class OutboxRelay:
         max_backoff_seconds: float = 10.0,
         retention: timedelta = timedelta(days=7),
         batch_size: int = 500,
+        writer: BatchWriter | None = None,
     ) -> None:
         self._engine = engine
         self._bus = bus
+        self._writer = writer
+        self._handed: list[Event] = []
+        self._poll_requested = True
         self._poll = poll_seconds
         self._max_backoff = max_backoff_seconds
         self._retention = retention
@@ -101,7 +116,16 @@ class OutboxRelay:
 
     def wake(self) -> None:
         """Ask the relay to look for new events now (called after a commit)."""
+        self._poll_requested = True
         self._wake.set()
+
+    def handoff(self, committed: list[Any]) -> None:
+        """Take the events of a commit that just succeeded, to publish without reading them back
+        (the writer's after-commit callback)."""
+        events = [item for item in committed if isinstance(item, Event)]
+        if events:
+            self._handed.extend(events)
+            self._wake.set()
 
     async def start(self) -> None:
         """Start the background loop."""
@@ -125,26 +149,63 @@ class OutboxRelay:
         self._task = None
 
     async def _run(self) -> None:
-        last_cleanup = 0.0
         loop = asyncio.get_running_loop()
+        last_cleanup = last_poll = 0.0
         while True:
             self._wake.clear()
             stopping = self._stopping  # requested before this pass: make it the last one
+            # Under load, hand-offs wake the relay every few milliseconds; the table is still
+            # polled at least every `poll_seconds` for what they do not cover.
+            poll = stopping or self._poll_requested or loop.time() - last_poll >= self._poll
+            more = False
             try:
-                published = await self.publish_pending()
+                await self._publish_handed()
+                if poll:
+                    self._poll_requested = False
+                    last_poll = loop.time()
+                    more = await self.publish_pending() >= self._batch_size
                 if loop.time() - last_cleanup > 3600:
                     last_cleanup = loop.time()
                     await self.delete_published_before(utc_now() - self._retention)
             except Exception as exc:
-                published = 0
                 level = logging.WARNING if is_store_down(exc) else logging.ERROR
                 log.log(level, "outbox relay pass failed", exc_info=not is_store_down(exc))
             if stopping:
                 return
-            if published >= self._batch_size:
-                continue  # more are waiting
+            if more:
+                self._poll_requested = True  # more are waiting
+                continue
+            if self._handed:
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self._poll)
+
+    async def _publish_handed(self) -> None:
+        if not self._handed:
+            return
+        events, self._handed = self._handed, []
+        ids = [event.event_id for event in events]
+        try:
+            await self._bus.publish(events)
+        except BusUnavailable as exc:
+            self.bus_healthy = False
+            async with self._engine.begin() as connection:  # back to polling, with backoff
+                await self._record_failure(connection, ids, 1, str(exc))
+            return
+        self.bus_healthy = True
+        published_at = utc_now()
+        if self._writer is not None:  # rides along with the next group commit
+            marks = {"published_at": published_at, "attempts": 1}
+            await self._writer.write(
+                *(Update(outbox_events, "event_id", {"event_id": id_, **marks}) for id_ in ids)
+            )
+            return
+        async with self._engine.begin() as connection:
+            await connection.execute(
+                update(outbox_events)
+                .where(outbox_events.c.event_id.in_(ids))
+                .values(published_at=published_at, attempts=outbox_events.c.attempts + 1)
+            )
 
     async def publish_pending(self) -> int:
         """Publish one batch of due events; return how many were published."""
@@ -172,7 +233,8 @@ class OutboxRelay:
                 await self._bus.publish(events)
             except BusUnavailable as exc:
                 self.bus_healthy = False
-                await self._record_failure(connection, rows, str(exc))
+                attempts = max(row.attempts for row in rows) + 1
+                await self._record_failure(connection, ids, attempts, str(exc))
                 return 0
             self.bus_healthy = True
             await connection.execute(
@@ -183,18 +245,17 @@ class OutboxRelay:
         return len(events)
 
     async def _record_failure(
-        self, connection: AsyncConnection, rows: Sequence[Any], error: str
+        self, connection: AsyncConnection, ids: Sequence[str], attempts: int, error: str
     ) -> None:
-        attempts = max(row.attempts for row in rows) + 1
         delay = min(self._max_backoff, 0.25 * 2**attempts) * random.uniform(0.5, 1.0)
         log.warning(
             "bus down, %d events wait in the outbox",
-            len(rows),
+            len(ids),
             extra={"retry_in_s": round(delay, 2)},
         )
         await connection.execute(
             update(outbox_events)
-            .where(outbox_events.c.event_id.in_([row.event_id for row in rows]))
+            .where(outbox_events.c.event_id.in_(ids))
             .values(
                 attempts=outbox_events.c.attempts + 1,
                 last_error=error[:1000],

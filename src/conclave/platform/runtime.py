@@ -77,8 +77,9 @@ class Platform:
                 poll_seconds=settings.outbox_poll_seconds,
                 max_backoff_seconds=settings.outbox_max_backoff_seconds,
                 retention=timedelta(hours=settings.outbox_retention_hours),
+                writer=writer,
             )
-            writer.after_commit(relay.wake)
+            writer.after_commit(relay.handoff)
             await writer.start()
             stack.push_async_callback(writer.stop)
             await relay.start()

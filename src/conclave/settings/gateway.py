@@ -89,6 +89,12 @@ class GatewaySettings(CommonSettings):
         alias="GATEWAY_MCP_ALLOWED_HOSTS",
         description="Host headers /mcp accepts (DNS-rebinding guard), comma separated; '*' = any.",
     )
+    mcp_fast_path: bool = Field(
+        True,
+        alias="GATEWAY_MCP_FAST_PATH",
+        description="Answer plain stateless tools/call and tools/list requests without building "
+        "an SDK session per request (false: every /mcp request goes through the SDK transport).",
+    )
 
     _split_lists = field_validator(
         "tool_modules", "mcp_allowed_hosts", "tool_catalogues", mode="before"

@@ -27,10 +27,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Insert:
-    """Insert one row into ``table``."""
+    """Insert one row into ``table``; ``committed`` (if any) goes to the after-commit callbacks."""
 
     table: Table
     values: Mapping[str, Any]
+    committed: Any = None
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,11 @@ class BatchWriter:
         self._committers = 1 if is_sqlite(engine) else max(1, committers)
         self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
-        self._after_commit: list[Callable[[], None]] = []
+        self._after_commit: list[Callable[[list[Any]], None]] = []
 
-    def after_commit(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` after every successful commit (the outbox relay wakes up this way)."""
+    def after_commit(self, callback: Callable[[list[Any]], None]) -> None:
+        """Call ``callback`` after every successful commit with the ``committed`` objects of its
+        inserts (the outbox relay receives the events it is to publish this way)."""
         self._after_commit.append(callback)
 
     async def start(self) -> None:
@@ -165,8 +167,14 @@ class BatchWriter:
         for item in batch:
             if not item.done.done():
                 item.done.set_result(None)
+        committed = [
+            write.committed
+            for item in batch
+            for write in item.writes
+            if isinstance(write, Insert) and write.committed is not None
+        ]
         for callback in self._after_commit:
-            callback()
+            callback(committed)
 
 
 def _translate(exc: Exception) -> Exception:

@@ -1,0 +1,114 @@
+"""The /mcp fast path answers exactly what the SDK's transport answers, and governs the same way."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from conclave.gateway.app import create_app
+from conclave.gateway.tools import Tool
+from tests.conftest import Backend, eventually, open_platform, test_settings
+from tests.gateway.conftest import audit_rows, published
+from tests.httpserver import running_server
+
+HEADERS = {
+    "Authorization": "Bearer tok-ada",
+    "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": "2025-11-25",
+}
+REQUESTS: list[dict[str, Any]] = [
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+     "params": {"name": "echo", "arguments": {"message": "hi"}}},
+    {"jsonrpc": "2.0", "id": "three", "method": "tools/call",
+     "params": {"name": "echo", "arguments": {"message": 5}}},
+    {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+     "params": {"name": "evaluate_expression", "arguments": {"expression": "1/0"}}},
+    {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "no_such_tool"}},
+    {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"arguments": {}}},
+    {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": 42}},
+]  # fmt: skip
+
+
+@asynccontextmanager
+async def live(backend: Backend, tools: tuple[Tool, ...], fast: bool) -> AsyncIterator[str]:
+    settings = test_settings(auth="enabled", api_tokens="tok-ada=ada", mcp_fast_path=fast)
+    async with open_platform(backend, settings) as platform:
+        app = create_app(settings, platform=platform, extra_tools=tools)
+        async with running_server(app) as url:
+            yield f"{url}/mcp"
+
+
+def _without_ids(value: Any) -> Any:
+    """``value`` with every ``conclave_id`` (new for each call) blanked."""
+    if isinstance(value, dict):
+        return {k: "…" if k == "conclave_id" else _without_ids(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_ids(item) for item in value]
+    return value
+
+
+async def _answers(url: str) -> list[tuple[int, str, Any]]:
+    answers = []
+    async with httpx.AsyncClient(headers=HEADERS) as client:
+        for request in REQUESTS:
+            response = await client.post(url, json=request)
+            body = _without_ids(response.json())
+            answers.append((response.status_code, response.headers["content-type"], body))
+    return answers
+
+
+async def test_fast_path_answers_like_the_sdk(backend: Backend, test_tools: tuple[Tool, ...]):
+    async with live(backend, test_tools, fast=False) as url:
+        through_sdk = await _answers(url)
+    async with live(backend, test_tools, fast=True) as url:
+        fast = await _answers(url)
+    assert fast == through_sdk
+    [listing, called, invalid, failed, unknown, nameless, bad_name] = fast
+    assert called[2]["result"]["structuredContent"] == {"message": "hi"}
+    assert invalid[2]["result"]["isError"] is True
+    assert "division by zero" in failed[2]["result"]["content"][0]["text"]
+    assert unknown[2]["error"]["code"] == -32602
+    assert "error" in nameless[2] and "error" in bad_name[2]
+    assert {tool["name"] for tool in listing[2]["result"]["tools"]} >= {"echo", "json_query"}
+    # Both runs audited the same calls: succeeded, rejected, failed, unknown (rejected) each time.
+    statuses = sorted(row.status for row in await audit_rows(backend))
+    assert statuses == sorted(["succeeded", "rejected", "failed", "rejected"] * 2)
+
+
+async def test_fast_path_call_is_audited_and_published(
+    backend: Backend, test_tools: tuple[Tool, ...]
+):
+    async with (
+        live(backend, test_tools, fast=True) as url,
+        httpx.AsyncClient(headers=HEADERS) as client,
+    ):
+        response = await client.post(url, json=REQUESTS[1])
+    conclave_id = response.json()["result"]["_meta"]["conclave"]["conclave_id"]
+    [row] = await audit_rows(backend)
+    assert (row.conclave_id, row.tool_name, row.user_id) == (conclave_id, "echo", "ada")
+
+    async def event() -> list[Any]:
+        return [e for e in await published(backend) if e.payload["conclave_id"] == conclave_id]
+
+    [found] = await eventually(event, timeout=15)
+    assert found.payload["args"] == {"message": "hi"}
+
+
+async def test_requests_it_does_not_know_go_to_the_sdk(
+    backend: Backend, test_tools: tuple[Tool, ...]
+):
+    async with (
+        live(backend, test_tools, fast=True) as url,
+        httpx.AsyncClient(headers=HEADERS) as client,
+    ):
+        batch = await client.post(url, json=[REQUESTS[0], REQUESTS[1]])
+        wrong_host = await client.post(url, json=REQUESTS[1], headers={"Host": "evil.example"})
+        not_json = await client.post(url, content=b"{", headers={"Content-Type": "text/plain"})
+    assert batch.status_code == 400  # the SDK does not take batches on this protocol version
+    assert wrong_host.status_code in (403, 421)  # the SDK's DNS-rebinding guard
+    assert 400 <= not_json.status_code < 500  # worded by the SDK
+    assert await audit_rows(backend) == []
