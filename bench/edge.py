@@ -52,6 +52,7 @@ from PIL import Image
 from redis.asyncio import Redis
 
 from bench.loadgen import LoadResult
+from bench.report import target
 from bench.servers import PG_ADMIN, REDIS_URL, ROOT, free_port, start_process, wait_ready
 
 HOST = "127.0.0.1"
@@ -518,6 +519,10 @@ async def main(options: argparse.Namespace) -> None:
     )
     print(f"p99 upload-to-200, 5 MiB image: {p99:,.0f} ms (target < 1000 ms: "
           f"{_verdict(p99 < 1000)})")  # fmt: skip
+    target("edge: large-file throughput / bare", f"{ratio:.2f}", ">= 0.60", ratio >= 0.6)
+    target("edge: p99 upload-to-200, 5 MiB image", f"{p99:,.0f} ms", "< 1000 ms", p99 < 1000)
+    peak_mb = peak_rss * 1024 / MB
+    target("edge: service peak RSS", f"{peak_mb:.0f} MB", "< 150 MB", peak_mb < 150)
     print(
         f"packs committed: {packs} for {edge_ok} answers 200; events on the stream: "
         f"{stream}; unpublished outbox rows: {unpublished}"

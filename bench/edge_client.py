@@ -55,6 +55,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.report import target
 from bench.servers import ROOT, free_port, wait_ready
 from conclave.edge_client import EdgeClient, Envelope, Outbox, SyncReport, UploadResult
 
@@ -337,6 +338,10 @@ async def main(items: int, levels: list[int], rounds: int) -> None:
         )
         ratio = outbox_rate / direct_rate
         verdict = "met" if ratio >= TARGET else "NOT met"
+        target(
+            f"edge client: outbox / direct sync, concurrency {concurrency}",
+            f"{ratio:.2f}", f">= {TARGET:.2f}", ratio >= TARGET,
+        )  # fmt: skip
         print(
             f"concurrency {concurrency}: outbox/direct = {ratio:.2f} "
             f"(outbox costs {100 * (1 - ratio):.1f} %; target >= {TARGET:.2f}, i.e. under "

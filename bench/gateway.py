@@ -20,6 +20,7 @@ import asyncpg
 from redis.asyncio import Redis
 
 from bench.loadgen import LoadResult, run_load
+from bench.report import target
 from bench.servers import PG_ADMIN, REDIS_URL, free_port, start_process, wait_ready
 
 BODY = {"tool": "echo", "args": {"message": "hello, conclave"}}
@@ -111,6 +112,8 @@ async def main(seconds: float, concurrency: int) -> None:
     print(f"ratio governed/bare: {ratio:.2f} (target >= 0.50)")
     mcp_ratio = mcp.throughput / governed.throughput if governed.throughput else 0.0
     print(f"ratio MCP/execute: {mcp_ratio:.2f} (target >= 0.70)")
+    target("gateway: governed /execute / bare FastAPI", f"{ratio:.2f}", ">= 0.50", ratio >= 0.5)
+    target("gateway: MCP tools/call / /execute", f"{mcp_ratio:.2f}", ">= 0.70", mcp_ratio >= 0.7)
     print(
         f"audit rows committed: {rows} for "
         f"{governed.statuses.get(200, 0) + mcp.statuses.get(200, 0)} answers 200 (+ warm-ups); "

@@ -22,7 +22,7 @@ from conclave.gateway.backends.catalogue import (
     load_catalogue,
 )
 from conclave.gateway.builtin import BUILTIN_TOOLS
-from conclave.gateway.fast_lane import FastLane
+from conclave.gateway.fast_lane import AsgiLane, FastLane
 from conclave.gateway.finance import FINANCE_ALIASES
 from conclave.gateway.finance_api import finance_router
 from conclave.gateway.limits import CallLimits
@@ -147,5 +147,7 @@ def create_app(
     mcp_endpoint = McpEndpoint(
         app.state.authenticator, mcp_handlers, fast_path=settings.mcp_fast_path
     )
-    app.router.routes.append(Route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"]))
+    mcp_route = Route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"])
+    app.router.routes.append(mcp_route)
+    app.user_middleware.append(Middleware(AsgiLane, route=mcp_route))
     return app

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.routing import APIRoute
 from starlette.responses import Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -53,3 +54,19 @@ class FastLane:
             if kind in handlers and kind is not Exception:
                 return handlers[kind]
         return None
+
+
+class AsgiLane:
+    """Innermost middleware: every request for ``route``'s path goes straight to its ASGI app
+    (an endpoint that checks its own methods and renders its own errors, like ``/mcp``)."""
+
+    def __init__(self, app: ASGIApp, *, route: Route) -> None:
+        self.app = app
+        self._route = route
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != self._route.path:
+            await self.app(scope, receive, send)
+            return
+        scope["route"] = self._route
+        await self._route.app(scope, receive, send)

@@ -200,16 +200,15 @@ class McpEndpoint:
         except ValidationError:
             return False  # the SDK words the error
         except MCPError as exc:
-            reply: Any = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=exc.error)
+            error = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=exc.error)
+            body = error.model_dump_json(by_alias=True, exclude_unset=True)
         else:
             dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             # The SDK's own sieve: what this protocol version's result schema holds.
             dumped = methods.serialize_server_result(method, version, dumped)
-            reply = types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=dumped)
-        response = Response(
-            reply.model_dump_json(by_alias=True, exclude_unset=True),
-            media_type="application/json",
-        )
+            reply = {"jsonrpc": "2.0", "id": request_id, "result": dumped}
+            body = json.dumps(reply, separators=(",", ":"), ensure_ascii=False)
+        response = Response(body, media_type="application/json")
         await response(scope, _no_more_body, send)
         return True
 
