@@ -28,6 +28,7 @@ from conclave.collector.registry import ExpeditionRegistry
 from conclave.collector.semantic import SemanticMemory
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import is_store_down
+from conclave.platform.logs import correlation_id_var
 from conclave.platform.outbox import add_event
 from conclave.platform.runtime import Platform
 from conclave.settings import CollectorSettings
@@ -195,6 +196,8 @@ class ExpeditionWorker:
         )
 
     async def _run(self, row: Any) -> None:
+        # Each run is a task of its own: everything it logs carries the expedition's correlation.
+        correlation_id_var.set(row.correlation_id)
         progress = ProgressTracker()
         run_task = asyncio.current_task()
         assert run_task is not None
@@ -301,3 +304,12 @@ class ExpeditionWorker:
         elapsed = duration_ms(done)
         if elapsed is not None:
             self.metrics.duration.labels(row.expedition_type).observe(elapsed / 1000)
+        log.info(
+            "expedition %s",
+            status,
+            extra={
+                "expedition_id": row.expedition_id,
+                "expedition_type": row.expedition_type,
+                "duration_ms": elapsed,
+            },
+        )

@@ -17,6 +17,7 @@ from conclave.platform.metrics import ServiceMetrics
 from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from conclave.platform.problems import install_problem_handlers
 from conclave.platform.runtime import Platform
+from conclave.platform.tracing import Tracing
 from conclave.settings import CommonSettings
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
@@ -65,14 +66,18 @@ def create_service_app(
     settings: CommonSettings,
     metrics: ServiceMetrics,
     lifespan: Lifespan,
+    tracing: Tracing | None = None,
     **fastapi_kwargs: Any,
 ) -> FastAPI:
-    """A FastAPI app with Conclave's cross-cutting behaviour installed; routes are added after."""
+    """A FastAPI app with Conclave's cross-cutting behaviour installed; routes are added after.
+    ``tracing`` defaults to what the settings configure (off unless OpenTelemetry is set up)."""
+    tracing = tracing or Tracing.from_settings(settings, service)
     app = FastAPI(
         title=title,
         version=version,
         description=description,
         lifespan=lifespan,
+        telemetry=tracing.fastapi_telemetry(),
         **fastapi_kwargs,
     )
     app.state.service = service
@@ -80,6 +85,7 @@ def create_service_app(
     app.state.authenticator = authenticator_from(settings)
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    tracing.install(app)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
 
     @app.get("/metrics", include_in_schema=True, tags=["operations"])
