@@ -36,7 +36,8 @@ from conclave.gateway.mcp import (
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.plugins import load_entry_point_tools, load_module_tools
 from conclave.gateway.registry import ToolRegistry
-from conclave.gateway.service import GatewayService
+from conclave.gateway.service import CHANNEL, SOURCE, GatewayService
+from conclave.gateway.settle import InterruptedCalls, sweeping
 from conclave.gateway.signals import signals_table_fallback
 from conclave.gateway.tools import Tool
 from conclave.platform.http import create_service_app, platform_lifespan
@@ -75,13 +76,17 @@ def rate_limiter_for(settings: GatewaySettings) -> RateLimiter:
 
 @asynccontextmanager
 async def _resources(
-    manager: StreamableHTTPSessionManager, limiter: RateLimiter, http: httpx.AsyncClient
+    manager: StreamableHTTPSessionManager,
+    limiter: RateLimiter,
+    http: httpx.AsyncClient,
+    interrupted: InterruptedCalls,
 ) -> AsyncIterator[None]:
     async with AsyncExitStack() as stack:
         stack.push_async_callback(http.aclose)
         if isinstance(limiter, RedisRateLimiter):
             stack.push_async_callback(limiter.close)
         await stack.enter_async_context(manager.run())
+        await stack.enter_async_context(sweeping(interrupted))
         yield
 
 
@@ -127,7 +132,11 @@ def create_app(
         manager = create_session_manager(mcp_server, allowed_hosts)
         mcp_endpoint.manager = manager
         mcp_endpoint.security = TransportSecurityMiddleware(manager.security_settings)
-        return _resources(manager, limiter, http)
+        interrupted = InterruptedCalls(
+            registry, runtime, default_timeout=settings.tool_timeout_seconds,
+            channel=CHANNEL, source=SOURCE,
+        )  # fmt: skip
+        return _resources(manager, limiter, http, interrupted)
 
     app = create_service_app(
         service="gateway",

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Table,
     Text,
     select,
+    text,
 )
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -48,6 +49,12 @@ mcp_tool_calls = Table(
     Index("ix_mcp_tool_calls_created_at", "created_at"),
     Index("ix_mcp_tool_calls_tool_name", "tool_name"),
     Index(
+        "ix_mcp_tool_calls_running",
+        "created_at",
+        sqlite_where=text("status = 'running'"),
+        postgresql_where=text("(status)::text = 'running'::text"),  # as PostgreSQL reflects it
+    ),
+    Index(
         "uq_mcp_tool_calls_user_id_idempotency_key",
         "user_id",
         "idempotency_key",
@@ -66,6 +73,18 @@ def record_call(row: dict[str, Any]) -> Insert:
 def finish_call(conclave_id: str, values: dict[str, Any]) -> Update:
     """Complete the audit row of a call that was recorded as ``running``."""
     return Update(mcp_tool_calls, "conclave_id", {"conclave_id": conclave_id, **values})
+
+
+async def running_calls_before(engine: AsyncEngine, cutoff: datetime) -> list[Row[Any]]:
+    """Calls still marked ``running`` that started before ``cutoff``, oldest first."""
+    query = (
+        select(mcp_tool_calls)
+        .where(mcp_tool_calls.c.status == "running", mcp_tool_calls.c.created_at < cutoff)
+        .order_by(mcp_tool_calls.c.created_at)
+        .limit(500)
+    )
+    async with engine.connect() as connection:
+        return list((await connection.execute(query)).all())
 
 
 async def get_call(engine: AsyncEngine, conclave_id: str) -> Row[Any] | None:
