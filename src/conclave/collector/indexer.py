@@ -31,7 +31,7 @@ class VectorIndexer:
         memory: SemanticMemory,
         metrics: CollectorMetrics,
         *,
-        batch_size: int = 256,
+        batch_size: int = 1000,
         poll_seconds: float = 2.0,
         max_backoff_seconds: float = 10.0,
     ) -> None:
@@ -107,5 +107,8 @@ class VectorIndexer:
                 continue
             if written >= self._batch_size:
                 continue
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation that
+            # arrives as the event is set, and stop() then waits for a loop that goes on.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._poll)
+                async with asyncio.timeout(self._poll):
+                    await self._wake.wait()

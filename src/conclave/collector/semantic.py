@@ -1,8 +1,8 @@
 """Semantic memory: one Qdrant collection per record collection, one point per record.
 
-Local mode (qdrant-client on disk, no server) in embedded mode; a Qdrant server by URL in
-production. The point id is derived from (collection, record key), so writing a record's vector
-again replaces it instead of adding a duplicate.
+Local mode (qdrant-client on disk, no server; see :mod:`conclave.collector.local_qdrant`) in
+embedded mode; a Qdrant server by URL in production. The point id is derived from (collection,
+record key), so writing a record's vector again replaces it instead of adding a duplicate.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from qdrant_client import AsyncQdrantClient, models
 
+from conclave.collector.local_qdrant import LocalQdrant
 from conclave.platform.embedding import Embedder
 from conclave.settings import CollectorSettings
 
@@ -67,7 +68,9 @@ class StoredPoint:
 class SemanticMemory:
     """Qdrant access for the collector: ensure collections, upsert, delete, scan, search."""
 
-    def __init__(self, client: AsyncQdrantClient, embedder: Embedder, prefix: str) -> None:
+    def __init__(
+        self, client: AsyncQdrantClient | LocalQdrant, embedder: Embedder, prefix: str
+    ) -> None:
         self._client = client
         self.embedder = embedder
         self._prefix = prefix
@@ -79,13 +82,13 @@ class SemanticMemory:
         """Local mode under the data folder, or the server at ``CONCLAVE_SEMANTIC_MEMORY_URL``."""
         if settings.semantic_memory_url:
             api_key = settings.semantic_memory_api_key.get_secret_value() or None
-            client = AsyncQdrantClient(
+            client: AsyncQdrantClient | LocalQdrant = AsyncQdrantClient(
                 url=settings.semantic_memory_url, api_key=api_key, timeout=10
             )
         else:
             path = settings.resolved_semantic_memory_path()
             path.mkdir(parents=True, exist_ok=True)
-            client = AsyncQdrantClient(path=str(path))
+            client = LocalQdrant(str(path))
         return cls(client, embedder, settings.semantic_collection_prefix)
 
     def _name(self, collection: str) -> str:
@@ -126,16 +129,19 @@ class SemanticMemory:
         for collection, members in by_collection.items():
             name = await self._ensure(collection)
             # Embedding is CPU work: keep the event loop free for requests and heartbeats.
-            vectors = await asyncio.to_thread(self.embedder.embed, [m.text for m in members])
-            points = [
-                models.PointStruct(
-                    id=point_id(collection, m.key),
-                    vector=vector,
-                    payload={"record_key": m.key, "content_hash": m.content_hash},
-                )
-                for m, vector in zip(members, vectors, strict=True)
-            ]
+            points = await asyncio.to_thread(self._points, collection, members)
             await self._client.upsert(name, points=points, wait=True)
+
+    def _points(self, collection: str, members: Sequence[VectorRecord]) -> list[models.PointStruct]:
+        vectors = self.embedder.embed([m.text for m in members])
+        return [
+            models.PointStruct(
+                id=point_id(collection, m.key),
+                vector=vector,
+                payload={"record_key": m.key, "content_hash": m.content_hash},
+            )
+            for m, vector in zip(members, vectors, strict=True)
+        ]
 
     async def delete(self, collection: str, keys: Sequence[str]) -> None:
         """Remove the points of ``keys``."""

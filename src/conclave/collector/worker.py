@@ -116,8 +116,11 @@ class ExpeditionWorker:
                     "expedition worker pass failed",
                     exc_info=not is_store_down(exc),
                 )
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation that
+            # arrives as the event is set, and stop() then waits for a loop that goes on.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.settings.poll_seconds)
+                async with asyncio.timeout(self.settings.poll_seconds):
+                    await self._wake.wait()
 
     def _done(self, key: str, _task: asyncio.Task[None]) -> None:
         self._runs.pop(key, None)

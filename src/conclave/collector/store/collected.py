@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, cast, func, select, tuple_, update
+from sqlalchemy import Integer, bindparam, cast, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -101,13 +101,12 @@ async def total_records(engine: AsyncEngine) -> int:
 
 
 async def pending_vectors(engine: AsyncEngine, limit: int) -> Sequence[Row[Any]]:
-    """Records whose vector has not been written (or is out of date)."""
+    """Records whose vector has not been written (or is out of date), in no particular order.
+
+    No ``ORDER BY``: sorting every pending row to return the oldest few made each call cost as
+    much as the whole backlog; the index on the flag answers a plain ``LIMIT`` at once."""
     return await _all(
-        engine,
-        select(records)
-        .where(records.c.vector_pending.is_(True))
-        .order_by(records.c.updated_at)
-        .limit(limit),
+        engine, select(records).where(records.c.vector_pending.is_(True)).limit(limit)
     )
 
 
@@ -116,16 +115,21 @@ async def mark_indexed(engine: AsyncEngine, written: Sequence[tuple[str, str, st
     a record changed meanwhile (other hash) stays pending for its new content."""
     if not written:
         return
-    async with engine.begin() as connection:
-        await connection.execute(
-            update(records)
-            .where(
-                tuple_(records.c.collection, records.c.record_key, records.c.content_hash).in_(
-                    list(written)
-                )
-            )
-            .values(vector_pending=False)
+    # One primary-key lookup per record, sent as one executemany. A row-value ``IN`` list of
+    # (collection, key, hash) triples is not matched against the primary key: PostgreSQL scans
+    # the whole table for every batch, which made indexing quadratic in the collection size.
+    statement = (
+        update(records)
+        .where(
+            records.c.collection == bindparam("b_collection"),
+            records.c.record_key == bindparam("b_key"),
+            records.c.content_hash == bindparam("b_hash"),
         )
+        .values(vector_pending=False)
+    )
+    params = [{"b_collection": c, "b_key": k, "b_hash": h} for c, k, h in written]
+    async with engine.begin() as connection:
+        await connection.execute(statement, params)
 
 
 async def mark_pending(connection: AsyncConnection, collection: str, keys: Sequence[str]) -> int:
