@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-from qdrant_client import models
+import pytest
+from qdrant_client import QdrantClient, models
 
 from conclave.collector.local_qdrant import LocalQdrant
 
@@ -55,3 +56,19 @@ async def test_a_batch_is_on_disk_when_upsert_returns_and_the_loop_keeps_running
     records, _next = await reopened.scroll("c", limit=1, offset=POINTS + 9, with_payload=True)
     assert records[0].payload == {"n": POINTS + 9}
     await reopened.close()
+
+
+async def test_a_folder_held_by_another_client_is_unavailable_until_released(tmp_path) -> None:
+    holder = QdrantClient(path=str(tmp_path))
+    client = LocalQdrant(str(tmp_path))  # starts anyway: semantic memory is down, not the service
+    try:
+        with pytest.raises(RuntimeError, match="already accessed"):
+            await client.get_collections()
+        holder.close()
+        config = models.VectorParams(size=4, distance=models.Distance.COSINE)
+        await client.create_collection("c", vectors_config=config)
+        await client.upsert("c", points=_points(0, 3), wait=True)
+        assert (await client.count("c")).count == 3
+    finally:
+        holder.close()
+        await client.close()

@@ -309,11 +309,6 @@ async def _pending_vectors(topology: Topology, collection: str) -> int:
     return int(rows[0].n)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: in local mode a collector whose semantic-memory folder is held by another "
-    "client exits at start-up instead of serving with semantic memory down (see docs/faults.md)",
-)
 async def test_local_semantic_memory_held_by_another_client(topology: Topology) -> None:
     # Local mode (the default) keeps semantic memory in a folder one client may open at a time.
     # Another client holding it is this mode's "Qdrant unavailable".

@@ -28,15 +28,14 @@ local mode is as slow as before, not wrong (``tests/collector/test_local_qdrant.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
 import sqlite3
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from qdrant_client import QdrantClient, models
-
-_T = TypeVar("_T")
 
 
 class _JoinedTransaction:
@@ -74,74 +73,106 @@ def _batch_commits(client: QdrantClient) -> list[sqlite3.Connection]:
     return connections
 
 
+def _held_elsewhere(path: str) -> bool:
+    """Whether another client holds the folder's lock. Checked before opening because a failed
+    ``QdrantClient(path=...)`` first loads every stored point and leaves its files open."""
+    lock_path = os.path.join(path, ".lock")
+    if not os.path.exists(lock_path):
+        return False
+    import portalocker  # as qdrant-client does: importing it checks for writable folders
+
+    with open(lock_path, "r+") as lock_file:
+        try:
+            portalocker.lock(
+                lock_file, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
+            )
+        except portalocker.exceptions.LockException:
+            return True
+        portalocker.unlock(lock_file)
+    return False
+
+
 class LocalQdrant:
     """Local-mode Qdrant with the method names and arguments of ``AsyncQdrantClient`` (the subset
     the collector uses); see the module docstring."""
 
     def __init__(self, path: str) -> None:
+        self._path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qdrant-local")
         self._connections: list[sqlite3.Connection] = []
-        # Opening loads every stored point: on the client's thread, like every later call.
-        self._client = self._executor.submit(self._open, path).result()
+        self._client: QdrantClient | None = None
+        # Opening loads every stored point: on the client's thread, like every later call. A
+        # folder held by another client (another process on the same data folder) makes semantic
+        # memory unavailable, not the service: every call tries to open it again until it is free.
+        with contextlib.suppress(RuntimeError):
+            self._executor.submit(self._opened).result()
 
-    def _open(self, path: str) -> QdrantClient:
-        client = QdrantClient(path=path)
-        self._connections = _batch_commits(client)
-        return client
+    def _opened(self) -> QdrantClient:
+        if self._client is None:
+            if _held_elsewhere(self._path):
+                raise RuntimeError(
+                    f"Storage folder {self._path} is already accessed by another Qdrant client."
+                )
+            client = QdrantClient(path=self._path)
+            self._connections = _batch_commits(client)
+            self._client = client
+        return self._client
 
-    def _transaction(self, function: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    def _transaction(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        client = self._opened()
         try:
-            result = function(*args, **kwargs)
+            result = getattr(client, name)(*args, **kwargs)
         except BaseException:
             for connection in self._connections:
                 connection.rollback()
             raise
         # A call may have created a collection: its connection joins from now on.
-        self._connections = _batch_commits(self._client)
+        self._connections = _batch_commits(client)
         for connection in self._connections:
             connection.commit()
         return result
 
-    async def _call(self, function: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    async def _call(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, functools.partial(self._transaction, function, *args, **kwargs)
+            self._executor, functools.partial(self._transaction, name, *args, **kwargs)
         )
 
     async def close(self) -> None:
         """Close the collections and release the folder lock."""
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._client.close)
+        if self._client is not None:
+            await loop.run_in_executor(self._executor, self._client.close)
         self._executor.shutdown(wait=True)
 
     async def get_collections(self) -> models.CollectionsResponse:
         """See ``QdrantClient.get_collections``."""
-        return await self._call(self._client.get_collections)
+        return await self._call("get_collections")
 
     async def collection_exists(self, collection_name: str) -> bool:
         """See ``QdrantClient.collection_exists``."""
-        return await self._call(self._client.collection_exists, collection_name)
+        return await self._call("collection_exists", collection_name)
 
     async def create_collection(self, collection_name: str, **kwargs: Any) -> bool:
         """See ``QdrantClient.create_collection``."""
-        return await self._call(self._client.create_collection, collection_name, **kwargs)
+        return await self._call("create_collection", collection_name, **kwargs)
 
     async def upsert(self, collection_name: str, **kwargs: Any) -> models.UpdateResult:
         """See ``QdrantClient.upsert``; every point is on disk when this returns."""
-        return await self._call(self._client.upsert, collection_name, **kwargs)
+        return await self._call("upsert", collection_name, **kwargs)
 
     async def delete(self, collection_name: str, **kwargs: Any) -> models.UpdateResult:
         """See ``QdrantClient.delete``."""
-        return await self._call(self._client.delete, collection_name, **kwargs)
+        return await self._call("delete", collection_name, **kwargs)
 
     async def count(self, collection_name: str, **kwargs: Any) -> models.CountResult:
         """See ``QdrantClient.count``."""
-        return await self._call(self._client.count, collection_name, **kwargs)
+        return await self._call("count", collection_name, **kwargs)
 
     async def scroll(self, collection_name: str, **kwargs: Any) -> tuple[list[Any], Any]:
         """See ``QdrantClient.scroll``."""
-        return await self._call(self._client.scroll, collection_name, **kwargs)
+        return await self._call("scroll", collection_name, **kwargs)
 
     async def query_points(self, collection_name: str, **kwargs: Any) -> models.QueryResponse:
         """See ``QdrantClient.query_points``."""
-        return await self._call(self._client.query_points, collection_name, **kwargs)
+        return await self._call("query_points", collection_name, **kwargs)
