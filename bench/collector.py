@@ -38,6 +38,7 @@ import asyncpg
 import httpx
 from redis.asyncio import Redis
 
+from bench.report import target
 from bench.servers import PG_ADMIN, REDIS_URL, free_port, start_process, wait_ready
 from conclave.collector.agents.context import content_hash
 
@@ -270,6 +271,14 @@ async def main(records: int, starts: int, uploads: int) -> None:
           f"(target < 200 ms: {_percentile(crossed, 0.99) / 200:.2f} of it)")  # fmt: skip
     print(f"upload → vector p99: {_percentile(vectors, 0.99):.0f} ms "
           f"(target < 2000 ms: {_percentile(vectors, 0.99) / 2000:.2f} of it)")  # fmt: skip
+    ratio, start_p99 = plain / both, _percentile(crossed, 0.99)
+    vector_p99 = _percentile(vectors, 0.99)
+    target("collector: discovery (both stores) / plain insert", f"{ratio:.3f}", ">= 0.3",
+           ratio >= 0.3)  # fmt: skip
+    target("collector: start latency p99 across processes", f"{start_p99:.1f} ms", "< 200 ms",
+           start_p99 < 200)  # fmt: skip
+    target("collector: edge upload to vector p99", f"{vector_p99:.0f} ms", "< 2000 ms",
+           vector_p99 < 2000)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ async def weather(state: DispatchState) -> dict[str, Any]:
     }
 
 
-def route_after_intent(state: DispatchState) -> str:
+async def route_after_intent(state: DispatchState) -> str:
     """Weather questions go to `weather`, everything else keeps the default path."""
     return "weather" if "weather" in state.get("text", "").lower() else "collector"
 

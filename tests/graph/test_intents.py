@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,30 @@ async def test_a_custom_intents_file_replaces_the_built_in_set(embedded, tmp_pat
         greeting = (await client.post("/dispatch", json={"query": "hello"})).json()
     assert booked["intent"] == "book_room"
     assert greeting["intent"] == UNKNOWN
+
+
+class _CountingEmbedder(HashingEmbedder):
+    """The hashing embedder, remembering every text it embedded."""
+
+    def __init__(self) -> None:
+        super().__init__(384)
+        self.texts: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.texts.extend(texts)
+        return super().embed(texts)
+
+
+def test_repeated_short_queries_are_not_embedded_again() -> None:
+    embedder = _CountingEmbedder()
+    classifier = IntentClassifier(load_intents(), embedder)
+    embedder.texts.clear()  # the examples
+    long_query = "compare the flood sensors of both bridges " * 8  # over 256 characters
+    first = [classifier.classify(query) for query in ("hello there", long_query)]
+    again = [classifier.classify(query) for query in ("hello there", long_query)]
+    assert again == first
+    assert first[0].intent == "greeting"
+    assert embedder.texts == ["hello there", long_query, long_query]
 
 
 def test_json_intent_files_load_too(tmp_path) -> None:

@@ -56,7 +56,7 @@ def create_app(
             graph = build_graph(context, all_extensions)
             # The first run of a compiled graph pays LangGraph's lazy set-up (tens of ms); pay it
             # here rather than in the first caller's request. Empty input does no I/O.
-            await graph.ainvoke({"query": "", "entities": []})
+            await graph.ainvoke({"query": "", "entities": []}, version="v2")
             heartbeat = Heartbeat(settings.heartbeat_seconds, settings.heartbeat_grace_seconds)
             metrics.watch_heartbeat(lambda: heartbeat.count, heartbeat.age)
             async with heartbeat.running():

@@ -79,6 +79,8 @@ def normalize_text(query: str) -> str:
 
 async def classify(classifier: IntentClassifier, text: str) -> IntentMatch:
     """Classify ``text``, off the event loop when that is more than trivial CPU work."""
+    if (remembered := classifier.remembered(text)) is not None:
+        return remembered
     # An exact type check: a subclass of the hashing embedder may do more work per text.
     if len(text) <= _INLINE_CHARS and type(classifier.embedder) is HashingEmbedder:
         return classifier.classify(text)

@@ -10,6 +10,7 @@ same one semantic memory uses (:mod:`conclave.platform.embedding`).
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -25,6 +26,10 @@ from conclave.platform.embedding import Embedder
 UNKNOWN = "unknown"
 _NEAREST = 3
 _MAX_WEIGHT = 0.7  # weight of the nearest example; the rest goes to the mean of the top three
+# Short queries repeat (greetings, thanks, stock questions): their answers are remembered. Long ones
+# rarely do and would only fill the memory.
+_CACHE_CHARS = 256
+_CACHE_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,8 @@ class IntentClassifier:
             self._index[row, :count] = np.arange(start, start + count)
             start += count
         self._names = [intent.name for intent in self.intents]
+        self._recent: dict[str, IntentMatch] = {}
+        self._recent_lock = threading.Lock()
 
     def scores(self, text: str) -> dict[str, float]:
         """Each intent's score for ``text`` (cosine; empty text scores 0 everywhere)."""
@@ -119,8 +126,28 @@ class IntentClassifier:
         blended = _MAX_WEIGHT * nearest[:, 0] + (1 - _MAX_WEIGHT) * nearest.mean(axis=1)
         return dict(zip(self._names, blended.tolist(), strict=True))
 
+    def remembered(self, text: str) -> IntentMatch | None:
+        """The match of a recently classified short ``text``, without embedding anything."""
+        return self._recent.get(text)
+
     def classify(self, text: str) -> IntentMatch:
         """The best intent clearing its threshold, or ``unknown``."""
+        match = self._recent.get(text)
+        if match is None:
+            match = self._classify(text)
+            if len(text) <= _CACHE_CHARS:
+                self._remember(text, match)
+        return match
+
+    def _remember(self, text: str, match: IntentMatch) -> None:
+        # Worker threads classify too: evictions take the lock, reads need none (a dict lookup
+        # is atomic). First in, first out: a query still in use comes back at its next miss.
+        with self._recent_lock:
+            if len(self._recent) >= _CACHE_SIZE:
+                del self._recent[next(iter(self._recent))]
+            self._recent[text] = match
+
+    def _classify(self, text: str) -> IntentMatch:
         scores = self.scores(text)
         best = max(self.intents, key=lambda intent: scores[intent.name])
         best_score = round(scores[best.name], 4)

@@ -85,6 +85,8 @@ class DispatchService:
         self._check_limits(request)
         started = time.perf_counter()
         trace_id = str(uuid.uuid4())
+        # The list fields (results, steps, warnings, degraded) start empty on their own: every
+        # input key is one more channel write in LangGraph's input step.
         state: DispatchState = {
             "query": request.query,
             "language": request.language,
@@ -92,12 +94,11 @@ class DispatchService:
             "user_id": command.user_id,
             "correlation_id": command.correlation_id,
             "trace_id": trace_id,
-            "results": [],
-            "steps": [],
-            "warnings": [],
-            "degraded": [],
         }
-        final: dict[str, Any] = await self.graph.ainvoke(state)
+        # version="v2" streams only the state values internally; the default ("v1") also maps
+        # every step's updates, to look for interrupts, which this graph does not use.
+        output = await self.graph.ainvoke(state, version="v2")
+        final: dict[str, Any] = output.value
         duration = time.perf_counter() - started
         response = DispatchResponse(
             route=final.get("route") or "_".join(final.get("steps", [])),
