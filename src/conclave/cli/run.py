@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import ipaddress
 import signal
 from collections.abc import Iterator
@@ -50,6 +51,21 @@ def _check_auth(settings: CommonSettings, *, allow_off_on_loopback: bool, host: 
     raise typer.Exit(2)
 
 
+def tune_garbage_collector() -> None:
+    """Keep the collector's full passes off the request path.
+
+    A service allocates many short-lived objects per request; with CPython's default thresholds
+    the cyclic collector runs every 700 allocations and now and then walks every object the
+    process holds, most of which (imported modules, the app) live for ever. Freezing what exists
+    after start-up takes those out of every later pass, and a higher first threshold makes the
+    young-generation passes rarer. Memory stays bounded: reference counting frees almost all
+    request objects at once; only cycles wait a little longer.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
+
+
 def serve(
     service: Annotated[ServiceName, typer.Argument(help="Which service to run.")],
     host: Annotated[
@@ -63,6 +79,7 @@ def serve(
     _check_auth(settings, allow_off_on_loopback=False, host=bind)
     configure_logging(settings.log_level, settings.log_format)
     app = SERVICES[service].create_app(settings)
+    tune_garbage_collector()
     uvicorn.run(
         app,
         host=bind,
@@ -114,6 +131,7 @@ async def _run_all(host: str, common: GatewaySettings) -> None:
             if not common.auth_active()
             else "auth: on (bearer tokens / JWT)"
         )
+        tune_garbage_collector()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, _stop_all, servers)
