@@ -70,7 +70,7 @@ class Platform:
                     ),
                 )
                 stack.push_async_callback(bus.close)
-            writer = BatchWriter(engine, max_batch=max_batch)
+            writer = BatchWriter(engine, max_batch=max_batch, committers=settings.db_committers)
             relay = OutboxRelay(
                 engine,
                 bus,

@@ -78,6 +78,14 @@ class CommonSettings(BaseSettings):
         description="Idle time after which another consumer reclaims an unacknowledged entry.",
     )
 
+    db_committers: int = Field(
+        2,
+        ge=1,
+        le=16,
+        alias="CONCLAVE_DB_COMMITTERS",
+        description="Group commits in flight at once on PostgreSQL (SQLite always has one): "
+        "while one batch waits for its commit to reach disk, the next gathers and commits.",
+    )
     outbox_poll_seconds: float = Field(
         1.0,
         alias="CONCLAVE_OUTBOX_POLL_SECONDS",
