@@ -10,6 +10,7 @@ tool is a JSON-RPC error (``-32602``), after being audited like any other call.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from conclave.platform.logs import correlation_id_var
 from conclave.platform.problems import error_response
 
 MCP_PATH = "/mcp"
+log = logging.getLogger(__name__)
 
 
 def _mcp_tool(tool: Tool) -> types.Tool:
@@ -191,21 +193,32 @@ class McpEndpoint:
         if await self.security.validate_request(Request(scope), is_post=True) is not None:
             return False
         request_id, method, params, version = message
+        call = None
+        if method == "tools/call":
+            try:
+                call = types.CallToolRequestParams.model_validate(params, by_name=False)
+            except ValidationError:
+                return False  # nothing ran yet: the SDK words the error
+        # From here the call runs exactly once, whatever happens next.
         try:
-            if method == "tools/list":
+            if call is None:
                 result: Any = self._handlers.list_tools()
             else:
-                call = types.CallToolRequestParams.model_validate(params, by_name=False)
                 result = await self._handlers.call_tool(principal, call)
-        except ValidationError:
-            return False  # the SDK words the error
-        except MCPError as exc:
-            error = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=exc.error)
-            body = error.model_dump_json(by_alias=True, exclude_unset=True)
-        else:
             dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             # The SDK's own sieve: what this protocol version's result schema holds.
             dumped = methods.serialize_server_result(method, version, dumped)
+        except MCPError as exc:
+            error = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=exc.error)
+            body = error.model_dump_json(by_alias=True, exclude_unset=True)
+        except ValidationError:  # a result the protocol cannot carry, answered as the SDK does
+            log.exception("MCP %s produced a result its protocol version cannot carry", method)
+            invalid = types.ErrorData(
+                code=types.INTERNAL_ERROR, message="Handler returned an invalid result"
+            )
+            error = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=invalid)
+            body = error.model_dump_json(by_alias=True, exclude_unset=True)
+        else:
             reply = {"jsonrpc": "2.0", "id": request_id, "result": dumped}
             body = json.dumps(reply, separators=(",", ":"), ensure_ascii=False)
         response = Response(body, media_type="application/json")
