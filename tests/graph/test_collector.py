@@ -10,13 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from conclave.collector.app import create_app as create_collector_app
 from conclave.graph.app import create_app as create_graph_app
 from conclave.platform.runtime import Platform
 from conclave.settings import CollectorSettings
 from tests.conftest import Backend, eventually, serve_app
-from tests.graph.conftest import graph_settings
+from tests.graph.conftest import graph_app, graph_settings
 from tests.httpserver import running_server
 
 BRIDGES = [
@@ -165,3 +167,30 @@ async def test_concurrent_dispatches_keep_their_own_state(embedded, tmp_path) ->
         assert body["intent"] == ("greeting" if index % 3 == 0 else "question")
         assert [item.get("entity") for item in body["results"]] == ([entity] if index % 2 else [])
         assert body["route"] == "collector_complete"
+
+
+async def test_lookups_carry_the_dispatch_correlation_id(embedded) -> None:
+    seen: list[str | None] = []
+    stub = FastAPI()
+
+    @stub.get("/collections")
+    async def collections(request: Request) -> dict[str, Any]:
+        seen.append(request.headers.get("x-correlation-id"))
+        return {"collections": [{"name": "assets"}]}
+
+    @stub.get("/collections/{name}/records/{key}")
+    async def record(request: Request, name: str, key: str) -> JSONResponse:
+        seen.append(request.headers.get("x-correlation-id"))
+        return JSONResponse({"code": "RECORD_NOT_FOUND"}, status_code=404)
+
+    async with (
+        running_server(stub) as url,
+        graph_app(embedded, graph_settings(collector_url=url)) as (graph, _app),
+    ):
+        response = await graph.post(
+            "/dispatch",
+            json={"query": "", "validated_entities": ["pump-7"]},
+            headers={"X-Correlation-ID": "corr-lookup-1"},
+        )
+    assert response.status_code == 200
+    assert seen and set(seen) == {"corr-lookup-1"}

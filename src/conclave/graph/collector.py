@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
+from conclave.platform.logs import correlation_id_var
 from conclave.settings import GraphSettings
 
 # The expedition service caps ``q`` at 2,000 characters; longer queries are cut rather than sent
@@ -46,7 +47,16 @@ class CollectorClient:
     def __init__(self, http: httpx.AsyncClient, base_url: str, token: str = "") -> None:
         self._http = http
         self._base = base_url.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        # The dispatch's correlation id travels on (the request context holds it), so the
+        # collector's logs and the expeditions this dispatch asks for carry it too.
+        correlation_id = correlation_id_var.get()
+        if correlation_id is None:
+            return self._auth
+        return {**self._auth, "X-Correlation-ID": correlation_id}
 
     async def _get(self, path: str, **params: Any) -> httpx.Response:
         try:
