@@ -14,6 +14,7 @@ from conclave.platform.bus.factory import BusOptions, create_bus
 from conclave.platform.bus.memory import MemoryBus
 from conclave.platform.bus.redis_streams import RedisStreamsBus
 from conclave.platform.errors import BusUnavailable
+from conclave.platform.logs import correlation_id_var
 from tests.conftest import REDIS_URL, eventually
 
 CHANNEL = "things.created"
@@ -113,6 +114,22 @@ async def test_consumer_receives_the_published_envelope_and_payload(bus: EventBu
         await until(lambda: received)
     assert received == [sent]
     assert await bus.read(CHANNEL) == [sent]
+
+
+async def test_handlers_log_under_each_event_correlation_id(bus: EventBus) -> None:
+    events = [
+        Event(channel=CHANNEL, payload={"n": n}, source="t", correlation_id=corr)
+        for n, corr in enumerate(["corr-a", None, "corr-b"])
+    ]
+    seen: list[str | None] = []
+
+    async def handle(e: Event) -> None:
+        seen.append(correlation_id_var.get())
+
+    async with consuming(bus, "g", handle, start="0"):
+        await bus.publish(events)
+        await until(lambda: len(seen) == 3)
+    assert seen == ["corr-a", None, "corr-b"]  # nothing of one event leaks into the next
 
 
 async def test_new_group_starts_at_the_end_or_replays_from_zero(bus: EventBus) -> None:

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from conclave.platform.clock import rfc3339, utc_now
+from conclave.platform.logs import correlation_id_var
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,16 @@ class Event:
 
 
 Handler = Callable[[Event], Awaitable[None]]
+
+
+async def deliver(handler: Handler, event: Event) -> None:
+    """Call ``handler`` with the event's correlation id in the log context, so every line the
+    handler logs carries it (and nothing of it is left for the next event)."""
+    token = correlation_id_var.set(event.correlation_id)
+    try:
+        await handler(event)
+    finally:
+        correlation_id_var.reset(token)
 
 
 def dead_letter_channel(channel: str) -> str:

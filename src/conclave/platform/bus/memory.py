@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from conclave.platform.bus.base import Event, Handler, dead_letter_channel
+from conclave.platform.bus.base import Event, Handler, dead_letter_channel, deliver
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class MemoryBus:
                 continue
             seq, delivery = work
             try:
-                await handler(delivery.event)
+                await deliver(handler, delivery.event)
             except Exception:
                 log.exception(
                     "handler failed",

@@ -13,7 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from conclave.platform.bus.base import Event, Handler, dead_letter_channel
+from conclave.platform.bus.base import Event, Handler, dead_letter_channel, deliver
 from conclave.platform.errors import BusUnavailable
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class RedisStreamsBus:
                 await self._dead_letter(key, group, entry_id, fields, f"malformed entry: {exc}")
                 continue
             try:
-                await handler(event)
+                await deliver(handler, event)
             except Exception:
                 log.exception("handler failed", extra={"stream": key, "event_id": event.event_id})
                 continue  # left pending: reclaimed and redelivered after the idle time
