@@ -13,7 +13,7 @@ from conclave.platform.bus.base import Event, EventBus, Handler, dead_letter_cha
 from conclave.platform.bus.factory import BusOptions, create_bus
 from conclave.platform.bus.memory import MemoryBus
 from conclave.platform.bus.redis_streams import RedisStreamsBus
-from conclave.platform.errors import BusUnavailable
+from conclave.platform.errors import BusUnavailable, StoreUnavailable
 from conclave.platform.logs import correlation_id_var
 from tests.conftest import REDIS_URL, eventually
 
@@ -292,3 +292,24 @@ async def test_redis_malformed_entry_goes_to_dlq(
     assert fields["dlq_reason"].startswith("malformed entry")
     assert fields["dlq_group"] == "g"
     assert pending["pending"] == 0
+
+
+async def test_a_dependency_outage_does_not_dead_letter_valid_events(make_bus: BusFactory) -> None:
+    bus = make_bus(max_deliveries=2)
+    sent = event(7)
+    attempts: list[Event] = []
+    handled: list[Event] = []
+
+    async def handle(e: Event) -> None:
+        attempts.append(e)
+        if len(attempts) <= 4:  # the store is down for more deliveries than max_deliveries
+            raise StoreUnavailable("The relational store is not reachable.")
+        handled.append(e)
+
+    async with consuming(bus, "g", handle, start="0"):
+        await bus.publish([sent])
+        await until(lambda: handled, within=15)
+        await asyncio.sleep(IDLE * 2)  # handled and acknowledged: not delivered again
+    assert handled == [sent]
+    assert len(attempts) == 5
+    assert await bus.read(dead_letter_channel(CHANNEL)) == []

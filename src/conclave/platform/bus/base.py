@@ -10,6 +10,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from conclave.platform.clock import rfc3339, utc_now
+from conclave.platform.db.engine import is_store_down
+from conclave.platform.errors import Unavailable
 from conclave.platform.logs import correlation_id_var
 
 
@@ -52,6 +54,13 @@ class Event:
 
 
 Handler = Callable[[Event], Awaitable[None]]
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a handler failed because something it needs is down (the store, another service),
+    not because of the event. Such a delivery does not count towards dead-lettering: an outage
+    longer than ``max_deliveries`` redeliveries must not move valid events to the dead letters."""
+    return isinstance(exc, Unavailable) or is_store_down(exc)
 
 
 async def deliver(handler: Handler, event: Event) -> None:

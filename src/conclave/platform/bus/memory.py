@@ -9,7 +9,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from conclave.platform.bus.base import Event, Handler, dead_letter_channel, deliver
+from conclave.platform.bus.base import (
+    Event,
+    Handler,
+    dead_letter_channel,
+    deliver,
+    is_transient,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +99,12 @@ class MemoryBus:
             seq, delivery = work
             try:
                 await deliver(handler, delivery.event)
-            except Exception:
+            except Exception as exc:
+                if is_transient(exc):  # not the event's fault: this delivery does not count
+                    delivery.deliveries = max(delivery.deliveries - 1, 0)
+                    log.warning("handler waits for a dependency", extra={"channel": channel})
+                    await asyncio.sleep(self._claim_idle / 4)
+                    continue
                 log.exception(
                     "handler failed",
                     extra={"channel": channel, "event_id": delivery.event.event_id},

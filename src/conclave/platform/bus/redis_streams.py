@@ -13,7 +13,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from conclave.platform.bus.base import Event, Handler, dead_letter_channel, deliver
+from conclave.platform.bus.base import (
+    Event,
+    Handler,
+    dead_letter_channel,
+    deliver,
+    is_transient,
+)
 from conclave.platform.errors import BusUnavailable
 
 log = logging.getLogger(__name__)
@@ -107,7 +113,14 @@ class RedisStreamsBus:
                     group, consumer, {key: cursor}, count=_READ_COUNT, block=_READ_BLOCK_MS
                 )
                 entries = reply[0][1] if reply else []
-                await self._deliver(key, group, handler, entries, check_deliveries=cursor == "0")
+                handled = await self._deliver(
+                    key, group, consumer, handler, entries, check_deliveries=cursor == "0"
+                )
+                if not handled:  # a dependency of the handler is down: wait, then retry ours
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    cursor = "0"
+                    continue
                 # Our own pending entries are handled once; what fails again waits for XAUTOCLAIM.
                 cursor = ">"
                 backoff = 0.2
@@ -133,8 +146,10 @@ class RedisStreamsBus:
                 key, group, consumer, self._claim_idle_ms, start_id=start_id, count=_READ_COUNT
             )
             start_id, entries = reply[0], reply[1]
-            if entries:
-                await self._deliver(key, group, handler, entries, check_deliveries=True)
+            if entries and not await self._deliver(
+                key, group, consumer, handler, entries, check_deliveries=True
+            ):
+                return  # a dependency is down: the consume loop backs off
             if start_id == "0-0" or not entries:
                 return
 
@@ -142,18 +157,18 @@ class RedisStreamsBus:
         self,
         key: str,
         group: str,
+        consumer: str,
         handler: Handler,
         entries: list[Any],
         *,
         check_deliveries: bool,
-    ) -> None:
+    ) -> bool:
+        """Handle ``entries``; False when the handler found a dependency down (the entries not
+        handled stay pending, their deliveries uncounted)."""
         counts: dict[str, int] = {}
         if check_deliveries and entries:
-            pending: Any = await self._redis.xpending_range(
-                key, group, min=entries[0][0], max=entries[-1][0], count=len(entries)
-            )
-            counts = {p["message_id"]: p["times_delivered"] for p in pending}
-        for entry_id, fields in entries:
+            counts = await self._deliveries(key, group, entries)
+        for index, (entry_id, fields) in enumerate(entries):
             if fields is None:  # deleted by trimming while pending: nothing left to handle
                 await self._redis.xack(key, group, entry_id)
                 continue
@@ -167,10 +182,32 @@ class RedisStreamsBus:
                 continue
             try:
                 await deliver(handler, event)
-            except Exception:
+            except Exception as exc:
+                if is_transient(exc):
+                    log.warning("handler waits for a dependency", extra={"stream": key})
+                    await self._uncount(key, group, consumer, entries[index:])
+                    return False
                 log.exception("handler failed", extra={"stream": key, "event_id": event.event_id})
                 continue  # left pending: reclaimed and redelivered after the idle time
             await self._redis.xack(key, group, entry_id)
+        return True
+
+    async def _deliveries(self, key: str, group: str, entries: list[Any]) -> dict[str, int]:
+        pending: Any = await self._redis.xpending_range(
+            key, group, min=entries[0][0], max=entries[-1][0], count=len(entries)
+        )
+        return {p["message_id"]: p["times_delivered"] for p in pending}
+
+    async def _uncount(self, key: str, group: str, consumer: str, entries: list[Any]) -> None:
+        # XCLAIM with RETRYCOUNT sets an entry's delivery counter: take back this delivery.
+        counts = await self._deliveries(key, group, entries)
+        for entry_id, _fields in entries:
+            delivered = counts.get(entry_id)
+            if delivered is not None:
+                await self._redis.xclaim(
+                    key, group, consumer, 0, [entry_id],
+                    retrycount=max(delivered - 1, 0), justid=True,
+                )  # fmt: skip
 
     async def _dead_letter(
         self, key: str, group: str, entry_id: str, fields: dict[str, str], reason: str
