@@ -30,16 +30,16 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
-from redis.asyncio import Redis
 
 from bench.report import target
-from bench.servers import PG_ADMIN, REDIS_URL, free_port, start_process, wait_ready
+from bench.servers import Scratch, free_port, scratch_stores, start_process, wait_ready
 from conclave.collector.agents.context import content_hash
 
 
@@ -166,11 +166,9 @@ async def _upload_to_vector(edge: str, collector: str, uploads: int) -> list[flo
     return latencies
 
 
-def _env(database: str, prefix: str, data_dir: Path, **extra: str) -> dict[str, str]:
+def _env(stores: Scratch, data_dir: Path, **extra: str) -> dict[str, str]:
     return {
-        "CONCLAVE_DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{database}",
-        "CONCLAVE_BUS_URL": REDIS_URL,
-        "BUS_STREAM_PREFIX": prefix,
+        **stores.env(),
         "CONCLAVE_AUTH": "disabled",
         "CONCLAVE_LOG_LEVEL": "WARNING",
         "CONCLAVE_DATA_DIR": str(data_dir),
@@ -187,33 +185,30 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
 
 
 async def main(records: int, starts: int, uploads: int) -> None:
-    database = f"conclave_bench_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(PG_ADMIN)
-    await admin.execute(f'CREATE DATABASE "{database}"')
-    prefix = f"bench:{uuid.uuid4().hex[:8]}:"
+    cleanup = AsyncExitStack()
+    stores = await cleanup.enter_async_context(scratch_stores())
     python = sys.executable
     cli = [python, "-m", "conclave.cli.main"]
     folder = Path(tempfile.mkdtemp(prefix="conclave-bench-"))
     items = _items(records)
     source = folder / "items.jsonl"
     source.write_text("".join(json.dumps(item) + "\n" for item in items))
-    dsn = PG_ADMIN.rsplit("/", 1)[0] + f"/{database}"
     processes: list[subprocess.Popen[bytes]] = []
     try:
         # Phase 1 and 3: one collector that runs its own expeditions, and the edge service.
         edge_port, main_port = free_port(), free_port()
         edge_base = f"http://127.0.0.1:{edge_port}"
         processes.append(start_process([*cli, "serve", "edge", "--port", str(edge_port)],
-                                _env(database, prefix, folder / "edge")))  # fmt: skip
+                                _env(stores, folder / "edge")))  # fmt: skip
         await wait_ready(edge_port, "/health")
         processes.append(
             start_process([*cli, "serve", "collector", "--port", str(main_port)],
-                   _env(database, prefix, folder / "main", COLLECTOR_EDGE_API_BASE=edge_base))
+                   _env(stores, folder / "main", COLLECTOR_EDGE_API_BASE=edge_base))
         )  # fmt: skip
         await wait_ready(main_port, "/health")
         collector = f"http://127.0.0.1:{main_port}"
         stored, both = await _throughput(collector, source, records)
-        plain = await _plain_insert(dsn, items)
+        plain = await _plain_insert(stores.dsn, items)
         vectors = await _upload_to_vector(edge_base, collector, uploads)
         local = await _start_latency(collector, starts)
         _stop(processes)
@@ -223,9 +218,9 @@ async def main(records: int, starts: int, uploads: int) -> None:
         accept_port = free_port()
         processes.append(
             start_process([*cli, "serve", "collector", "--port", str(accept_port)],
-                   _env(database, prefix, folder / "accept", COLLECTOR_RUN_WORKERS="false"))
+                   _env(stores, folder / "accept", COLLECTOR_RUN_WORKERS="false"))
         )  # fmt: skip
-        worker_env = _env(database, prefix, folder / "w")
+        worker_env = _env(stores, folder / "w")
         processes.append(start_process([*cli, "worker", "collector"], worker_env))
         await wait_ready(accept_port, "/health")
         await asyncio.sleep(3)  # the worker subscribes to the wake-up channel
@@ -234,20 +229,13 @@ async def main(records: int, starts: int, uploads: int) -> None:
         _stop(processes[1:])
         del processes[1:]
         # Baseline: the same worker, deaf to the accept-only collector's wake-ups.
-        processes.append(start_process([*cli, "worker", "collector"],
-                                _env(database, prefix + "deaf:", folder / "w2")))  # fmt: skip
+        deaf = _env(stores, folder / "w2", BUS_STREAM_PREFIX=stores.prefix + "deaf:")
+        processes.append(start_process([*cli, "worker", "collector"], deaf))
         await asyncio.sleep(3)
         polled = await _start_latency(accept, max(50, starts // 4))
     finally:
         _stop(processes)
-        await asyncio.sleep(0.5)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        await admin.close()
-        redis = Redis.from_url(REDIS_URL)
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
-        if keys:
-            await redis.delete(*keys)
-        await redis.aclose()
+        await cleanup.aclose()
 
     print(f"collector benchmark: {records:,} records, {starts} starts, {uploads} uploads, "
           f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}")  # fmt: skip

@@ -39,21 +39,19 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 import zlib
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-import asyncpg
 import av
 from PIL import Image
-from redis.asyncio import Redis
 
 from bench.loadgen import LoadResult
 from bench.report import target
-from bench.servers import PG_ADMIN, REDIS_URL, ROOT, free_port, start_process, wait_ready
+from bench.servers import ROOT, free_port, scratch_stores, start_process, wait_ready
 
 HOST = "127.0.0.1"
 BOUNDARY = "conclave-bench-7d1f0b2e"
@@ -393,10 +391,8 @@ async def main(options: argparse.Namespace) -> None:
     jpeg_base = camera_jpeg()
     video = work / "survey.mp4"
     video_size = large_mp4(video)
-    database = f"conclave_bench_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(PG_ADMIN)
-    await admin.execute(f'CREATE DATABASE "{database}"')
-    prefix = f"bench:{uuid.uuid4().hex[:8]}:"
+    cleanup = AsyncExitStack()
+    stores = await cleanup.enter_async_context(scratch_stores())
     (work / "bare").mkdir()
     bare_port, edge_port = free_port(), free_port()
     python = sys.executable
@@ -406,9 +402,7 @@ async def main(options: argparse.Namespace) -> None:
         {"BENCH_UPLOAD_DIR": str(work / "bare")},
     )  # fmt: skip
     edge_env = {
-        "CONCLAVE_DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{database}",
-        "CONCLAVE_BUS_URL": REDIS_URL,
-        "BUS_STREAM_PREFIX": prefix,
+        **stores.env(),
         "CONCLAVE_AUTH": "disabled",
         "CONCLAVE_LOG_LEVEL": "WARNING",
         "CONCLAVE_DATA_DIR": str(work / "edge"),
@@ -447,26 +441,15 @@ async def main(options: argparse.Namespace) -> None:
                 route = path + ("video" if name == "edge" else "")
                 await _large(port, route, pid, video, video_size, runs["large", name])
         await asyncio.sleep(2.0)  # let the relay publish the last events
-        conn = await asyncpg.connect(PG_ADMIN.rsplit("/", 1)[0] + f"/{database}")
-        packs = await conn.fetchval("SELECT count(*) FROM edge_evidence_packs")
-        unpublished = await conn.fetchval(
-            "SELECT count(*) FROM outbox_events WHERE published_at IS NULL"
-        )
-        await conn.close()
-        redis = Redis.from_url(REDIS_URL)
-        stream = await redis.xlen(prefix + "edge_intake.evidence.created")
+        packs = await stores.count("SELECT count(*) FROM edge_evidence_packs")
+        unpublished = await stores.unpublished()
+        stream = await stores.stream_length("edge_intake.evidence.created")
     finally:
         for process in (bare, edge):
             process.terminate()
             process.wait(timeout=30)
-        await asyncio.sleep(0.5)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        await admin.close()
+        await cleanup.aclose()
         shutil.rmtree(work, ignore_errors=True)
-    keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
-    if keys:
-        await redis.delete(*keys)
-    await redis.aclose()
 
     edge_ok = sum(
         run.result.statuses.get(200, 0) + run.warm_up.statuses.get(200, 0)

@@ -14,14 +14,10 @@ import asyncio
 import os
 import sys
 import time
-import uuid
-
-import asyncpg
-from redis.asyncio import Redis
 
 from bench.loadgen import LoadResult, run_load
 from bench.report import target
-from bench.servers import PG_ADMIN, REDIS_URL, free_port, start_process, wait_ready
+from bench.servers import free_port, scratch_stores, start_process, wait_ready
 
 BODY = {"tool": "echo", "args": {"message": "hello, conclave"}}
 MCP_BODY = {
@@ -54,52 +50,33 @@ def _row(name: str, result: LoadResult) -> str:
 
 
 async def main(seconds: float, concurrency: int) -> None:
-    database = f"conclave_bench_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(PG_ADMIN)
-    await admin.execute(f'CREATE DATABASE "{database}"')
-    prefix = f"bench:{uuid.uuid4().hex[:8]}:"
-    bare_port, gateway_port = free_port(), free_port()
-    python = sys.executable
-    bare = start_process(
-        [python, "-m", "uvicorn", "bench.bare_app:app", "--port", str(bare_port),
-         "--no-access-log", "--log-level", "warning"], {},
-    )  # fmt: skip
-    gateway = start_process(
-        [python, "-m", "conclave.cli.main", "serve", "gateway", "--port", str(gateway_port)],
-        {
-            "CONCLAVE_DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{database}",
-            "CONCLAVE_BUS_URL": REDIS_URL,
-            "BUS_STREAM_PREFIX": prefix,
-            "CONCLAVE_AUTH": "disabled",
-            "CONCLAVE_LOG_LEVEL": "WARNING",
-        },
-    )
-    try:
-        await wait_ready(bare_port, "/docs")
-        await wait_ready(gateway_port, "/health")
-        baseline = await _measure(bare_port, concurrency, seconds)
-        governed = await _measure(gateway_port, concurrency, seconds)
-        mcp = await _measure(gateway_port, concurrency, seconds, "/mcp", MCP_BODY, MCP_HEADERS)
-        await asyncio.sleep(1.5)  # let the relay publish the last events
-        conn = await asyncpg.connect(PG_ADMIN.rsplit("/", 1)[0] + f"/{database}")
-        rows = await conn.fetchval("SELECT count(*) FROM mcp_tool_calls WHERE status='succeeded'")
-        unpublished = await conn.fetchval(
-            "SELECT count(*) FROM outbox_events WHERE published_at IS NULL"
+    async with scratch_stores() as stores:
+        bare_port, gateway_port = free_port(), free_port()
+        python = sys.executable
+        bare = start_process(
+            [python, "-m", "uvicorn", "bench.bare_app:app", "--port", str(bare_port),
+             "--no-access-log", "--log-level", "warning"], {},
+        )  # fmt: skip
+        gateway = start_process(
+            [python, "-m", "conclave.cli.main", "serve", "gateway", "--port", str(gateway_port)],
+            {**stores.env(), "CONCLAVE_AUTH": "disabled", "CONCLAVE_LOG_LEVEL": "WARNING"},
         )
-        await conn.close()
-        redis = Redis.from_url(REDIS_URL)
-        stream = await redis.xlen(prefix + "conclave.mcp.actions")
-    finally:
-        for process in (bare, gateway):
-            process.terminate()
-            process.wait(timeout=10)
-        await asyncio.sleep(0.5)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        await admin.close()
-    keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
-    if keys:
-        await redis.delete(*keys)
-    await redis.aclose()
+        try:
+            await wait_ready(bare_port, "/docs")
+            await wait_ready(gateway_port, "/health")
+            baseline = await _measure(bare_port, concurrency, seconds)
+            governed = await _measure(gateway_port, concurrency, seconds)
+            mcp = await _measure(gateway_port, concurrency, seconds, "/mcp", MCP_BODY, MCP_HEADERS)
+            await asyncio.sleep(1.5)  # let the relay publish the last events
+            rows = await stores.count(
+                "SELECT count(*) FROM mcp_tool_calls WHERE status='succeeded'"
+            )
+            unpublished = await stores.unpublished()
+            stream = await stores.stream_length("conclave.mcp.actions")
+        finally:
+            for process in (bare, gateway):
+                process.terminate()
+                process.wait(timeout=10)
 
     ratio = governed.throughput / baseline.throughput if baseline.throughput else 0.0
     print(f"gateway benchmark: {seconds:g} s per run, {concurrency} connections, "

@@ -42,17 +42,16 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 from PIL import Image
-from redis.asyncio import Redis
 
 from bench.loadgen import LoadResult
-from bench.servers import PG_ADMIN, REDIS_URL, free_port, start_process, wait_ready
+from bench.servers import Scratch, free_port, scratch_stores, start_process, wait_ready
 
 SERVICES = ("gateway", "collector", "graph", "edge")
 DEFAULT_RATES = {
@@ -518,11 +517,9 @@ def _percentile_ms(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))] * 1000 if ordered else 0.0
 
 
-def _environment(database: str, prefix: str, data_dir: Path, **extra: str) -> dict[str, str]:
+def _environment(stores: Scratch, data_dir: Path, **extra: str) -> dict[str, str]:
     return {
-        "CONCLAVE_DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{database}",
-        "CONCLAVE_BUS_URL": REDIS_URL,
-        "BUS_STREAM_PREFIX": prefix,
+        **stores.env(),
         "CONCLAVE_AUTH": "disabled",
         "CONCLAVE_LOG_LEVEL": "WARNING",
         "CONCLAVE_DATA_DIR": str(data_dir),
@@ -552,15 +549,13 @@ async def run_load_test(config: LoadConfig | None = None) -> LoadTestResult:
     unknown = set(config.rates) - set(DEFAULT_RATES)
     if unknown:
         raise ValueError(f"unknown endpoints {sorted(unknown)}; known: {sorted(DEFAULT_RATES)}")
-    database = f"conclave_load_{uuid.uuid4().hex[:8]}"
-    prefix = f"load:{uuid.uuid4().hex[:8]}:"
     folder = Path(tempfile.mkdtemp(prefix="conclave-load-"))
     source = folder / "items.jsonl"
     source.write_text(
         "".join(json.dumps({"id": f"i{i}", "title": f"survey item {i}"}) + "\n" for i in range(20))
     )
-    admin = await asyncpg.connect(PG_ADMIN)
-    await admin.execute(f'CREATE DATABASE "{database}"')
+    cleanup = AsyncExitStack()
+    stores = await cleanup.enter_async_context(scratch_stores("load"))
     cli = [sys.executable, "-m", "conclave.cli.main"]
     ports = {service: free_port() for service in SERVICES}
     urls = {service: f"http://127.0.0.1:{port}" for service, port in ports.items()}
@@ -585,7 +580,7 @@ async def run_load_test(config: LoadConfig | None = None) -> LoadTestResult:
         # The first one migrates the new database; the others then start together.
         order = ["edge", "collector", "graph", "gateway"]
         for index, service in enumerate(order):
-            env = _environment(database, prefix, folder / service, **extra[service])
+            env = _environment(stores, folder / service, **extra[service])
             args = [*cli, "serve", service, "--port", str(ports[service])]
             processes[service] = start_process(args, env)
             if index == 0:
@@ -646,14 +641,7 @@ async def run_load_test(config: LoadConfig | None = None) -> LoadTestResult:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
-        await asyncio.sleep(0.5)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        await admin.close()
-        redis = Redis.from_url(REDIS_URL)
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
-        if keys:
-            await redis.delete(*keys)
-        await redis.aclose()
+        await cleanup.aclose()
 
     results = []
     for name, rate in config.rates.items():

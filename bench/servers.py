@@ -6,9 +6,15 @@ import asyncio
 import os
 import socket
 import subprocess
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import asyncpg
 import httpx
+from redis.asyncio import Redis
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN = os.environ.get("BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -41,3 +47,69 @@ async def wait_ready(port: int, path: str, attempts: int = 300) -> None:
                 pass
             await asyncio.sleep(0.1)
     raise RuntimeError(f"server on port {port} did not start")
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """A throw-away PostgreSQL database and Redis key prefix for one benchmark run."""
+
+    database: str
+    prefix: str
+
+    @property
+    def dsn(self) -> str:
+        """The database for asyncpg."""
+        return PG_ADMIN.rsplit("/", 1)[0] + f"/{self.database}"
+
+    @property
+    def url(self) -> str:
+        """The database for the services (``CONCLAVE_DATABASE_URL``)."""
+        return self.dsn.replace("postgresql://", "postgresql+asyncpg://", 1)
+
+    def env(self) -> dict[str, str]:
+        """What a service needs to run on these stores."""
+        return {
+            "CONCLAVE_DATABASE_URL": self.url,
+            "CONCLAVE_BUS_URL": REDIS_URL,
+            "BUS_STREAM_PREFIX": self.prefix,
+        }
+
+    async def count(self, query: str) -> int:
+        """The single number ``query`` selects."""
+        connection = await asyncpg.connect(self.dsn)
+        try:
+            return int(await connection.fetchval(query))
+        finally:
+            await connection.close()
+
+    async def unpublished(self) -> int:
+        """Outbox rows not published yet (0 once every event reached the bus)."""
+        return await self.count("SELECT count(*) FROM outbox_events WHERE published_at IS NULL")
+
+    async def stream_length(self, channel: str) -> int:
+        """Entries on ``channel``'s stream."""
+        redis = Redis.from_url(REDIS_URL)
+        try:
+            return int(await redis.xlen(self.prefix + channel))
+        finally:
+            await redis.aclose()
+
+
+@asynccontextmanager
+async def scratch_stores(tag: str = "bench") -> AsyncIterator[Scratch]:
+    """Create the stores, yield them, then drop the database and delete the keys. Stop the
+    servers using them inside the block."""
+    suffix = uuid.uuid4().hex[:8]
+    scratch = Scratch(f"conclave_{tag}_{suffix}", f"{tag}:{suffix}:")
+    admin = await asyncpg.connect(PG_ADMIN)
+    await admin.execute(f'CREATE DATABASE "{scratch.database}"')
+    try:
+        yield scratch
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{scratch.database}" WITH (FORCE)')
+        await admin.close()
+        redis = Redis.from_url(REDIS_URL)
+        keys = [key async for key in redis.scan_iter(match=f"{scratch.prefix}*")]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()

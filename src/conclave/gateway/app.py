@@ -36,7 +36,7 @@ from conclave.gateway.mcp import (
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.plugins import load_entry_point_tools, load_module_tools
 from conclave.gateway.registry import ToolRegistry
-from conclave.gateway.service import CHANNEL, SOURCE, GatewayService
+from conclave.gateway.service import GatewayService
 from conclave.gateway.settle import InterruptedCalls, sweeping
 from conclave.gateway.signals import signals_table_fallback
 from conclave.gateway.tools import Tool
@@ -133,9 +133,8 @@ def create_app(
         mcp_endpoint.manager = manager
         mcp_endpoint.security = TransportSecurityMiddleware(manager.security_settings)
         interrupted = InterruptedCalls(
-            registry, runtime, default_timeout=settings.tool_timeout_seconds,
-            channel=CHANNEL, source=SOURCE,
-        )  # fmt: skip
+            registry, runtime, default_timeout=settings.tool_timeout_seconds
+        )
         return _resources(manager, limiter, http, interrupted)
 
     app = create_service_app(

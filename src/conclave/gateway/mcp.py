@@ -16,6 +16,7 @@ from typing import Any
 
 from mcp import types
 from mcp.server.lowlevel import Server
+from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -32,6 +33,7 @@ from conclave.gateway.tools import Tool
 from conclave.platform.auth import Authenticator, Principal
 from conclave.platform.errors import ConclaveError, Unauthorized
 from conclave.platform.logs import correlation_id_var
+from conclave.platform.middleware import replay_body
 from conclave.platform.problems import error_response
 
 MCP_PATH = "/mcp"
@@ -177,20 +179,21 @@ class McpEndpoint:
             raise RuntimeError("the gateway app has not started")
         scope.setdefault("state", {})["principal"] = principal
         if self._fast_path and scope["method"] == "POST":
-            body = await _read_body(receive)
-            if await self._answer(scope, headers, body, principal, send):
+            request = Request(scope, receive)
+            body = await request.body()
+            if await self._answer(request, body, principal, send):
                 return
-            receive = _replay(body, receive)
+            receive = replay_body(body, receive)
         await self.manager.handle_request(scope, receive, send)
 
     async def _answer(
-        self, scope: Scope, headers: dict[str, str], body: bytes, principal: Principal, send: Send
+        self, request: Request, body: bytes, principal: Principal, send: Send
     ) -> bool:
         """Answer a plain stateless ``tools/call``/``tools/list``; False leaves it to the SDK."""
-        message = _plain_request(headers, body)
+        message = _plain_request(request, body)
         if message is None or self.security is None:
             return False
-        if await self.security.validate_request(Request(scope), is_post=True) is not None:
+        if await self.security.validate_request(request, is_post=True) is not None:
             return False
         request_id, method, params, version = message
         call = None
@@ -222,19 +225,19 @@ class McpEndpoint:
             reply = {"jsonrpc": "2.0", "id": request_id, "result": dumped}
             body = json.dumps(reply, separators=(",", ":"), ensure_ascii=False)
         response = Response(body, media_type="application/json")
-        await response(scope, _no_more_body, send)
+        await response(request.scope, _no_more_body, send)
         return True
 
 
-def _plain_request(headers: dict[str, str], body: bytes) -> tuple[Any, str, Any, str] | None:
+def _plain_request(request: Request, body: bytes) -> tuple[Any, str, Any, str] | None:
     """(id, method, params, protocol version) of a single stateless JSON ``tools/call`` or
     ``tools/list`` request of a handshake-era protocol version."""
-    version = headers.get("mcp-protocol-version", DEFAULT_NEGOTIATED_VERSION)
+    version = request.headers.get("mcp-protocol-version", DEFAULT_NEGOTIATED_VERSION)
     if version not in HANDSHAKE_PROTOCOL_VERSIONS:
         return None
-    media_type = headers.get("content-type", "").split(";")[0].strip()
-    accept = headers.get("accept", "")
-    if media_type != "application/json" or not _accepts_json(accept):
+    media_type = request.headers.get("content-type", "").split(";")[0].strip()
+    accepts_json, _accepts_sse = check_accept_headers(request)
+    if media_type != "application/json" or not accepts_json:
         return None
     try:
         message = json.loads(body)
@@ -252,36 +255,6 @@ def _plain_request(headers: dict[str, str], body: bytes) -> tuple[Any, str, Any,
     if method == "tools/list" and params in (None, {}):
         return request_id, method, params, version
     return None
-
-
-def _accepts_json(accept: str) -> bool:
-    types_ = {part.split(";")[0].strip() for part in accept.split(",")}
-    return bool(types_ & {"application/json", "application/*", "*/*"})
-
-
-async def _read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 async def _no_more_body() -> Message:

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from conclave.gateway import store
+from conclave.gateway.events import call_event
 from conclave.gateway.finance import RewriteError
 from conclave.gateway.limits import CallLimits
 from conclave.gateway.metrics import GatewayMetrics
@@ -41,7 +42,7 @@ from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegis
 from conclave.gateway.tools import RuleViolation, ToolContext, ToolExecutionError
 from conclave.gateway.validation import depth_exceeds, redact, schema_errors
 from conclave.platform.bus.base import Event
-from conclave.platform.clock import rfc3339, utc_now
+from conclave.platform.clock import utc_now
 from conclave.platform.db.engine import store_errors
 from conclave.platform.errors import (
     ConclaveError,
@@ -54,9 +55,6 @@ from conclave.platform.outbox import outbox_write
 from conclave.platform.runtime import Platform
 
 log = logging.getLogger(__name__)
-
-CHANNEL = "conclave.mcp.actions"
-SOURCE = "gateway"
 
 _FINISH_ATTEMPTS = 4
 
@@ -364,20 +362,15 @@ class GatewayService:
         return outcome
 
     def _event(self, outcome: Outcome, row: dict[str, Any], command: ExecuteCommand) -> Event:
-        payload = {
-            "conclave_id": outcome.conclave_id,
-            "tool": outcome.tool,
-            "args": row["args"],
-            "user_id": command.user_id,
-            "timestamp": rfc3339(row["created_at"]),
-            "requested_tool": row["requested_tool"],
-            "status": outcome.status,
-            "orthodoxy_status": outcome.orthodoxy_status,
-        }
-        return Event(
-            channel=CHANNEL,
-            payload=payload,
-            source=SOURCE,
+        return call_event(
+            conclave_id=outcome.conclave_id,
+            tool=outcome.tool,
+            requested_tool=row["requested_tool"],
+            args=row["args"],
+            user_id=command.user_id,
+            created_at=row["created_at"],
+            status=outcome.status,
+            orthodoxy_status=outcome.orthodoxy_status,
             correlation_id=command.correlation_id,
         )
 

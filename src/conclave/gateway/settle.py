@@ -23,11 +23,11 @@ from typing import Any
 
 from sqlalchemy import update
 
+from conclave.gateway.events import call_event
 from conclave.gateway.outcome import BLESSED, FAILED, RUNNING
 from conclave.gateway.registry import ToolRegistry
 from conclave.gateway.store import mcp_tool_calls, running_calls_before
-from conclave.platform.bus.base import Event
-from conclave.platform.clock import as_utc, rfc3339, utc_now
+from conclave.platform.clock import as_utc, utc_now
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.outbox import add_event
 from conclave.platform.runtime import Platform
@@ -49,15 +49,11 @@ class InterruptedCalls:
         platform: Platform,
         *,
         default_timeout: float,
-        channel: str,
-        source: str,
         every_seconds: float = 1.0,
     ) -> None:
         self._registry = registry
         self._platform = platform
         self._default_timeout = default_timeout
-        self._channel = channel
-        self._source = source
         self._every = every_seconds
 
     async def run(self) -> None:
@@ -93,20 +89,15 @@ class InterruptedCalls:
         return timeout or self._default_timeout
 
     async def _settle(self, row: Any) -> bool:
-        completed_at = utc_now()
-        event = Event(
-            channel=self._channel,
-            payload={
-                "conclave_id": row.conclave_id,
-                "tool": row.tool_name,
-                "args": row.args,
-                "user_id": row.user_id,
-                "timestamp": rfc3339(as_utc(row.created_at)),
-                "requested_tool": row.requested_tool,
-                "status": FAILED,
-                "orthodoxy_status": row.orthodoxy_status or BLESSED,
-            },
-            source=self._source,
+        event = call_event(
+            conclave_id=row.conclave_id,
+            tool=row.tool_name,
+            requested_tool=row.requested_tool,
+            args=row.args,
+            user_id=row.user_id,
+            created_at=as_utc(row.created_at),
+            status=FAILED,
+            orthodoxy_status=row.orthodoxy_status or BLESSED,
             correlation_id=row.correlation_id,
         )
         async with self._platform.engine.begin() as connection:
@@ -121,7 +112,7 @@ class InterruptedCalls:
                     http_status=503,
                     error_code=INTERRUPTED,
                     error_message=_MESSAGE,
-                    completed_at=completed_at,
+                    completed_at=utc_now(),
                 )
             )
             if result.rowcount != 1:  # another replica settled it, or it just finished

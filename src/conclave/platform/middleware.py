@@ -29,6 +29,20 @@ def _clean_id(value: str | None) -> str | None:
     return value if value is not None and _SAFE_ID.match(value) else None
 
 
+def replay_body(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands out ``body`` (already read) once, then defers to ``receive``."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 class RequestContextMiddleware:
     """Assign request and correlation ids, echo them as headers, and record HTTP metrics."""
 
@@ -119,17 +133,7 @@ class BodyLimitMiddleware:
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay_body(b"".join(chunks), receive), send)
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
         body: dict[str, Any] = {

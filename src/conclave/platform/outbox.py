@@ -86,6 +86,14 @@ async def pending_count(engine: AsyncEngine) -> int:
     return int(count or 0)
 
 
+async def _mark_published(connection: AsyncConnection, ids: Sequence[str]) -> None:
+    await connection.execute(
+        update(outbox_events)
+        .where(outbox_events.c.event_id.in_(ids))
+        .values(published_at=utc_now(), attempts=outbox_events.c.attempts + 1)
+    )
+
+
 class OutboxRelay:
     """Publishes committed outbox rows to the bus; any number of relays may share one store."""
 
@@ -193,19 +201,14 @@ class OutboxRelay:
                 await self._record_failure(connection, ids, 1, str(exc))
             return
         self.bus_healthy = True
-        published_at = utc_now()
         if self._writer is not None:  # rides along with the next group commit
-            marks = {"published_at": published_at, "attempts": 1}
+            marks = {"published_at": utc_now(), "attempts": 1}
             await self._writer.write(
                 *(Update(outbox_events, "event_id", {"event_id": id_, **marks}) for id_ in ids)
             )
             return
         async with self._engine.begin() as connection:
-            await connection.execute(
-                update(outbox_events)
-                .where(outbox_events.c.event_id.in_(ids))
-                .values(published_at=published_at, attempts=outbox_events.c.attempts + 1)
-            )
+            await _mark_published(connection, ids)
 
     async def publish_pending(self) -> int:
         """Publish one batch of due events; return how many were published."""
@@ -237,11 +240,7 @@ class OutboxRelay:
                 await self._record_failure(connection, ids, attempts, str(exc))
                 return 0
             self.bus_healthy = True
-            await connection.execute(
-                update(outbox_events)
-                .where(outbox_events.c.event_id.in_(ids))
-                .values(published_at=utc_now(), attempts=outbox_events.c.attempts + 1)
-            )
+            await _mark_published(connection, ids)
         return len(events)
 
     async def _record_failure(
