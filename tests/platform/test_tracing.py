@@ -270,11 +270,11 @@ def _spans(bodies: list[bytes]) -> list[tuple[str, str, dict[str, Any]]]:
     return found
 
 
-@needs_sdk
-async def test_served_gateway_exports_its_spans_over_otlp(
-    tmp_path: Path, otlp_receiver: tuple[str, list[bytes]]
-) -> None:
-    endpoint, bodies = otlp_receiver
+@asynccontextmanager
+async def served_gateway(
+    tmp_path: Path, endpoint: str, schedule_delay_ms: int, stderr: list[bytes]
+) -> AsyncIterator[httpx.AsyncClient]:
+    """``conclave serve gateway`` exporting to ``endpoint``; stopped with SIGTERM at the end."""
     port = free_port()
     environment = {
         **os.environ,
@@ -284,7 +284,7 @@ async def test_served_gateway_exports_its_spans_over_otlp(
         "CONCLAVE_BUS_URL": "memory://",
         "GATEWAY_LOAD_ENTRY_POINTS": "false",
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-        "OTEL_BSP_SCHEDULE_DELAY": "100",  # read by the SDK: export within 0.1 s
+        "OTEL_BSP_SCHEDULE_DELAY": str(schedule_delay_ms),  # read by the SDK
     }
     process = await asyncio.create_subprocess_exec(
         *[sys.executable, "-m", "conclave.cli.main", "serve", "gateway", "--port", str(port)],
@@ -301,23 +301,53 @@ async def test_served_gateway_exports_its_spans_over_otlp(
                 except httpx.TransportError:
                     pass
                 await asyncio.sleep(0.1)
-            response = await client.post(
-                "/execute",
-                json={"tool": "echo", "args": {"message": "hi"}},
-                headers={"X-Correlation-ID": "otel-e2e-1"},
-            )
-            assert response.status_code == 200, response.text
+            yield client
+    finally:
+        process.terminate()
+        _, error = await asyncio.wait_for(process.communicate(), timeout=30)
+        stderr.append(error)
+
+
+async def _traced_execute(client: httpx.AsyncClient) -> httpx.Response:
+    response = await client.post(
+        "/execute",
+        json={"tool": "echo", "args": {"message": "hi"}},
+        headers={"X-Correlation-ID": "otel-e2e-1"},
+    )
+    assert response.status_code == 200, response.text
+    return response
+
+
+@needs_sdk
+async def test_served_gateway_exports_its_spans_over_otlp(
+    tmp_path: Path, otlp_receiver: tuple[str, list[bytes]]
+) -> None:
+    endpoint, bodies = otlp_receiver
+    stderr: list[bytes] = []
+    async with served_gateway(tmp_path, endpoint, 100, stderr) as client:  # export within 0.1 s
+        response = await _traced_execute(client)
         for _ in range(100):
             if _execute_spans(bodies):
                 break
             await asyncio.sleep(0.1)
-    finally:
-        process.terminate()
-        _, stderr = await asyncio.wait_for(process.communicate(), timeout=30)
     [(service, name, attributes)] = _execute_spans(bodies)
     assert name == "POST /execute"
     assert service == "conclave-gateway"
     assert attributes[REQUEST_ATTRIBUTE] == response.headers["x-request-id"]
     assert attributes["http.response.status_code"] == 200
     assert not [s for s in _spans(bodies) if s[2].get("url.path") == "/health"], "not traced"
-    assert b"Traceback" not in stderr, stderr.decode()
+    assert b"Traceback" not in stderr[0], stderr[0].decode()
+
+
+@needs_sdk
+async def test_spans_still_buffered_are_exported_when_the_service_stops(
+    tmp_path: Path, otlp_receiver: tuple[str, list[bytes]]
+) -> None:
+    endpoint, bodies = otlp_receiver
+    stderr: list[bytes] = []
+    async with served_gateway(tmp_path, endpoint, 600_000, stderr) as client:  # no timed export
+        await _traced_execute(client)
+        await asyncio.sleep(0.5)
+        assert _execute_spans(bodies) == []  # still in the exporter's buffer
+    [(_, name, _)] = _execute_spans(bodies)  # SIGTERM: exported on the way out
+    assert name == "POST /execute"

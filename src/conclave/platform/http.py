@@ -76,7 +76,7 @@ def create_service_app(
         title=title,
         version=version,
         description=description,
-        lifespan=lifespan,
+        lifespan=_flushing(lifespan, tracing),
         telemetry=tracing.fastapi_telemetry(),
         **fastapi_kwargs,
     )
@@ -94,6 +94,20 @@ def create_service_app(
         return Response(metrics.render(), media_type=metrics.content_type)
 
     return app
+
+
+def _flushing(lifespan: Lifespan, tracing: Tracing) -> Lifespan:
+    """``lifespan``, then the spans still buffered exported."""
+
+    @asynccontextmanager
+    async def run(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            async with lifespan(app):
+                yield
+        finally:
+            await tracing.flush()
+
+    return run
 
 
 def platform_lifespan(

@@ -14,6 +14,7 @@ one trace), and log records made inside a span gain ``trace_id`` / ``span_id`` f
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 from collections.abc import Callable, MutableMapping
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # FastAPI has had native telemetry since 0.14x; older ones ig
 log = logging.getLogger(__name__)
 
 CORRELATION_ATTRIBUTE = "conclave.correlation_id"
+_FLUSH_TIMEOUT_MS = 5_000  # an exporter that does not answer must not hold up a shutdown
 REQUEST_ATTRIBUTE = "conclave.request_id"
 SERVICE_ATTRIBUTE = "conclave.service"
 
@@ -99,6 +101,16 @@ class Tracing:
             "auto_configure": False,  # exporters come from Conclave's settings
             "exclude": exclude,
         }
+
+    async def flush(self) -> None:
+        """Export the spans still buffered (called when the app stops).
+
+        Exporters batch spans for a few seconds. The SDK flushes at interpreter exit, but uvicorn
+        ends a graceful shutdown by raising the signal it caught again, so exit handlers never
+        run and the last seconds of spans were lost.
+        """
+        if self.enabled:
+            await asyncio.to_thread(self.provider.force_flush, _FLUSH_TIMEOUT_MS)
 
     def install(self, app: FastAPI) -> None:
         """Add the ids to each request's span; call it before the request-context middleware
