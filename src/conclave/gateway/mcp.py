@@ -169,9 +169,9 @@ class McpEndpoint:
         self.security: TransportSecurityMiddleware | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        request = Request(scope, receive)
         try:
-            principal = self._authenticator.authenticate(headers.get("authorization"))
+            principal = self._authenticator.authenticate(request.headers.get("authorization"))
         except Unauthorized as exc:
             await error_response(exc, MCP_PATH)(scope, receive, send)
             return
@@ -179,7 +179,6 @@ class McpEndpoint:
             raise RuntimeError("the gateway app has not started")
         scope.setdefault("state", {})["principal"] = principal
         if self._fast_path and scope["method"] == "POST":
-            request = Request(scope, receive)
             body = await request.body()
             if await self._answer(request, body, principal, send):
                 return
