@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, bindparam, cast, func, select, update
+from sqlalchemy import Integer, String, bindparam, cast, func, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql import Select
 
 from conclave.collector.store.tables import (
     Executor,
@@ -20,19 +21,44 @@ from conclave.collector.store.tables import (
 )
 
 
+def _by_keys(
+    executor: Executor, collection: str, keys: Sequence[str], *columns: Any
+) -> Select[Any]:
+    """``columns`` of the records of ``collection`` whose key is among ``keys``.
+
+    On PostgreSQL each key is one primary-key probe (a lateral join over the key array). A plain
+    ``record_key IN (...)`` is planned from the table's statistics, and while a bulk load runs
+    they still describe the table as nearly empty (autovacuum analyses it a minute later at the
+    earliest): the plan then reads every record of the collection and filters, for each batch of
+    keys, which made a 100,000-record discovery quadratic (1,000 rows/s, 95 % of it this lookup).
+    SQLite has no lateral joins and always probes its primary key for ``IN``.
+    """
+    if _is_sqlite(executor):
+        return select(*columns).where(
+            records.c.collection == collection, records.c.record_key.in_(list(keys))
+        )
+    wanted = (
+        func.unnest(bindparam("keys", list(keys), type_=postgresql.ARRAY(String)))
+        .table_valued("key")
+        .render_derived("wanted")
+    )
+    probe = (
+        select(*columns)
+        .where(records.c.collection == collection, records.c.record_key == wanted.c.key)
+        .limit(1)
+        .lateral("probe")
+    )
+    return select(probe).select_from(wanted).join(probe, true())
+
+
 async def existing_hashes(
     executor: Executor, collection: str, keys: Sequence[str]
 ) -> dict[str, str]:
     """``record_key -> content_hash`` of the given keys that are already stored."""
     if not keys:
         return {}
-    rows = await _all(
-        executor,
-        select(records.c.record_key, records.c.content_hash).where(
-            records.c.collection == collection, records.c.record_key.in_(list(keys))
-        ),
-    )
-    return {row.record_key: row.content_hash for row in rows}
+    statement = _by_keys(executor, collection, keys, records.c.record_key, records.c.content_hash)
+    return {row.record_key: row.content_hash for row in await _all(executor, statement)}
 
 
 async def upsert_records(connection: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
@@ -72,10 +98,7 @@ async def get_records(
     """The stored records among ``keys``."""
     if not keys:
         return []
-    return await _all(
-        executor,
-        select(records).where(records.c.collection == collection, records.c.record_key.in_(keys)),
-    )
+    return await _all(executor, _by_keys(executor, collection, keys, *records.c))
 
 
 async def collection_counts(engine: AsyncEngine) -> Sequence[Row[Any]]:
