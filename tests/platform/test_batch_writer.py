@@ -5,9 +5,21 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    func,
+    select,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -133,3 +145,78 @@ async def test_write_before_start_is_refused(engine: AsyncEngine) -> None:
         await BatchWriter(engine).write(consumed("a"))
     async with engine.connect() as connection:
         assert await connection.scalar(select(func.count()).select_from(consumed_events)) == 0
+
+
+async def test_writes_to_several_tables_commit_atomically(
+    engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    # On PostgreSQL each table's rows go through a COPY of their own: the first must not commit
+    # when the second fails.
+    await writer.write(consumed("taken"))
+    with pytest.raises(IntegrityError):
+        await writer.write(outbox_row("lost"), consumed("taken"))
+    async with engine.connect() as connection:
+        assert await connection.scalar(select(func.count()).select_from(outbox_events)) == 0
+    assert await stored_ids(engine) == {"taken"}
+
+
+_samples = MetaData()
+_documents = Table(
+    "batch_writer_samples",
+    _samples,
+    Column("sample_id", String(36), primary_key=True),
+    Column("doc", JSON, nullable=True),
+    Column("count", Integer, nullable=False, default=5),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("note", Text, nullable=True),
+)
+_stamped = Table(
+    "batch_writer_stamped",
+    _samples,
+    Column("sample_id", String(36), primary_key=True),
+    Column("stamp", String(36), nullable=False, default=lambda: "made-in-python"),
+)
+
+
+@pytest.fixture
+async def sample_tables(engine: AsyncEngine) -> AsyncIterator[None]:
+    async with engine.begin() as connection:
+        await connection.run_sync(_samples.create_all)
+    yield
+    async with engine.begin() as connection:
+        await connection.run_sync(_samples.drop_all)
+
+
+async def test_rows_are_stored_as_sqlalchemy_stores_them(
+    engine: AsyncEngine, writer: BatchWriter, sample_tables: None
+) -> None:
+    moment = utc_now()
+    samples = [
+        {"doc": None, "at": moment, "note": None},
+        {"doc": {"a": [1, "é", None], "b": {"c": 1.5}}, "at": moment, "note": "x\ty\nz\\"},
+        {"doc": [], "at": moment, "note": ""},
+    ]
+    for index, values in enumerate(samples):
+        await writer.write(Insert(_documents, {"sample_id": f"w{index}", **values}))
+    async with engine.begin() as connection:
+        for index, values in enumerate(samples):
+            await connection.execute(_documents.insert(), {"sample_id": f"s{index}", **values})
+    await writer.write(Insert(_stamped, {"sample_id": "w"}))
+
+    columns = (
+        _documents.c.doc.cast(Text), _documents.c.doc.is_(None), _documents.c.count,
+        _documents.c.at, _documents.c.note,
+    )  # fmt: skip
+    async with engine.connect() as connection:
+        rows = {
+            row[0]: tuple(row[1:])
+            for row in await connection.execute(select(_documents.c.sample_id, *columns))
+        }
+        stamp = await connection.scalar(select(_stamped.c.stamp))
+    for index in range(len(samples)):
+        assert rows[f"w{index}"] == rows[f"s{index}"]
+    assert rows["w0"][1] is False  # a None in a JSON column is JSON null, as SQLAlchemy stores it
+    stored_at = rows["w1"][3]  # SQLite hands timestamps back without their zone
+    assert rows["w1"][2] == 5
+    assert (stored_at if stored_at.tzinfo else stored_at.replace(tzinfo=UTC)) == moment
+    assert stamp == "made-in-python"  # a Python-computed default still applies
