@@ -25,7 +25,7 @@ class GatewayMetrics(ServiceMetrics):
     def observe(self, tool: str | None, status: str, orthodoxy: str, seconds: float) -> None:
         """Count one finished call."""
         label = tool or UNKNOWN_TOOL_LABEL
-        self.tool_calls.labels(label, status).inc()
-        self.validation.labels(orthodoxy).inc()
+        self.child(self.tool_calls, label, status).inc()
+        self.child(self.validation, orthodoxy).inc()
         if status not in ("rejected",):
-            self.tool_duration.labels(label).observe(seconds)
+            self.child(self.tool_duration, label).observe(seconds)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 
 # Latency buckets from sub-millisecond (in-process tools) up to the longest time-outs.
 LATENCY_BUCKETS = (
@@ -22,6 +24,7 @@ class ServiceMetrics:
     def __init__(self, service: str) -> None:
         self.service = service
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.http_requests = self.counter(
             "http_requests_total", "HTTP requests by method, route template and status.",
             ["method", "route", "status"],
@@ -30,6 +33,16 @@ class ServiceMetrics:
             "http_request_duration_seconds", "HTTP request duration by route template.",
             ["method", "route"],
         )  # fmt: skip
+
+    def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
+        """``metric.labels(*labels)``, remembered. prometheus_client validates the values and
+        takes a lock on every ``labels`` call (a few microseconds, several times per request);
+        label values here are bounded sets, so the cache is too."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def name(self, suffix: str) -> str:
         """The full metric name for ``suffix``."""

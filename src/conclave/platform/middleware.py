@@ -86,8 +86,9 @@ class RequestContextMiddleware:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
             method = scope.get("method", "GET")
-            self.metrics.http_requests.labels(method, template, str(status)).inc()
-            self.metrics.http_duration.labels(method, template).observe(
+            metrics = self.metrics
+            metrics.child(metrics.http_requests, method, template, str(status)).inc()
+            metrics.child(metrics.http_duration, method, template).observe(
                 time.perf_counter() - started
             )
             request_id_var.reset(request_token)

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import Table, bindparam
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from conclave.platform.db.driver_writes import copy_inserts, execute_updates, in_driver_transaction
 from conclave.platform.db.engine import is_sqlite, is_store_down
 from conclave.platform.errors import StoreUnavailable
 
@@ -54,90 +55,32 @@ class _Pending:
     )
 
 
-class _CopyPlan:
-    """How the rows of one table are handed to PostgreSQL's ``COPY``: the columns to fill and
-    each column's bind processor, so a value is stored exactly as SQLAlchemy would store it
-    (JSON as JSON text, ``None`` in a JSON column as JSON ``null``, scalar column defaults)."""
-
-    def __init__(self, table: Table, dialect: Any, given: tuple[str, ...]) -> None:
-        defaults = {
-            column.name: column.default.arg  # type: ignore[attr-defined]
-            for column in table.columns
-            if column.name not in given and column.default is not None and column.default.is_scalar
-        }
-        self.usable = all(
-            column.name in given or column.name in defaults or column.default is None
-            for column in table.columns
-        )
-        self.columns = [*given, *defaults]
-        self.defaults = tuple(defaults.values())
-        self.given = given
-        self.processors = [
-            table.c[name].type.dialect_impl(dialect).bind_processor(dialect) for name in given
-        ]
-
-    def records(self, writes: Sequence[Write]) -> list[tuple[Any, ...]]:
-        rows = []
-        for write in writes:
-            values = write.values
-            row = [
-                values[name] if process is None else process(values[name])
-                for name, process in zip(self.given, self.processors, strict=True)
-            ]
-            rows.append((*row, *self.defaults))
-        return rows
-
-
-_copy_plans: dict[tuple[str, tuple[str, ...]], _CopyPlan] = {}
-
-
-async def _copy_inserts(connection: AsyncConnection, table: Table, writes: Sequence[Write]) -> bool:
-    """Insert ``writes`` with one ``COPY`` (PostgreSQL); ``False`` when the table needs more than
-    a plain copy (a column default computed in Python)."""
-    given = tuple(sorted(writes[0].values))
-    plan = _copy_plans.get((table.name, given))
-    if plan is None:
-        plan = _copy_plans[(table.name, given)] = _CopyPlan(table, connection.dialect, given)
-    if not plan.usable:
-        return False
-    raw = await connection.get_raw_connection()
-    # SQLAlchemy's asyncpg adapter sends BEGIN lazily, before the first statement *it* runs; a
-    # COPY sent first straight to the driver would commit on its own. Begin through the adapter,
-    # so the COPY joins the transaction that ``engine.begin()`` commits or rolls back. Without
-    # that hook (another SQLAlchemy release) inserts take the executemany path.
-    adapter = raw.dbapi_connection
-    start = getattr(adapter, "_start_transaction", None)
-    if start is None or not hasattr(adapter, "_transaction"):
-        return False
-    if adapter._transaction is None:  # type: ignore[union-attr]
-        await start()
-    await raw.driver_connection.copy_records_to_table(  # type: ignore[union-attr]
-        table.name, records=plan.records(writes), columns=plan.columns
-    )
-    return True
-
-
 async def apply_writes(
     connection: AsyncConnection, writes: Sequence[Write], *, copy: bool = False
 ) -> None:
     """Execute ``writes`` on ``connection``, one executemany per table and statement shape.
 
     Groups keep the order in which their first write appeared; writes submitted together must not
-    depend on an order other than that. With ``copy`` (PostgreSQL), inserts go through ``COPY``:
-    a quarter of a governed call's CPU was SQLAlchemy preparing the executemany of its two rows.
+    depend on an order other than that. With ``copy`` (PostgreSQL) the writes go straight to the
+    driver (:mod:`conclave.platform.db.driver_writes`): inserts as ``COPY``, updates as prepared
+    executemany.
     """
     groups: dict[tuple[str, str, tuple[str, ...]], list[Write]] = {}
     for write in writes:
         kind = "insert" if isinstance(write, Insert) else "update"
         shape = (kind, write.table.name, tuple(sorted(write.values)))
         groups.setdefault(shape, []).append(write)
+    driver = await in_driver_transaction(connection) if copy else None
     for (kind, _, columns), members in groups.items():
         table = members[0].table
         if kind == "insert":
-            if not (copy and await _copy_inserts(connection, table, members)):
+            if not (driver and await copy_inserts(driver, connection.dialect, table, members)):
                 await connection.execute(table.insert(), [dict(w.values) for w in members])
             continue
         key = members[0].key  # type: ignore[union-attr]
+        if driver is not None:
+            await execute_updates(driver, connection.dialect, table, key, columns, members)
+            continue
         statement = (
             table.update()
             .where(table.c[key] == bindparam("k_" + key))
