@@ -100,3 +100,19 @@ async def test_a_parser_that_runs_too_long_is_stopped_and_replaced(tmp_path) -> 
         assert facts["feature_count"] == 2
     finally:
         await pool.close()
+
+
+async def test_a_worker_started_ahead_serves_the_first_uploads(tmp_path) -> None:
+    small = tmp_path / "small.geojson"
+    small.write_bytes(samples.geojson())
+    pool = ParserPool(2, timeout=30, memory_bytes=2 * 1024**3)
+    try:
+        await pool.prestart()
+        [started] = pool._all
+        assert started.process.is_alive()
+        for _ in range(3):  # one after the other: the started worker takes them all
+            facts = await pool.parse("geo", str(small), "geojson", {})
+            assert facts["feature_count"] == 2
+        assert pool._all == {started}
+    finally:
+        await pool.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -36,10 +38,17 @@ def create_app(settings: EdgeSettings, *, platform: Platform | None = None) -> F
             timeout=settings.parse_timeout_seconds,
             memory_bytes=settings.parse_memory_bytes,
         )
+        warm_up = None
+        if settings.parser_prestart:
+            warm_up = asyncio.create_task(app.state.parsers.prestart(), name="edge-parser-warm-up")
         try:
             async with platform_span(app):
                 yield
         finally:
+            if warm_up is not None:
+                warm_up.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await warm_up
             await app.state.parsers.close()
 
     app = create_service_app(

@@ -66,13 +66,16 @@ class _Worker:
 
 
 class ParserPool:
-    """A fixed number of parser worker processes, started on first use and replaced when killed."""
+    """A fixed number of parser worker processes, started on first use (one may be started ahead
+    with :meth:`prestart`) and replaced when killed."""
 
     def __init__(self, workers: int, *, timeout: float, memory_bytes: int) -> None:
         self._timeout = timeout
         self._memory = memory_bytes
         self._context = multiprocessing.get_context("spawn")
-        self._idle: asyncio.Queue[_Worker | None] = asyncio.Queue()
+        # Last in, first out: a started worker is handed out before an empty slot, so one that
+        # was started ahead serves the first upload, and sequential uploads start only one.
+        self._idle: asyncio.LifoQueue[_Worker | None] = asyncio.LifoQueue()
         self._all: set[_Worker] = set()
         for _ in range(max(1, workers)):
             self._idle.put_nowait(None)  # a slot; its worker starts when first needed
@@ -86,6 +89,22 @@ class ParserPool:
             await self._retire(worker)
             raise Unprocessable("No parser worker could be started.", code="PARSER_FAILED") from exc
         return worker
+
+    async def prestart(self) -> None:
+        """Start one worker before the first upload needs it: spawning a process and importing
+        the parsers takes about a second, which the first uploads after a start waited for
+        (1.2 to 1.5 s instead of 50 ms from upload to semantic-memory point)."""
+        try:
+            worker = self._idle.get_nowait()
+        except asyncio.QueueEmpty:
+            return  # every slot is in use: uploads already started the workers
+        try:
+            if worker is None:
+                worker = await self._spawn()
+        except Unprocessable:
+            worker = None  # the next upload tries again
+        finally:
+            self._idle.put_nowait(worker)
 
     async def _retire(self, worker: _Worker) -> None:
         self._all.discard(worker)

@@ -45,6 +45,12 @@ class EdgeSettings(CommonSettings):
     parser_workers: int = Field(
         2, alias="EDGE_PARSER_WORKERS", description="Parser worker processes per service process."
     )
+    parser_prestart: bool = Field(
+        True,
+        alias="EDGE_PARSER_PRESTART",
+        description="Start one parser worker in the background at start-up instead of at the "
+        "first upload (which then waits about a second for it).",
+    )
     device_secrets: SecretStr = Field(
         SecretStr(""),
         alias="EDGE_DEVICE_SECRETS",
