@@ -33,7 +33,7 @@ import functools
 import os
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from qdrant_client import QdrantClient, models
 
@@ -133,6 +133,8 @@ class LocalQdrant:
         return result
 
     async def _call(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        # The method is looked up by name, so the result is untyped: each wrapper below casts it
+        # to what that ``QdrantClient`` method returns.
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self._executor, functools.partial(self._transaction, name, *args, **kwargs)
@@ -147,32 +149,34 @@ class LocalQdrant:
 
     async def get_collections(self) -> models.CollectionsResponse:
         """See ``QdrantClient.get_collections``."""
-        return await self._call("get_collections")
+        return cast("models.CollectionsResponse", await self._call("get_collections"))
 
     async def collection_exists(self, collection_name: str) -> bool:
         """See ``QdrantClient.collection_exists``."""
-        return await self._call("collection_exists", collection_name)
+        return cast("bool", await self._call("collection_exists", collection_name))
 
     async def create_collection(self, collection_name: str, **kwargs: Any) -> bool:
         """See ``QdrantClient.create_collection``."""
-        return await self._call("create_collection", collection_name, **kwargs)
+        return cast("bool", await self._call("create_collection", collection_name, **kwargs))
 
     async def upsert(self, collection_name: str, **kwargs: Any) -> models.UpdateResult:
         """See ``QdrantClient.upsert``; every point is on disk when this returns."""
-        return await self._call("upsert", collection_name, **kwargs)
+        return cast("models.UpdateResult", await self._call("upsert", collection_name, **kwargs))
 
     async def delete(self, collection_name: str, **kwargs: Any) -> models.UpdateResult:
         """See ``QdrantClient.delete``."""
-        return await self._call("delete", collection_name, **kwargs)
+        return cast("models.UpdateResult", await self._call("delete", collection_name, **kwargs))
 
     async def count(self, collection_name: str, **kwargs: Any) -> models.CountResult:
         """See ``QdrantClient.count``."""
-        return await self._call("count", collection_name, **kwargs)
+        return cast("models.CountResult", await self._call("count", collection_name, **kwargs))
 
     async def scroll(self, collection_name: str, **kwargs: Any) -> tuple[list[Any], Any]:
         """See ``QdrantClient.scroll``."""
-        return await self._call("scroll", collection_name, **kwargs)
+        return cast("tuple[list[Any], Any]", await self._call("scroll", collection_name, **kwargs))
 
     async def query_points(self, collection_name: str, **kwargs: Any) -> models.QueryResponse:
         """See ``QdrantClient.query_points``."""
-        return await self._call("query_points", collection_name, **kwargs)
+        return cast(
+            "models.QueryResponse", await self._call("query_points", collection_name, **kwargs)
+        )

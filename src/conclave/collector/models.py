@@ -26,15 +26,15 @@ class ExpeditionCreate(BaseModel):
         description="Collections the expedition works on; discovery writes into the first "
         "(default `default`).",
     )
-    priority: Priority = Field("medium", description="Higher priorities run first.")
+    priority: Priority = Field(default="medium", description="Higher priorities run first.")
     parameters: dict[str, Any] = Field(
         default_factory=dict, description="Opaque to the service core; read by the type."
     )
     correlation_id: str | None = Field(
-        None, max_length=128, description="Carried into every event and record."
+        default=None, max_length=128, description="Carried into every event and record."
     )
     timeout_seconds: float | None = Field(
-        None, gt=0, description="Shorter time-out than the service's default for this run."
+        default=None, gt=0, description="Shorter time-out than the service's default for this run."
     )
 
     def collections(self) -> list[str]:

@@ -30,14 +30,14 @@ def _canonical(value: Any) -> Any:
     return rfc3339(value) if isinstance(value, datetime) else value
 
 
-def record_digest(record: Mapping[str, Any]) -> str:
+def record_digest(record: Mapping[Any, Any]) -> str:
     """SHA-256 of the canonical JSON of the chained fields of ``record``."""
     document = {name: _canonical(record[name]) for name in CHAINED_FIELDS}
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def chain_hash(record: Mapping[str, Any]) -> str:
+def chain_hash(record: Mapping[Any, Any]) -> str:
     """The chain hash of ``record`` (which carries its ``prev_chain_hash``)."""
     link = f"{record['prev_chain_hash']}:{record_digest(record)}"
     return hashlib.sha256(link.encode()).hexdigest()

@@ -12,12 +12,8 @@ import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from python_multipart.multipart import (
-    MultipartParseError,
-    MultipartParser,
-    MultipartState,
-    parse_options_header,
-)
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 
 from conclave.edge.blobs import BlobStore, TempBlob
 from conclave.platform.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType

@@ -52,7 +52,12 @@ class _Worker:
         loop = asyncio.get_running_loop()
         readable: asyncio.Future[None] = loop.create_future()
         descriptor = self.connection.fileno()
-        loop.add_reader(descriptor, lambda: readable.done() or readable.set_result(None))
+
+        def wake() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(descriptor, wake)
         try:
             await asyncio.wait_for(readable, seconds)
         finally:

@@ -187,7 +187,7 @@ class IntakeService:
         policy = optional_id(fields.get("sampling_policy_ref"), "sampling_policy_ref")
         if key is None and (key := idempotency_key(fields.get("idempotency_key"))) is not None:
             with store_errors():
-                earlier = await store.idempotent_ids(self.engine, device, key)
+                earlier: list[str] | None = await store.idempotent_ids(self.engine, device, key)
             if earlier:
                 return UploadResult("duplicate", earlier)
         analysed = []

@@ -197,7 +197,7 @@ async def packs_by_seq(engine: AsyncEngine, after_seq: int, limit: int) -> list[
         return list((await connection.execute(query)).all())
 
 
-async def neighbours(engine: AsyncEngine, seq: int) -> dict[int, Row[Any]]:
+async def neighbours(engine: AsyncEngine, seq: int) -> dict[int, Row[Any, Any, Any]]:
     """The packs just before and after chain position ``seq``, by position."""
     async with engine.connect() as connection:
         query = select(

@@ -45,8 +45,8 @@ def _mcp_tool(tool: Tool) -> types.Tool:
         name=tool.name,
         title=tool.title,
         description=tool.description,
-        inputSchema=dict(tool.parameters),
-        outputSchema=dict(tool.output_schema) if tool.output_schema else None,
+        input_schema=dict(tool.parameters),
+        output_schema=dict(tool.output_schema) if tool.output_schema else None,
         annotations=types.ToolAnnotations(**tool.annotations) if tool.annotations else None,
     )
 
@@ -76,8 +76,8 @@ class McpHandlers:
         except ConclaveError as exc:  # refused before the chain: rate limit, store down
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"{exc.code}: {exc.detail}")],
-                structuredContent={"code": exc.code, **exc.extra},
-                isError=True,
+                structured_content={"code": exc.code, **exc.extra},
+                is_error=True,
             )
         if outcome.error_code == "UNKNOWN_TOOL":
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
@@ -88,12 +88,12 @@ class McpHandlers:
                 detail = f"{detail} {fields}"
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"{outcome.error_code}: {detail}")],
-                structuredContent={
+                structured_content={
                     "conclave_id": outcome.conclave_id,
                     "code": outcome.error_code,
                     "orthodoxy_status": outcome.orthodoxy_status,
                 },
-                isError=True,
+                is_error=True,
             )
         text = json.dumps(outcome.result, ensure_ascii=False)
         structured = outcome.result if isinstance(outcome.result, dict) else None
@@ -104,7 +104,7 @@ class McpHandlers:
         }
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)],
-            structuredContent=structured,
+            structured_content=structured,
             _meta={"conclave": meta},
         )
 
@@ -212,18 +212,18 @@ class McpEndpoint:
             dumped = methods.serialize_server_result(method, version, dumped)
         except MCPError as exc:
             error = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=exc.error)
-            body = error.model_dump_json(by_alias=True, exclude_unset=True)
+            answer = error.model_dump_json(by_alias=True, exclude_unset=True)
         except ValidationError:  # a result the protocol cannot carry, answered as the SDK does
             log.exception("MCP %s produced a result its protocol version cannot carry", method)
             invalid = types.ErrorData(
                 code=types.INTERNAL_ERROR, message="Handler returned an invalid result"
             )
             error = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=invalid)
-            body = error.model_dump_json(by_alias=True, exclude_unset=True)
+            answer = error.model_dump_json(by_alias=True, exclude_unset=True)
         else:
             reply = {"jsonrpc": "2.0", "id": request_id, "result": dumped}
-            body = json.dumps(reply, separators=(",", ":"), ensure_ascii=False)
-        response = Response(body, media_type="application/json")
+            answer = json.dumps(reply, separators=(",", ":"), ensure_ascii=False)
+        response = Response(answer, media_type="application/json")
         await response(request.scope, _no_more_body, send)
         return True
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import jsonschema_rs
 from jsonschema import Draft202012Validator, FormatChecker
@@ -40,8 +40,10 @@ def compile_schema(schema: Mapping[str, Any], *, where: str) -> SchemaCheck:
 
 
 def _fast(schema: Mapping[str, Any]) -> Any:
+    # Its stubs ask for a dict; any other mapping is refused with a ValueError, handled below.
+    document = cast("dict[str, Any]", schema)
     try:  # offline: a remote $ref is never fetched; such a schema is left to the reference
-        return jsonschema_rs.Draft202012Validator(schema, validate_formats=True, offline=True)
+        return jsonschema_rs.Draft202012Validator(document, validate_formats=True, offline=True)
     except (ValueError, TypeError, jsonschema_rs.ReferencingError):
         return None
 

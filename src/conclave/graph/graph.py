@@ -17,9 +17,9 @@ import importlib
 import operator
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Protocol, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -68,7 +68,13 @@ class GraphContext:
     collector: CollectorLookup
 
 
-GraphExtension = Callable[[StateGraph, GraphContext], None]
+class _Node(Protocol):
+    """A built-in node (a protocol, not a ``Callable``: LangGraph's node types name ``state``)."""
+
+    def __call__(self, state: DispatchState) -> Awaitable[dict[str, Any]]: ...
+
+
+GraphExtension = Callable[[StateGraph[DispatchState], GraphContext], None]
 """Adds nodes and edges to the dispatch graph before it is compiled."""
 
 
@@ -87,14 +93,14 @@ async def classify(classifier: IntentClassifier, text: str) -> IntentMatch:
     return await asyncio.to_thread(classifier.classify, text)
 
 
-def _normalize_node(_context: GraphContext) -> Callable[[DispatchState], Any]:
+def _normalize_node(_context: GraphContext) -> _Node:
     async def normalize(state: DispatchState) -> dict[str, Any]:
         return {"text": normalize_text(state.get("query", ""))}
 
     return normalize
 
 
-def _intent_node(context: GraphContext) -> Callable[[DispatchState], Any]:
+def _intent_node(context: GraphContext) -> _Node:
     async def detect_intent(state: DispatchState) -> dict[str, Any]:
         match = await classify(context.classifier, state.get("text", ""))
         return {
@@ -106,7 +112,7 @@ def _intent_node(context: GraphContext) -> Callable[[DispatchState], Any]:
     return detect_intent
 
 
-def _collector_node(context: GraphContext) -> Callable[[DispatchState], Any]:
+def _collector_node(context: GraphContext) -> _Node:
     async def collector(state: DispatchState) -> dict[str, Any]:
         text = state.get("text", "") if state.get("lookup", True) else ""
         outcome = await context.collector.lookup(
@@ -143,7 +149,7 @@ _DEFAULT_EDGES = (
 
 def build_graph(
     context: GraphContext, extensions: Iterable[GraphExtension] = ()
-) -> CompiledStateGraph:
+) -> CompiledStateGraph[DispatchState]:
     """The compiled dispatch graph (no checkpointer: a dispatch keeps no state afterwards)."""
     graph = StateGraph(DispatchState)
     graph.add_node("normalize", _normalize_node(context))

@@ -53,7 +53,7 @@ class DispatchService:
     def __init__(
         self,
         settings: GraphSettings,
-        graph: CompiledStateGraph,
+        graph: CompiledStateGraph[DispatchState],
         platform: Platform,
         heartbeat: Heartbeat,
         metrics: GraphMetrics,
@@ -98,7 +98,7 @@ class DispatchService:
         # version="v2" streams only the state values internally; the default ("v1") also maps
         # every step's updates, to look for interrupts, which this graph does not use.
         output = await self.graph.ainvoke(state, version="v2")
-        final: dict[str, Any] = output.value
+        final: DispatchState = output.value
         duration = time.perf_counter() - started
         response = DispatchResponse(
             route=final.get("route") or "_".join(final.get("steps", [])),

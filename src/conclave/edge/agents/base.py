@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _MAX_STRING = 512
@@ -24,6 +24,11 @@ class MediaMismatch(Exception):
     """Looking inside shows the file is not of the route's type after all (415)."""
 
 
+# An agent cleans its whole summary (a mapping, so a dict comes back); the recursion, any value.
+@overload
+def clean(value: Mapping[Any, Any]) -> dict[str, Any]: ...
+@overload
+def clean(value: object, depth: int) -> Any: ...
 def clean(value: Any, depth: int = 0) -> Any:
     """Make parser output safe to store as JSON: bounded strings and lists, finite numbers, no
     control characters (EXIF and PDF metadata carry arbitrary bytes)."""

@@ -7,9 +7,8 @@ import struct
 from collections import Counter
 from typing import Any
 
-import ezdxf
-from ezdxf import bbox, recover, units
-from ezdxf.lldxf.const import DXFError
+from ezdxf import bbox, filemanagement, recover, units
+from ezdxf.lldxf.const import DXFError, DXFStructureError
 
 from conclave.edge.agents.base import CorruptMedia, clean
 
@@ -34,9 +33,9 @@ def _extents(doc: Any) -> list[float] | None:
 def _read_dxf(path: str) -> tuple[Any, Any, bool]:
     """The document, its audit, and whether it had to be recovered from a damaged structure."""
     try:
-        doc = ezdxf.readfile(path)
+        doc = filemanagement.readfile(path)
         return doc, doc.audit(), False
-    except ezdxf.DXFStructureError:
+    except DXFStructureError:
         pass  # field CAD apps write slightly broken DXF: try ezdxf's recovery mode next
     doc, auditor = recover.readfile(path)
     if not any(True for _ in doc.modelspace()):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import re
 import zipfile
+from collections.abc import Mapping
 from typing import Any
 
 from defusedxml import ElementTree
@@ -38,7 +39,7 @@ def _pdf(path: str) -> dict[str, Any]:
             return {"type": "pdf", "encrypted": True, "pages": None}
         pages = len(reader.pages)
         text_length = sum(len(page.extract_text() or "") for page in reader.pages[:MAX_TEXT_PAGES])
-        info = reader.metadata or {}
+        info: Mapping[str, Any] = reader.metadata or {}
     except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, AttributeError,
             IndexError, RecursionError, OSError) as exc:  # fmt: skip
         raise CorruptMedia(f"The PDF cannot be read: {type(exc).__name__}.") from exc

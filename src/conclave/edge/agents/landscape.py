@@ -64,7 +64,8 @@ def geotiff_reference(path: str) -> dict[str, Any] | None:
 
 def _tile_bounds(zoom: int, x: int, y: int) -> list[float]:
     def lon(tx: int) -> float:
-        return tx / 2**zoom * 360.0 - 180.0
+        tiles: int = 2**zoom  # zoom is never negative: the tile pattern's digits
+        return tx / tiles * 360.0 - 180.0
 
     def lat(ty: int) -> float:
         return math.degrees(math.atan(math.sinh(math.pi * (1 - 2 * ty / 2**zoom))))
