@@ -174,3 +174,27 @@ async def test_another_process_starts_a_queued_expedition_at_once(
                 - datetime.fromisoformat(record["created_at"])
             )
     assert max(w.total_seconds() for w in waits) < 5, waits
+
+
+async def test_a_collector_deletes_its_wake_up_group_when_it_stops(
+    postgres_engine, redis_bus, redis_client, redis_prefix, tmp_path
+) -> None:
+    backend = Backend("production", postgres_engine, redis_bus)
+    key = redis_prefix + QUEUED
+
+    async def wake_groups() -> set[str]:
+        if not await redis_client.exists(key):
+            return set()
+        groups = await redis_client.xinfo_groups(key)
+        return {g["name"] for g in groups if g["name"].startswith(WAKE_GROUP_PREFIX)}
+
+    # Another process's group: a stopping collector deletes only its own.
+    other = WAKE_GROUP_PREFIX + "other-process"
+    await redis_client.xgroup_create(key, other, id="$", mkstream=True)
+    async with collector_app(backend, collector_settings(tmp_path)):
+        await eventually(lambda: _more_than(wake_groups, {other}), timeout=10)
+    assert await wake_groups() == {other}
+
+
+async def _more_than(current, known: set[str]) -> bool:
+    return len(await current() - known) > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -304,6 +305,19 @@ async def test_redis_error_reply_fails_the_publish_and_spares_the_connection(
     assert [Event.from_fields(f).payload["n"] for _, f in entries] == [1, 2, 10, 11, 12]
 
 
+async def test_redis_drop_group(
+    redis_bus: RedisStreamsBus, redis_client: Redis, redis_prefix: str
+) -> None:
+    key = redis_prefix + CHANNEL
+    await redis_bus.publish([event(1)])
+    for group in ("mine", "theirs"):
+        await redis_client.xgroup_create(key, group, id="0")
+    await redis_bus.drop_group(CHANNEL, "mine")
+    await redis_bus.drop_group(CHANNEL, "mine")  # already gone: nothing happens
+    await redis_bus.drop_group("no.such.channel", "mine")
+    assert [group["name"] for group in await redis_client.xinfo_groups(key)] == ["theirs"]
+
+
 async def test_redis_malformed_entry_goes_to_dlq(
     redis_bus: RedisStreamsBus, redis_client: Redis, redis_prefix: str
 ) -> None:
@@ -348,3 +362,28 @@ async def test_a_dependency_outage_does_not_dead_letter_valid_events(make_bus: B
     assert handled == [sent]
     assert len(attempts) == 5
     assert await bus.read(dead_letter_channel(CHANNEL)) == []
+
+
+async def test_memory_consumers_stop_when_cancelled_as_events_arrive() -> None:
+    # Cancelling a consumer while a publish wakes it: the cancellation must be honoured (it was
+    # dropped on Python 3.11 when the wait ran inside asyncio.wait_for, and stop() hung).
+    bus = MemoryBus(claim_idle_seconds=0.5)
+    shuffle = random.Random(7)
+
+    async def handle(_event: Event) -> None:
+        return None
+
+    async with asyncio.timeout(30):
+        for _ in range(300):
+            consumers = [
+                asyncio.create_task(bus.consume(CHANNEL, f"g{n}", "c", handle)) for n in range(3)
+            ]
+            for _ in range(shuffle.randint(0, 3)):
+                await asyncio.sleep(0)
+            await bus.publish([Event(channel="elsewhere", payload={}, source="t")])
+            for _ in range(shuffle.randint(0, 2)):
+                await asyncio.sleep(0)
+            for consumer in consumers:
+                consumer.cancel()
+            results = await asyncio.gather(*consumers, return_exceptions=True)
+            assert all(isinstance(r, asyncio.CancelledError) for r in results), results

@@ -10,12 +10,17 @@ request raises: the bus redelivers it and, after ``BUS_MAX_DELIVERIES``, moves i
 The wake-up must reach *every* worker process, so each process reads it through a consumer group
 of its own (``collector-wake.<worker id>``), starting at new entries only. The handler just wakes
 the local worker, which then claims from the store as usual; duplicates and losses are harmless.
+A process deletes its group when it stops. A process that is killed leaves its group behind (a
+few bytes in Redis, read by nobody): Redis 7.0 does not update a consumer's idle time on reads
+that find nothing, so the groups of dead processes cannot be told from those of idle live ones
+without a liveness record of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections.abc import Callable, Mapping
 
@@ -26,6 +31,8 @@ from conclave.collector.models import ExpeditionCreate
 from conclave.collector.service import ExpeditionService
 from conclave.platform.bus.base import Event
 from conclave.platform.errors import ConclaveError
+
+log = logging.getLogger(__name__)
 
 REQUESTED_GROUP = "collector"
 BRIDGE_GROUP = "collector-bridge"
@@ -56,6 +63,7 @@ class ExpeditionListeners:
         self._bridge = dict(bridge)
         self._consumer = consumer
         self._wake = wake
+        self._wake_group = WAKE_GROUP_PREFIX + consumer
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -71,9 +79,7 @@ class ExpeditionListeners:
         )
         self._tasks.append(
             asyncio.create_task(
-                bus.consume(
-                    QUEUED, WAKE_GROUP_PREFIX + self._consumer, self._consumer, self.on_queued
-                )
+                bus.consume(QUEUED, self._wake_group, self._consumer, self.on_queued)
             )
         )
         for channel in self._bridge:
@@ -84,12 +90,18 @@ class ExpeditionListeners:
             )
 
     async def stop(self) -> None:
-        """Stop consuming (unacknowledged events are redelivered later)."""
+        """Stop consuming (unacknowledged events are redelivered later) and delete this process's
+        wake-up group, which nobody else reads."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._tasks:
+            try:
+                await self._service.platform.bus.drop_group(QUEUED, self._wake_group)
+            except Exception as exc:  # housekeeping: a bus that is down must not fail a stop
+                log.warning("wake-up group not deleted: %s", exc)
         self._tasks = []
 
     async def on_queued(self, _event: Event) -> None:

@@ -185,8 +185,11 @@ class OutboxRelay:
                 continue
             if self._handed:
                 continue
+            # asyncio.timeout, not wait_for: no task per wait, and no cancellation dropped
+            # (Python 3.11's wait_for can lose one that arrives as the event is set).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._poll)
+                async with asyncio.timeout(self._poll):
+                    await self._wake.wait()
 
     async def _publish_handed(self) -> None:
         if not self._handed:

@@ -115,6 +115,11 @@ class EventBus(Protocol):
         """The newest ``count`` events of ``channel``, oldest first (diagnostics and tests)."""
         ...
 
+    async def drop_group(self, channel: str, group: str) -> None:
+        """Delete the consumer group ``group`` of ``channel`` (nothing if there is none). For
+        groups of one process (a broadcast read), when that process stops."""
+        ...
+
     async def close(self) -> None:
         """Release connections."""
         ...

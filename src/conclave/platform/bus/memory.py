@@ -92,9 +92,13 @@ class MemoryBus:
         while True:
             work = self._claim(state) or self._next(stream, state)
             if work is None:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the wait in a task
+                # of its own and can drop a cancellation that arrives as the condition is
+                # notified (stop() then waits for ever) or leave the lock released under us.
                 async with self._changed:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._changed.wait(), timeout=self._claim_idle / 4)
+                        async with asyncio.timeout(self._claim_idle / 4):
+                            await self._changed.wait()
                 continue
             seq, delivery = work
             try:
@@ -136,6 +140,12 @@ class MemoryBus:
             delivery.delivered_at = now
             return seq, delivery
         return None
+
+    async def drop_group(self, channel: str, group: str) -> None:
+        """Forget ``group`` (its pending entries with it)."""
+        stream = self._streams.get(channel)
+        if stream is not None:
+            stream.groups.pop(group, None)
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -153,6 +153,15 @@ class RedisStreamsBus:
                 backoff = min(backoff * 2, 5.0)
                 cursor = "0"
 
+    async def drop_group(self, channel: str, group: str) -> None:
+        """XGROUP DESTROY (a consumer still reading would create the group again)."""
+        try:
+            await self._redis.xgroup_destroy(self.key(channel), group)
+        except ResponseError:
+            return  # no such stream
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+
     async def _ensure_group(self, key: str, group: str, start: str) -> None:
         try:
             await self._redis.xgroup_create(key, group, id=start, mkstream=True)
