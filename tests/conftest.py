@@ -9,9 +9,12 @@ unless ``CONCLAVE_REQUIRE_SERVICES=1`` (CI), where it fails instead.
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +31,7 @@ from conclave.platform.bus.memory import MemoryBus
 from conclave.platform.bus.redis_streams import RedisStreamsBus
 from conclave.platform.db.engine import create_engine
 from conclave.platform.db.migrate import migrate
+from conclave.platform.logs import JsonFormatter
 from conclave.platform.runtime import Platform
 from conclave.settings import GatewaySettings
 
@@ -187,3 +191,24 @@ async def eventually(check: Callable[[], Any], timeout: float = 5.0) -> Any:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not met within {timeout} s (last value: {value!r})")
         await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def json_logs() -> Iterator[io.StringIO]:
+    """What is logged (level INFO and up) while the test runs, as the JSON lines a deployment
+    writes; :func:`log_lines` parses them."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    yield stream
+    root.removeHandler(handler)
+    root.setLevel(level)
+
+
+def log_lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    """The JSON log lines captured by :func:`json_logs`."""
+    return [json.loads(text) for text in stream.getvalue().splitlines()]

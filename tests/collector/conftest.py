@@ -90,6 +90,29 @@ class JsonApi:
         self._server: asyncio.Server | None = None
         self.url = ""
 
+    def source(self, key: str | None = "id") -> dict[str, Any]:
+        """This API as an ``http_json`` source read page by page."""
+        source: dict[str, Any] = {
+            "type": "http_json",
+            "url": self.url,
+            "records_path": "data",
+            "pagination": {"type": "page"},
+        }
+        if key is not None:
+            source["key"] = key
+        return source
+
+    def discovery(self, *collections: str, key: str | None = "id", **extra: Any) -> dict[str, Any]:
+        """A discovery request over this API into ``collections`` (the default one if none)."""
+        body: dict[str, Any] = {
+            "expedition_type": "discovery",
+            "parameters": {"sources": [self.source(key)]},
+            **extra,
+        }
+        if collections:
+            body["target_collections"] = list(collections)
+        return body
+
     async def __aenter__(self) -> JsonApi:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]

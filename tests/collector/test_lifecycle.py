@@ -20,20 +20,7 @@ from tests.conftest import eventually
 
 
 def _slow_run(api: JsonApi, **extra) -> dict:
-    return {
-        "expedition_type": "discovery",
-        "parameters": {
-            "sources": [
-                {
-                    "type": "http_json",
-                    "url": api.url,
-                    "records_path": "data",
-                    "pagination": {"type": "page"},
-                }
-            ]
-        },
-        **extra,
-    }
+    return api.discovery(key=None, **extra)
 
 
 async def test_priorities_order_the_queue(backend, tmp_path) -> None:

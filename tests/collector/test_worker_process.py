@@ -39,23 +39,7 @@ async def test_kill_9_of_a_worker_mid_run(sqlite_engine, memory_bus, tmp_path) -
     async with JsonApi(pages, delay=0.25) as api:
         quiet = collector_settings(tmp_path, run_workers=False)
         async with collector_app(backend, quiet) as (client, _app):
-            response = await client.post(
-                "/expedition/run",
-                json={
-                    "expedition_type": "discovery",
-                    "parameters": {
-                        "sources": [
-                            {
-                                "type": "http_json",
-                                "url": api.url,
-                                "records_path": "data",
-                                "pagination": {"type": "page"},
-                                "key": "id",
-                            }
-                        ]
-                    },
-                },
-            )
+            response = await client.post("/expedition/run", json=api.discovery())
             expedition_id = response.json()["expedition_id"]
             worker = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "conclave.cli.main", "worker", "collector", env=env

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from conclave.collector.store.tables import records
 from conclave.edge.app import create_app as create_edge_app
 from conclave.platform.bus.redis_streams import RedisStreamsBus
-from conclave.platform.logs import JsonFormatter
 from conclave.platform.runtime import Platform
 from tests.collector.conftest import collector_app, collector_settings, wait_terminal
-from tests.conftest import Backend, eventually
+from tests.conftest import Backend, eventually, log_lines
 from tests.edge import samples
 from tests.edge.conftest import edge_settings
 from tests.httpserver import running_server
@@ -40,21 +37,6 @@ COMPLETED = "collector.expedition.run.completed"
 def production(postgres_engine: AsyncEngine, redis_bus: RedisStreamsBus) -> Backend:
     """PostgreSQL (a schema of this test's own) and Redis Streams (a prefix of its own)."""
     return Backend("production", postgres_engine, redis_bus)
-
-
-@pytest.fixture
-def json_logs() -> Iterator[io.StringIO]:
-    """What the services log while the test runs, as the JSON lines a deployment writes."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    yield stream
-    root.removeHandler(handler)
-    root.setLevel(level)
 
 
 def _upload_arguments(how: str, correlation_id: str) -> dict[str, Any]:
@@ -139,7 +121,7 @@ async def test_an_upload_correlation_id_reaches_the_event_expedition_records_and
         assert done.correlation_id == correlation_id
 
     # 5. The logs: the upload's request and the collector's run both name the flow.
-    lines = [json.loads(text) for text in json_logs.getvalue().splitlines()]
+    lines = log_lines(json_logs)
     [finished_line] = [
         line
         for line in lines

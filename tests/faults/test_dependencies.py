@@ -184,24 +184,7 @@ async def test_postgres_cut_then_restored(topology: Topology, traffic: Traffic) 
     pids = _pids(topology)
     pages = [[{"id": f"{page}-{i}"} for i in range(5)] for page in range(10)]
     async with JsonApi(pages, delay=0.2) as api, topology.client("collector") as collector:
-        running = await collector.post(
-            "/expedition/run",
-            json={
-                "expedition_type": "discovery",
-                "target_collections": ["cut"],
-                "parameters": {
-                    "sources": [
-                        {
-                            "type": "http_json",
-                            "url": api.url,
-                            "records_path": "data",
-                            "pagination": {"type": "page"},
-                            "key": "id",
-                        }
-                    ]
-                },
-            },
-        )
+        running = await collector.post("/expedition/run", json=api.discovery("cut"))
         assert running.status_code == 202
         traffic.expeditions[running.json()["expedition_id"]] = "cut"
 

@@ -181,21 +181,7 @@ async def _pages_fetched(api: JsonApi, pages: int) -> bool:
 async def test_collector_worker_killed_mid_expedition(topology: Topology) -> None:
     pages = [[{"id": f"{page}-{i}"} for i in range(5)] for page in range(12)]
     async with JsonApi(pages, delay=0.2) as api, topology.client("collector") as client:
-        source = {
-            "type": "http_json",
-            "url": api.url,
-            "records_path": "data",
-            "pagination": {"type": "page"},
-            "key": "id",
-        }
-        response = await client.post(
-            "/expedition/run",
-            json={
-                "expedition_type": "discovery",
-                "target_collections": ["killed"],
-                "parameters": {"sources": [source]},
-            },
-        )
+        response = await client.post("/expedition/run", json=api.discovery("killed"))
         assert response.status_code == 202, response.text
         expedition_id = response.json()["expedition_id"]
         await eventually(lambda: _pages_fetched(api, 3), timeout=20)

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import httpx
 import pytest
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from conclave.platform.http import create_service_app
-from conclave.platform.metrics import ServiceMetrics
 from conclave.platform.problems import PROBLEM_MEDIA_TYPE
 from tests.conftest import serve_app
-from tests.conftest import test_settings as make_settings
+from tests.platform.conftest import demo_app
 
 MAX_BODY = 200_000
 
@@ -23,21 +20,8 @@ class Item(BaseModel):
     name: str
 
 
-@asynccontextmanager
-async def no_resources(_app: FastAPI) -> AsyncIterator[None]:
-    yield
-
-
 def build_app() -> FastAPI:
-    app = create_service_app(
-        service="demo",
-        title="Demo",
-        version="0",
-        description="A service built on the platform kit.",
-        settings=make_settings(max_body_bytes=MAX_BODY),
-        metrics=ServiceMetrics("demo"),
-        lifespan=no_resources,
-    )
+    app = demo_app(max_body_bytes=MAX_BODY)
 
     @app.post("/items")
     async def create_item(item: Item) -> Item:

@@ -4,38 +4,19 @@ request that logged it, so an operator can follow one call (or one whole flow) t
 from __future__ import annotations
 
 import io
-import json
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
-from conclave.platform.http import create_service_app
-from conclave.platform.logs import JsonFormatter
-from conclave.platform.metrics import ServiceMetrics
-from tests.conftest import serve_app
-from tests.conftest import test_settings as make_settings
-
-
-@asynccontextmanager
-async def no_resources(_app: FastAPI) -> AsyncIterator[None]:
-    yield
+from tests.conftest import log_lines, serve_app
+from tests.platform.conftest import demo_app
 
 
 def build_app() -> FastAPI:
-    app = create_service_app(
-        service="demo",
-        title="Demo",
-        version="0",
-        description="A service built on the platform kit.",
-        settings=make_settings(),
-        metrics=ServiceMetrics("demo"),
-        lifespan=no_resources,
-    )
+    app = demo_app()
 
     @app.get("/work")
     async def work() -> dict[str, str]:
@@ -52,39 +33,20 @@ def build_app() -> FastAPI:
 
 
 @pytest.fixture
-def captured() -> Iterator[io.StringIO]:
-    """The JSON log lines written while the test runs."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    yield stream
-    root.removeHandler(handler)
-    root.setLevel(level)
-
-
-def lines_of(stream: io.StringIO) -> list[dict[str, Any]]:
-    return [json.loads(text) for text in stream.getvalue().splitlines()]
-
-
-@pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     async with serve_app(build_app()) as client:
         yield client
 
 
 async def test_a_request_logs_json_with_its_request_and_correlation_ids(
-    client: httpx.AsyncClient, captured: io.StringIO
+    client: httpx.AsyncClient, json_logs: io.StringIO
 ) -> None:
     await client.get("/work", headers={"X-Request-ID": "req-1", "X-Correlation-ID": "flow-9"})
     assigned = await client.get("/work")
     logging.getLogger("demo.work").info("outside any request")
 
     given_line, assigned_line, outside = [
-        line for line in lines_of(captured) if line["logger"] == "demo.work"
+        line for line in log_lines(json_logs) if line["logger"] == "demo.work"
     ]
     assert given_line["message"] == "working"
     assert given_line["level"] == "info"
@@ -98,11 +60,11 @@ async def test_a_request_logs_json_with_its_request_and_correlation_ids(
 
 
 async def test_an_unexpected_error_is_logged_with_the_id_the_caller_sees(
-    client: httpx.AsyncClient, captured: io.StringIO
+    client: httpx.AsyncClient, json_logs: io.StringIO
 ) -> None:
     response = await client.get("/boom", headers={"X-Correlation-ID": "flow-10"})
 
-    [error] = [line for line in lines_of(captured) if line["level"] == "error"]
+    [error] = [line for line in log_lines(json_logs) if line["level"] == "error"]
     assert response.status_code == 500
     assert error["request_id"] == response.json()["request_id"]
     assert error["correlation_id"] == "flow-10"

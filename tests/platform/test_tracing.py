@@ -20,9 +20,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from conclave.platform.http import create_service_app
 from conclave.platform.logs import JsonFormatter
-from conclave.platform.metrics import ServiceMetrics
 from conclave.platform.tracing import (
     CORRELATION_ATTRIBUTE,
     REQUEST_ATTRIBUTE,
@@ -33,8 +31,8 @@ from conclave.platform.tracing import (
 )
 from conclave.settings import CommonSettings
 from tests.conftest import serve_app
-from tests.conftest import test_settings as make_settings
 from tests.httpserver import free_port
+from tests.platform.conftest import demo_app
 
 needs_sdk = pytest.mark.skipif(
     not tracing_available(),
@@ -82,22 +80,8 @@ def test_traces_endpoint_wins_over_the_base_endpoint(monkeypatch: pytest.MonkeyP
     assert CommonSettings().otlp_traces_url() == "https://vendor.example/traces"
 
 
-@asynccontextmanager
-async def no_resources(_app: FastAPI) -> AsyncIterator[None]:
-    yield
-
-
 def build_app(tracing: Tracing | None = None) -> FastAPI:
-    app = create_service_app(
-        service="demo",
-        title="Demo",
-        version="0",
-        description="A service built on the platform kit.",
-        settings=make_settings(),
-        metrics=ServiceMetrics("demo"),
-        lifespan=no_resources,
-        tracing=tracing,
-    )
+    app = demo_app(tracing)
 
     @app.get("/items/{item_id}")
     async def read_item(item_id: int) -> dict[str, int]:

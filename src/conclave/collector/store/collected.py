@@ -155,16 +155,20 @@ async def mark_indexed(engine: AsyncEngine, written: Sequence[tuple[str, str, st
         await connection.execute(statement, params)
 
 
-async def mark_pending(connection: AsyncConnection, collection: str, keys: Sequence[str]) -> int:
-    """Flag records for (re)writing their vector."""
+async def mark_pending(connection: AsyncConnection, collection: str, keys: Sequence[str]) -> None:
+    """Flag records for (re)writing their vector: one primary-key update per key, as
+    :func:`mark_indexed` does (an ``IN`` list may be planned as a scan of the collection)."""
     if not keys:
-        return 0
-    result = await connection.execute(
+        return
+    statement = (
         update(records)
-        .where(records.c.collection == collection, records.c.record_key.in_(list(keys)))
+        .where(
+            records.c.collection == bindparam("b_collection"),
+            records.c.record_key == bindparam("b_key"),
+        )
         .values(vector_pending=True)
     )
-    return int(result.rowcount or 0)
+    await connection.execute(statement, [{"b_collection": collection, "b_key": k} for k in keys])
 
 
 async def repair_hash(
