@@ -194,3 +194,42 @@ async def test_lookups_carry_the_dispatch_correlation_id(embedded) -> None:
         )
     assert response.status_code == 200
     assert seen and set(seen) == {"corr-lookup-1"}
+
+
+async def test_dispatches_sharing_a_graph_run_keep_their_own_correlation_ids(embedded) -> None:
+    seen: dict[str, str | None] = {}
+    stub = FastAPI()
+
+    @stub.get("/collections")
+    async def collections() -> dict[str, Any]:
+        return {"collections": [{"name": "assets"}]}
+
+    @stub.get("/collections/{name}/records/{key}")
+    async def record(request: Request, name: str, key: str) -> JSONResponse:
+        seen[key] = request.headers.get("x-correlation-id")
+        return JSONResponse({"code": "RECORD_NOT_FOUND"}, status_code=404)
+
+    async with (
+        running_server(stub) as url,
+        graph_app(embedded, graph_settings(collector_url=url)) as (graph, app),
+    ):
+        answers = await asyncio.gather(
+            *(
+                graph.post(
+                    "/dispatch",
+                    json={"query": "", "validated_entities": [f"pump-{index}"]},
+                    headers={"X-Correlation-ID": f"corr-{index}"},
+                )
+                for index in range(8)
+            )
+        )
+        metrics = (await graph.get("/metrics")).text
+    assert [answer.status_code for answer in answers] == [200] * 8
+    assert seen == {f"pump-{index}": f"corr-{index}" for index in range(8)}
+    assert app.state.graph.runner.mode == "coalesced"
+    runs = next(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("conclave_graph_run_dispatches_count")
+    )
+    assert runs < 1 + 8  # the start-up run, then the dispatches shared runs

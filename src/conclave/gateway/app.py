@@ -22,7 +22,7 @@ from conclave.gateway.backends.catalogue import (
     load_catalogue,
 )
 from conclave.gateway.builtin import BUILTIN_TOOLS
-from conclave.gateway.fast_lane import AsgiLane, FastLane
+from conclave.platform.fast_lane import AsgiLane, FastLane
 from conclave.gateway.finance import FINANCE_ALIASES
 from conclave.gateway.finance_api import finance_router
 from conclave.gateway.limits import CallLimits

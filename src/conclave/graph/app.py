@@ -8,16 +8,19 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import httpx
 from fastapi import FastAPI
+from starlette.middleware import Middleware
 
 from conclave import __version__
-from conclave.graph.api import router
+from conclave.graph.api import DISPATCH_ROUTE, router
 from conclave.graph.collector import CollectorClient, CollectorLookup
-from conclave.graph.graph import GraphContext, GraphExtension, build_graph, load_extension
+from conclave.graph.graph import GraphContext, GraphExtension, define_graph, load_extension
 from conclave.graph.heartbeat import Heartbeat
 from conclave.graph.intents import IntentClassifier, load_intents
 from conclave.graph.metrics import GraphMetrics
+from conclave.graph.runner import dispatch_runner
 from conclave.graph.service import DispatchService
 from conclave.platform.embedding import load_embedder
+from conclave.platform.fast_lane import FastLane
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.runtime import Platform
 from conclave.settings import GraphSettings
@@ -53,15 +56,21 @@ def create_app(
                 http, settings.collector_url, settings.collector_token.get_secret_value()
             )
             context = GraphContext(settings, classifier, CollectorLookup(client, settings))
-            graph = build_graph(context, all_extensions)
+            graph = define_graph(context, all_extensions)
+            runner = dispatch_runner(
+                graph, settings.coalesce, settings.coalesce_runs, metrics.run_dispatches.observe
+            )
             # The first run of a compiled graph pays LangGraph's lazy set-up (tens of ms); pay it
             # here rather than in the first caller's request. Empty input does no I/O.
-            await graph.ainvoke({"query": "", "entities": []}, version="v2")
+            await runner.run({"query": "", "entities": []})
             heartbeat = Heartbeat(settings.heartbeat_seconds, settings.heartbeat_grace_seconds)
             metrics.watch_heartbeat(lambda: heartbeat.count, heartbeat.age)
-            async with heartbeat.running():
-                app.state.graph = DispatchService(settings, graph, runtime, heartbeat, metrics)
-                yield
+            try:
+                async with heartbeat.running():
+                    app.state.graph = DispatchService(settings, runner, runtime, heartbeat, metrics)
+                    yield
+            finally:
+                await runner.close()
 
     def setup(app: FastAPI, runtime: Platform) -> AbstractAsyncContextManager[None]:
         return resources(app, runtime)
@@ -77,4 +86,6 @@ def create_app(
     )
     app.state.settings = settings
     app.include_router(router)
+    # Innermost, so ids, metrics and the body cap still wrap it (see platform/fast_lane.py).
+    app.user_middleware.append(Middleware(FastLane, owner=app, route=DISPATCH_ROUTE, method="POST"))
     return app

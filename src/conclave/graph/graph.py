@@ -147,10 +147,11 @@ _DEFAULT_EDGES = (
 )
 
 
-def build_graph(
+def define_graph(
     context: GraphContext, extensions: Iterable[GraphExtension] = ()
-) -> CompiledStateGraph[DispatchState]:
-    """The compiled dispatch graph (no checkpointer: a dispatch keeps no state afterwards)."""
+) -> StateGraph[DispatchState]:
+    """The dispatch graph with the extensions' nodes and edges, not compiled: the service
+    compiles it for coalesced or solo runs (:mod:`conclave.graph.runner`)."""
     graph = StateGraph(DispatchState)
     graph.add_node("normalize", _normalize_node(context))
     graph.add_node("detect_intent", _intent_node(context))
@@ -163,7 +164,15 @@ def build_graph(
         has_edge = any(start == source for start, _end in graph.edges)
         if not has_edge and source not in graph.branches:
             graph.add_edge(source, target)
-    return graph.compile()
+    return graph
+
+
+def build_graph(
+    context: GraphContext, extensions: Iterable[GraphExtension] = ()
+) -> CompiledStateGraph[DispatchState]:
+    """The dispatch graph compiled for one dispatch per run (no checkpointer: a dispatch keeps no
+    state afterwards)."""
+    return define_graph(context, extensions).compile()
 
 
 def load_extension(spec: str) -> GraphExtension:

@@ -22,6 +22,11 @@ class GraphMetrics(ServiceMetrics):
         self.dispatch_duration = self.histogram(
             "dispatch_duration_seconds", "Time of one dispatch through the graph.", ["route"]
         )
+        self.run_dispatches = self.histogram(
+            "run_dispatches",
+            "Dispatches carried by one LangGraph run (coalesced runs; 1 = a dispatch ran alone).",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+        )
         self.degraded = self.counter(
             "degraded_steps_total", "Dispatches whose step could not finish, by step.", ["step"]
         )

@@ -8,13 +8,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from langgraph.graph.state import CompiledStateGraph
-
 from conclave import __version__
 from conclave.graph.graph import DispatchState
 from conclave.graph.heartbeat import Heartbeat
 from conclave.graph.metrics import GraphMetrics
 from conclave.graph.models import DispatchRequest, DispatchResponse, EntityRef, GraphHealth
+from conclave.graph.runner import DispatchRunner
 from conclave.platform.bus.base import Event
 from conclave.platform.errors import Unprocessable
 from conclave.platform.outbox import outbox_write
@@ -53,13 +52,13 @@ class DispatchService:
     def __init__(
         self,
         settings: GraphSettings,
-        graph: CompiledStateGraph[DispatchState],
+        runner: DispatchRunner,
         platform: Platform,
         heartbeat: Heartbeat,
         metrics: GraphMetrics,
     ) -> None:
         self.settings = settings
-        self.graph = graph
+        self.runner = runner
         self.platform = platform
         self.heartbeat = heartbeat
         self.metrics = metrics
@@ -95,10 +94,7 @@ class DispatchService:
             "correlation_id": command.correlation_id,
             "trace_id": trace_id,
         }
-        # version="v2" streams only the state values internally; the default ("v1") also maps
-        # every step's updates, to look for interrupts, which this graph does not use.
-        output = await self.graph.ainvoke(state, version="v2")
-        final: DispatchState = output.value
+        final: DispatchState = await self.runner.run(state)  # type: ignore[assignment]
         duration = time.perf_counter() - started
         response = DispatchResponse(
             route=final.get("route") or "_".join(final.get("steps", [])),

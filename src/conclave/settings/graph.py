@@ -36,6 +36,21 @@ class GraphSettings(CommonSettings):
     max_entities: int = Field(
         100, ge=0, alias="GRAPH_MAX_ENTITIES", description="Most validated entities per dispatch."
     )
+    coalesce: int = Field(
+        32,
+        ge=1,
+        alias="GRAPH_COALESCE",
+        description="Most dispatches one graph run carries: dispatches that arrive together share "
+        "a LangGraph run (docs/graph.md). 1 = every dispatch runs the graph on its own.",
+    )
+    coalesce_runs: int = Field(
+        1,
+        ge=1,
+        alias="GRAPH_COALESCE_RUNS",
+        description="Coalesced graph runs started in the last 25 ms that may be in flight at "
+        "once; later dispatches wait for the next run. Runs older than that wait on I/O and do "
+        "not count. One is enough on one event loop: more only makes runs smaller.",
+    )
     intents_file: Path | None = Field(
         None,
         alias="GRAPH_INTENTS_FILE",

@@ -1,11 +1,13 @@
-"""``POST /execute`` without the framework's per-request machinery.
+"""Hot routes without the framework's per-request machinery.
 
-The governance chain is what ``/execute`` is for; routing, the exception middleware, the exit-stack
-middleware and request/response wrapping around it cost the gateway as much CPU as the chain
-itself. This innermost middleware answers ``POST /execute`` by calling the route function directly
-and renders its errors with the app's own exception handlers. Everything outside it still applies
-(request and correlation ids, HTTP metrics, the body-size cap); every other request goes on to the
-router, and the documented route in :mod:`conclave.gateway.api` is the same function.
+A hot route (the gateway's ``POST /execute``, the graph service's ``POST /dispatch``) is what its
+service is for; routing, the exception middleware, the exit-stack middleware and request/response
+wrapping around it cost as much CPU as the route's own work. :class:`FastLane`, an innermost
+middleware, answers such a route by calling its function directly and renders its errors with the
+app's own exception handlers. Everything outside it still applies (request and correlation ids,
+HTTP metrics, the body-size cap); every other request goes on to the router, and the documented
+route is the same function. The route function takes the ``Request`` and reads its body and
+headers itself (:func:`conclave.platform.bodies.read_model`).
 """
 
 from __future__ import annotations
