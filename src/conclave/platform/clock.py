@@ -15,7 +15,9 @@ def rfc3339(moment: datetime) -> str:
     if moment.tzinfo is None:
         # SQLite hands naive datetimes back; they were stored as UTC.
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    elif moment.tzinfo is not UTC:  # most moments are utc_now()'s: no conversion needed
+        moment = moment.astimezone(UTC)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def as_utc(moment: datetime) -> datetime:
