@@ -15,6 +15,7 @@ from conclave.graph.coalesce import CoalescedGraph, UnsupportedNodeResult, coale
 from conclave.graph.graph import DispatchState
 from conclave.graph.runner import CoalescingRunner, SoloRunner, dispatch_runner
 from tests.graph.conftest import graph_app, graph_settings
+from tests.graph.extension_example import add_weather
 
 request_tag: contextvars.ContextVar[str] = contextvars.ContextVar("request_tag", default="")
 
@@ -229,3 +230,45 @@ async def test_the_service_coalesces_and_reports_run_sizes(embedded) -> None:
     count = next(float(line.split()[-1]) for line in sums if "_count" in line)
     assert total == 12 + 1  # the requests and the start-up run
     assert count < 13  # some runs carried several dispatches
+
+
+async def test_plain_def_nodes_and_routing_functions_run_coalesced_as_alone() -> None:
+    graph = StateGraph(DispatchState)
+
+    def shout(state: DispatchState) -> dict[str, Any]:  # plain def: LangGraph's thread pool
+        return {"text": state.get("query", "").upper(), "steps": ["shout"]}
+
+    def pick(state: DispatchState) -> str:
+        return "long" if len(state["text"]) > 3 else END
+
+    async def long(state: DispatchState) -> dict[str, Any]:
+        return {"steps": ["long"]}
+
+    graph.add_node("shout", shout)
+    graph.add_node("long", long)
+    graph.add_edge(START, "shout")
+    graph.add_conditional_edges("shout", pick, ["long", END])
+    queries = ["hi", "hello", ""]
+    solo = [await SoloRunner(graph).run({"query": q}) for q in queries]
+    coalesced = await CoalescedGraph(graph).run(
+        [{"query": q} for q in queries], [contextvars.copy_context() for _ in queries]
+    )
+    assert coalesced == solo
+    assert [state["steps"] for state in solo] == [["shout"], ["shout", "long"], ["shout"]]
+
+
+async def test_dispatches_of_one_run_take_different_routes_of_an_extension(embedded) -> None:
+
+    async with graph_app(embedded, graph_settings(), extensions=[add_weather]) as (client, _app):
+        queries = ["weather in Rome?", "hello", "is the weather fine", "what is a bridge?"] * 3
+        answers = await asyncio.gather(
+            *(client.post("/dispatch", json={"query": q}) for q in queries)
+        )
+    routes = [answer.json()["route"] for answer in answers]
+    assert routes == [
+        "weather_complete" if "weather" in q else "collector_complete" for q in queries
+    ]
+    for query, answer in zip(queries, answers, strict=True):
+        results = answer.json()["results"]
+        if "weather" in query:
+            assert results == [{"kind": "forecast", "text": "sunny", "query": query}]
