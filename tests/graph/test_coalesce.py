@@ -258,7 +258,6 @@ async def test_plain_def_nodes_and_routing_functions_run_coalesced_as_alone() ->
 
 
 async def test_dispatches_of_one_run_take_different_routes_of_an_extension(embedded) -> None:
-
     async with graph_app(embedded, graph_settings(), extensions=[add_weather]) as (client, _app):
         queries = ["weather in Rome?", "hello", "is the weather fine", "what is a bridge?"] * 3
         answers = await asyncio.gather(
