@@ -46,6 +46,7 @@ from langgraph.types import Command
 Reducers = Mapping[str, Callable[[Any, Any], Any] | None]
 NodeCall = Callable[[dict[str, Any]], Any]
 T = TypeVar("T")
+_NOWHERE: frozenset[str] = frozenset()
 
 
 class UnsupportedNodeResult(TypeError):
@@ -158,7 +159,8 @@ class _Routes:
         self.reducers = reducers
         self.static: dict[str, frozenset[str]] = {}
         for source, target in graph.edges:
-            self.static[source] = self.static.get(source, frozenset()) | {target}
+            if target != END:  # a dispatch that reaches END is done: it waits nowhere
+                self.static[source] = self.static.get(source, frozenset()) | {target}
         self.branches = {
             source: [(_function(branch.path), branch.ends or {}) for branch in branches.values()]
             for source, branches in graph.branches.items()
@@ -272,6 +274,8 @@ class CoalescedGraph:
                     f"node {name!r} returned {type(update).__name__}; in coalesced runs a node "
                     "returns a dict of state updates (GRAPH_COALESCE=1 runs each dispatch alone)"
                 )
+            if name not in routes.branches:  # only plain edges: no need for the updated state
+                return _Step(name, update, routes.static.get(name, _NOWHERE))
             updated = apply_update(dispatch.state, update, routes.reducers)
             return _Step(name, update, await routes.after(name, updated))
 
@@ -310,7 +314,11 @@ class CoalescedGraph:
         async def entry(dispatch: _Dispatch) -> frozenset[str]:
             return await self._routes.after(START, dispatch.state)
 
-        entries = await _each(entry, fresh)
+        entries: Sequence[frozenset[str] | Exception]
+        if START in self._routes.branches:
+            entries = await _each(entry, fresh)
+        else:  # where every dispatch starts is fixed: no routing function to call
+            entries = [self._routes.static.get(START, _NOWHERE)] * len(fresh)
         outcomes: list[dict[str, Any] | Exception] = []
         dispatches: dict[int, _Dispatch] = {}
         for index, (dispatch, entry_nodes) in enumerate(zip(fresh, entries, strict=True)):
@@ -329,10 +337,10 @@ class CoalescedGraph:
 async def _each(
     work: Callable[[_Dispatch], Coroutine[Any, Any, T]], dispatches: Sequence[_Dispatch]
 ) -> list[T | Exception]:
-    """``work`` for every dispatch, concurrently, each in its own request's context; an exception
-    is that dispatch's outcome. Cancellation of the run cancels them all and propagates."""
+    """``work`` for every dispatch, concurrently, each in a task of its own in its own request's
+    context (a task, not just a context: time-outs and cancel scopes belong to the task that
+    entered them); an exception is that dispatch's outcome. Cancelling the run cancels them all."""
     tasks = [asyncio.create_task(work(d), context=d.context) for d in dispatches]
-    # Cancelling the run cancels these through gather; a task's own exception is its outcome.
     outcomes = await asyncio.gather(*tasks, return_exceptions=True)
     for outcome in outcomes:
         if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
