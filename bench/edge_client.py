@@ -56,7 +56,7 @@ from pathlib import Path
 import httpx
 
 from bench.report import target
-from bench.servers import ROOT, free_port, wait_ready
+from bench.servers import ROOT, cpu_seconds, free_port, wait_ready
 from conclave.edge_client import EdgeClient, Envelope, Outbox, SyncReport, UploadResult
 
 HOST = "127.0.0.1"
@@ -136,15 +136,8 @@ def _children(pid: int) -> list[int]:
 
 def tree_cpu_seconds(pid: int) -> float:
     """User + system CPU of ``pid`` and its live descendants (the parser workers)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for process in (pid, *_children(pid)):
-        try:
-            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
+    seconds = (cpu_seconds(process) for process in (pid, *_children(pid)))
+    return sum(value for value in seconds if value == value)  # a process gone since: NaN
 
 
 async def pipeline(base_url: str) -> dict:

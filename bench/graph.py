@@ -23,14 +23,13 @@ import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 from fastapi import FastAPI
 
 from bench.loadgen import LoadResult, run_load
 from bench.report import target
-from bench.servers import free_port, start_process, wait_ready
+from bench.servers import cpu_seconds, free_port, start_process, wait_ready
 from conclave.graph.app import build_classifier
 from conclave.graph.coalesce import CoalescedGraph
 from conclave.graph.collector import CollectorClient, CollectorLookup
@@ -67,15 +66,6 @@ async def bare_dispatch(body: DispatchRequest) -> DispatchResponse:
     )
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (NaN where ``/proc`` is missing)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _mixed(port: int, pid: int, concurrency: int, seconds: float) -> tuple[LoadResult, float]:
     """One load per query kind at the same time, merged into one result; plus the server's CPU
     milliseconds per request during the measured part."""
@@ -87,9 +77,9 @@ async def _mixed(port: int, pid: int, concurrency: int, seconds: float) -> tuple
         )
 
     await asyncio.gather(*(run(body, 1.0) for body in QUERIES))  # warm-up
-    cpu_before = _cpu_seconds(pid)
+    cpu_before = cpu_seconds(pid)
     parts = await asyncio.gather(*(run(body, seconds) for body in QUERIES))
-    cpu = _cpu_seconds(pid) - cpu_before
+    cpu = cpu_seconds(pid) - cpu_before
     merged = LoadResult(seconds=max(part.seconds for part in parts))
     for part in parts:
         merged.requests += part.requests
