@@ -22,7 +22,6 @@ from conclave.gateway.backends.catalogue import (
     load_catalogue,
 )
 from conclave.gateway.builtin import BUILTIN_TOOLS
-from conclave.platform.fast_lane import AsgiLane, FastLane
 from conclave.gateway.finance import FINANCE_ALIASES
 from conclave.gateway.finance_api import finance_router
 from conclave.gateway.limits import CallLimits
@@ -40,6 +39,7 @@ from conclave.gateway.service import GatewayService
 from conclave.gateway.settle import InterruptedCalls, sweeping
 from conclave.gateway.signals import signals_table_fallback
 from conclave.gateway.tools import Tool
+from conclave.platform.fast_lane import AsgiLane, FastLane
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.ratelimit import MemoryRateLimiter, Rate, RateLimiter, RedisRateLimiter
 from conclave.platform.runtime import Platform
