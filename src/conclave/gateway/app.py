@@ -9,7 +9,6 @@ import httpx
 from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware
-from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from conclave import __version__
@@ -39,7 +38,6 @@ from conclave.gateway.service import GatewayService
 from conclave.gateway.settle import InterruptedCalls, sweeping
 from conclave.gateway.signals import signals_table_fallback
 from conclave.gateway.tools import Tool
-from conclave.platform.fast_lane import AsgiLane, FastLane
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.ratelimit import MemoryRateLimiter, Rate, RateLimiter, RedisRateLimiter
 from conclave.platform.runtime import Platform
@@ -148,8 +146,8 @@ def create_app(
     )
     app.state.settings = settings
     app.include_router(router)
-    # Innermost, so ids, metrics and the body cap still wrap it (see fast_lane.py for why).
-    app.user_middleware.append(Middleware(FastLane, owner=app, route=EXECUTE_ROUTE, method="POST"))
+    # Ids, metrics and the body cap still apply to it (see platform/fast_lane.py).
+    app.add_fast_lane(EXECUTE_ROUTE, "POST")
     if settings.mcp_domain == "finance":
         app.include_router(finance_router)
     mcp_endpoint = McpEndpoint(
@@ -157,5 +155,5 @@ def create_app(
     )
     mcp_route = Route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"])
     app.router.routes.append(mcp_route)
-    app.user_middleware.append(Middleware(AsgiLane, route=mcp_route))
+    app.add_asgi_lane(mcp_route)
     return app

@@ -8,7 +8,6 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import httpx
 from fastapi import FastAPI
-from starlette.middleware import Middleware
 
 from conclave import __version__
 from conclave.graph.api import DISPATCH_ROUTE, router
@@ -20,7 +19,6 @@ from conclave.graph.metrics import GraphMetrics
 from conclave.graph.runner import dispatch_runner
 from conclave.graph.service import DispatchService
 from conclave.platform.embedding import load_embedder
-from conclave.platform.fast_lane import FastLane
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.runtime import Platform
 from conclave.settings import GraphSettings
@@ -86,6 +84,6 @@ def create_app(
     )
     app.state.settings = settings
     app.include_router(router)
-    # Innermost, so ids, metrics and the body cap still wrap it (see platform/fast_lane.py).
-    app.user_middleware.append(Middleware(FastLane, owner=app, route=DISPATCH_ROUTE, method="POST"))
+    # Ids, metrics and the body cap still apply to it (see platform/fast_lane.py).
+    app.add_fast_lane(DISPATCH_ROUTE, "POST")
     return app

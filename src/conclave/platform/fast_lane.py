@@ -8,6 +8,13 @@ app's own exception handlers. Everything outside it still applies (request and c
 HTTP metrics, the body-size cap); every other request goes on to the router, and the documented
 route is the same function. The route function takes the ``Request`` and reads its body and
 headers itself (:func:`conclave.platform.bodies.read_model`).
+
+:class:`ServiceApp` goes one step further when it can: a hot request enters the platform's own
+request middleware (ids, metrics, body cap) and the lane straight from the app's entry, without
+passing Starlette's and FastAPI's outer middleware (error page, exception telemetry, body limit),
+whose work the platform's middleware and the lane already do. It does so only while the app has
+no middleware but the platform's own and no root path; tracing adds a middleware, so traced apps
+keep the whole stack (their spans are made there).
 """
 
 from __future__ import annotations
@@ -17,11 +24,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.routing import APIRoute
+from starlette.middleware import Middleware
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+Edge = Callable[[ASGIApp], ASGIApp]
+"""Wraps an ASGI app in the platform's request middleware (ids, metrics, body cap)."""
 
 
 class FastLane:
@@ -72,3 +82,56 @@ class AsgiLane:
             return
         scope["route"] = self._route
         await self._route.app(scope, receive, send)
+
+
+class ServiceApp(FastAPI):
+    """A FastAPI app whose fast lanes start at the app's entry when nothing else needs to run
+    first (see the module docstring)."""
+
+    def __init__(self, *args: Any, edge: Edge | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._edge = edge
+        self._lanes: dict[tuple[str, str], ASGIApp] = {}
+        self._lanes_usable: bool | None = None
+
+    def add_fast_lane(self, route: APIRoute, method: str) -> None:
+        """Answer ``method`` requests for ``route`` through a :class:`FastLane`."""
+        self.user_middleware.append(Middleware(FastLane, owner=self, route=route, method=method))
+        if self._edge is not None:
+            lane = FastLane(_not_a_lane, owner=self, route=route, method=method)
+            self._lanes[(route.path, method)] = self._edge(lane)
+
+    def add_asgi_lane(self, route: Route) -> None:
+        """Answer every request for ``route``'s path with its ASGI app (:class:`AsgiLane`)."""
+        self.user_middleware.append(Middleware(AsgiLane, route=route))
+        if self._edge is not None:
+            lane = self._edge(AsgiLane(_not_a_lane, route=route))
+            for method in route.methods or ():
+                self._lanes[(route.path, method)] = lane
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._lanes and scope["type"] == "http":
+            lane = self._lanes.get((scope["path"], scope["method"]))
+            if lane is not None and self._can_skip_the_stack():
+                scope["app"] = self
+                await lane(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+    @property
+    def lanes_skip_the_stack(self) -> bool:
+        """Whether fast lanes start at the app's entry (known once requests came in)."""
+        return bool(self._lanes) and self._can_skip_the_stack()
+
+    def _can_skip_the_stack(self) -> bool:
+        if self._lanes_usable is None:  # middleware cannot change once requests come in
+            from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
+
+            own: set[Any] = {RequestContextMiddleware, BodyLimitMiddleware, FastLane, AsgiLane}
+            only_own = all(middleware.cls in own for middleware in self.user_middleware)
+            self._lanes_usable = only_own and not self.root_path
+        return self._lanes_usable
+
+
+async def _not_a_lane(scope: Scope, receive: Receive, send: Send) -> None:
+    raise RuntimeError(f"{scope.get('method')} {scope.get('path')} reached a fast lane's exit")
