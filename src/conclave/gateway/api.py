@@ -23,6 +23,7 @@ from conclave.platform.http import (
     correlation_id,
     health_response,
 )
+from conclave.platform.jsontext import CompactJSONResponse
 
 router = APIRouter()
 
@@ -150,7 +151,7 @@ async def execute(request: Request) -> Response:
         "duration_ms": outcome.duration_ms,
     }
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
-    return JSONResponse(content, headers=headers)
+    return CompactJSONResponse(content, headers=headers)
 
 
 EXECUTE_ROUTE = next(r for r in router.routes if isinstance(r, APIRoute) and r.path == "/execute")

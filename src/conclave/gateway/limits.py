@@ -17,6 +17,9 @@ from conclave.gateway.tools import Tool
 from conclave.platform.errors import RateLimited
 from conclave.platform.ratelimit import Rate, RateLimiter, enforce
 
+# Made once: json.dumps builds an encoder per call when given options.
+_SIZE = json.JSONEncoder(separators=(",", ":"), default=str)
+
 
 class CallLimits:
     """The limits one gateway process applies before a call runs."""
@@ -39,7 +42,7 @@ class CallLimits:
 
     def args_too_large(self, args: Any) -> bool:
         """True when ``args`` serialise to more than ``max_args_bytes``."""
-        size = len(json.dumps(args, separators=(",", ":"), default=str).encode())
+        size = len(_SIZE.encode(args).encode())
         return size > self.max_args_bytes
 
     @asynccontextmanager

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.errors import Unavailable
+from conclave.platform.jsontext import COMPACT
 from conclave.platform.logs import correlation_id_var
 
 
@@ -34,7 +35,7 @@ class Event:
             "source": self.source,
             "emitted_at": rfc3339(self.emitted_at),
             "correlation_id": self.correlation_id or "",
-            "payload": json.dumps(self.payload, separators=(",", ":"), ensure_ascii=False),
+            "payload": COMPACT.encode(self.payload),
         }
 
     @classmethod
