@@ -12,6 +12,7 @@ which raises its usual exceptions (for example ``IntegrityError``).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -31,13 +32,25 @@ def _processors(table: Table, dialect: Any, names: Sequence[str]) -> list[Proces
     return [table.c[name].type.dialect_impl(dialect).bind_processor(dialect) for name in names]
 
 
-def _converted(
-    values: Mapping[str, Any], names: Sequence[str], processors: list[Processor]
-) -> list[Any]:
-    return [
-        values[name] if process is None else process(values[name])
-        for name, process in zip(names, processors, strict=True)
-    ]
+class _Converter:
+    """The values of ``names`` from a row's mapping, each through its column's bind processor.
+
+    The values are picked in one ``itemgetter`` call and only the columns that have a processor
+    (JSON ones, mostly) are converted: a Python step per column was a twentieth of a governed
+    gateway call.
+    """
+
+    def __init__(self, names: Sequence[str], processors: list[Processor]) -> None:
+        self._pick = operator.itemgetter(*names)
+        self._single = len(names) == 1
+        self._convert = [(i, process) for i, process in enumerate(processors) if process]
+
+    def __call__(self, values: Mapping[str, Any]) -> list[Any]:
+        picked = self._pick(values)
+        row = [picked] if self._single else list(picked)
+        for index, process in self._convert:
+            row[index] = process(row[index])
+        return row
 
 
 class _CopyPlan:
@@ -56,12 +69,11 @@ class _CopyPlan:
         self.columns = [*given, *defaults]
         self.defaults = tuple(defaults.values())
         self.given = given
-        self.processors = _processors(table, dialect, given)
+        self._convert = _Converter(given, _processors(table, dialect, given))
 
     def records(self, writes: Sequence[_Write]) -> list[tuple[Any, ...]]:
-        return [
-            (*_converted(w.values, self.given, self.processors), *self.defaults) for w in writes
-        ]
+        convert, defaults = self._convert, self.defaults
+        return [(*convert(w.values), *defaults) for w in writes]
 
 
 class _UpdatePlan:
@@ -77,10 +89,10 @@ class _UpdatePlan:
         self.sql = compiled.string
         # Parameter names in the order of $1, $2, ... and the column each belongs to.
         self.names = [name[2:] for name in compiled.positiontup or ()]
-        self.processors = _processors(table, dialect, self.names)
+        self._convert = _Converter(self.names, _processors(table, dialect, self.names))
 
     def records(self, writes: Sequence[_Write]) -> list[list[Any]]:
-        return [_converted(w.values, self.names, self.processors) for w in writes]
+        return [self._convert(w.values) for w in writes]
 
 
 _copy_plans: dict[tuple[str, tuple[str, ...]], _CopyPlan] = {}
