@@ -142,7 +142,7 @@ class BatchWriter:
         if not self._tasks:
             raise RuntimeError("BatchWriter.start() was not called")
         pending = _Pending(writes)
-        await self._queue.put(pending)
+        self._queue.put_nowait(pending)  # unbounded: never waits (and no coroutine to make)
         await pending.done
 
     async def _run(self) -> None:
