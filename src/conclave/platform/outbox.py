@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.bus.base import Event, EventBus
 from conclave.platform.clock import as_utc, utc_now
-from conclave.platform.db.batch import BatchWriter, Insert, Update
+from conclave.platform.db.batch import BatchWriter, Insert, UpdateAll
 from conclave.platform.db.engine import is_sqlite, is_store_down
 from conclave.platform.db.schema import outbox_events
 from conclave.platform.errors import BusUnavailable
@@ -206,9 +206,7 @@ class OutboxRelay:
         self.bus_healthy = True
         if self._writer is not None:  # rides along with the next group commit
             marks = {"published_at": utc_now(), "attempts": 1}
-            await self._writer.write(
-                *(Update(outbox_events, "event_id", {"event_id": id_, **marks}) for id_ in ids)
-            )
+            await self._writer.write(UpdateAll(outbox_events, "event_id", ids, marks))
             return
         async with self._engine.begin() as connection:
             await _mark_published(connection, ids)

@@ -19,7 +19,12 @@ from typing import Any
 from sqlalchemy import Table, bindparam
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from conclave.platform.db.driver_writes import copy_inserts, execute_updates, in_driver_transaction
+from conclave.platform.db.driver_writes import (
+    copy_inserts,
+    execute_update_all,
+    execute_updates,
+    in_driver_transaction,
+)
 from conclave.platform.db.engine import is_sqlite, is_store_down
 from conclave.platform.errors import StoreUnavailable
 
@@ -44,7 +49,18 @@ class Update:
     values: Mapping[str, Any]
 
 
-Write = Insert | Update
+@dataclass(frozen=True)
+class UpdateAll:
+    """Set ``values`` on every row of ``table`` whose primary-key column ``key`` is in ``keys``
+    (one statement however many rows: the relay's "published" marks)."""
+
+    table: Table
+    key: str
+    keys: Sequence[Any]
+    values: Mapping[str, Any]
+
+
+Write = Insert | Update | UpdateAll
 
 
 @dataclass
@@ -67,13 +83,26 @@ async def apply_writes(
     """
     groups: dict[tuple[str, str, tuple[str, ...]], list[Write]] = {}
     for write in writes:
-        kind = "insert" if isinstance(write, Insert) else "update"
+        kind = type(write).__name__
         shape = (kind, write.table.name, tuple(sorted(write.values)))
         groups.setdefault(shape, []).append(write)
     driver = await in_driver_transaction(connection) if copy else None
     for (kind, _, columns), members in groups.items():
         table = members[0].table
-        if kind == "insert":
+        if kind == "UpdateAll":
+            for write in members:
+                assert isinstance(write, UpdateAll)
+                if driver is not None:
+                    await execute_update_all(
+                        driver, connection.dialect, table, write.key, write.keys, write.values
+                    )
+                    continue
+                column = table.c[write.key]
+                await connection.execute(
+                    table.update().where(column.in_(write.keys)).values(dict(write.values))
+                )
+            continue
+        if kind == "Insert":
             if not (driver and await copy_inserts(driver, connection.dialect, table, members)):
                 await connection.execute(table.insert(), [dict(w.values) for w in members])
             continue

@@ -16,7 +16,8 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from sqlalchemy import Table, bindparam
+from sqlalchemy import Table, any_, bindparam
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 
@@ -148,3 +149,45 @@ async def execute_updates(
     if plan is None:
         plan = _update_plans[(table.name, key, columns)] = _UpdatePlan(table, dialect, key, columns)
     await driver.executemany(plan.sql, plan.records(writes))
+
+
+class _UpdateAllPlan:
+    """``UPDATE table SET columns WHERE key = ANY(keys)`` as SQLAlchemy compiles it for asyncpg."""
+
+    def __init__(self, table: Table, dialect: Any, key: str, columns: tuple[str, ...]) -> None:
+        keys = bindparam("k_", type_=ARRAY(table.c[key].type))
+        statement = (
+            table.update()
+            .where(table.c[key] == any_(keys))
+            .values({column: bindparam("v_" + column) for column in columns})
+        )
+        compiled = statement.compile(dialect=dialect)
+        self.sql = compiled.string
+        self.names = [name[2:] for name in compiled.positiontup or ()]  # "" is the key array
+        processors = iter(_processors(table, dialect, [name for name in self.names if name]))
+        self._convert = _Converter(
+            self.names, [next(processors) if name else None for name in self.names]
+        )
+
+    def arguments(self, keys: Sequence[Any], values: Mapping[str, Any]) -> list[Any]:
+        return self._convert({**values, "": list(keys)})
+
+
+_update_all_plans: dict[tuple[str, str, tuple[str, ...]], _UpdateAllPlan] = {}
+
+
+async def execute_update_all(
+    driver: Any,
+    dialect: Any,
+    table: Table,
+    key: str,
+    keys: Sequence[Any],
+    values: Mapping[str, Any],
+) -> None:
+    """Set ``values`` on the rows whose ``key`` is one of ``keys``, in one statement."""
+    columns = tuple(sorted(values))
+    plan = _update_all_plans.get((table.name, key, columns))
+    if plan is None:
+        plan = _UpdateAllPlan(table, dialect, key, columns)
+        _update_all_plans[(table.name, key, columns)] = plan
+    await driver.execute(plan.sql, *plan.arguments(keys, values))
