@@ -144,6 +144,23 @@ async def test_a_node_returning_something_else_than_updates_fails_its_dispatch()
     assert "GRAPH_COALESCE=1" in str(outcome)
 
 
+async def test_a_node_writing_an_unknown_field_fails_only_its_dispatch() -> None:
+    graph = StateGraph(DispatchState)
+
+    async def sloppy(state: DispatchState) -> dict[str, Any]:
+        return {"no_such_field": 1} if state["query"] == "bad" else {"intent": "fine"}
+
+    graph.add_node("sloppy", sloppy)
+    graph.add_edge(START, "sloppy")
+    bad, good = await CoalescedGraph(graph).run(
+        [{"query": "bad"}, {"query": "good"}], [contextvars.copy_context()] * 2
+    )
+    assert isinstance(bad, KeyError)
+    assert "no_such_field" in str(bad)
+    assert isinstance(good, dict)
+    assert good["intent"] == "fine"
+
+
 def test_graphs_that_need_a_run_per_dispatch_are_recognised(caplog) -> None:
     assert coalescible(branching_graph()) is None
 

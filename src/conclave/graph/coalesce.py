@@ -274,6 +274,10 @@ class CoalescedGraph:
                     f"node {name!r} returned {type(update).__name__}; in coalesced runs a node "
                     "returns a dict of state updates (GRAPH_COALESCE=1 runs each dispatch alone)"
                 )
+            if update and not update.keys() <= routes.reducers.keys():
+                # Caught here, not in the batch channel's reducer, so only this dispatch fails.
+                unknown = sorted(set(update) - set(routes.reducers))
+                raise KeyError(f"node {name!r} wrote {unknown}, not fields of the dispatch state")
             if name not in routes.branches:  # only plain edges: no need for the updated state
                 return _Step(name, update, routes.static.get(name, _NOWHERE))
             updated = apply_update(dispatch.state, update, routes.reducers)
