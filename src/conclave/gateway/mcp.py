@@ -32,6 +32,7 @@ from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.gateway.tools import Tool
 from conclave.platform.auth import Authenticator, Principal
 from conclave.platform.errors import ConclaveError, Unauthorized
+from conclave.platform.jsontext import COMPACT
 from conclave.platform.logs import correlation_id_var
 from conclave.platform.middleware import replay_body
 from conclave.platform.problems import error_response
@@ -222,7 +223,7 @@ class McpEndpoint:
             answer = error.model_dump_json(by_alias=True, exclude_unset=True)
         else:
             reply = {"jsonrpc": "2.0", "id": request_id, "result": dumped}
-            answer = json.dumps(reply, separators=(",", ":"), ensure_ascii=False)
+            answer = COMPACT.encode(reply)
         response = Response(answer, media_type="application/json")
         await response(request.scope, _no_more_body, send)
         return True

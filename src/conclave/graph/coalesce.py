@@ -33,17 +33,19 @@ runs in flight.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import typing
 from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, TypedDict, TypeVar
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
-Reducers = Mapping[str, Callable[[Any, Any], Any] | None]
+Reducer = Callable[[Any, Any], Any]
+Reducers = Mapping[str, Reducer | None]
 NodeCall = Callable[[dict[str, Any]], Any]
 T = TypeVar("T")
 _NOWHERE: frozenset[str] = frozenset()
@@ -74,29 +76,21 @@ class _Step:
     error: BaseException | None = None
 
 
-def reducers_of(schema: type[Any]) -> dict[str, Callable[[Any, Any], Any] | None]:
-    """Each state field's reducer (``Annotated[T, reducer]``), ``None`` for overwritten fields."""
-    reducers: dict[str, Callable[[Any, Any], Any] | None] = {}
+def state_fields(schema: type[Any]) -> tuple[dict[str, Reducer | None], dict[str, Any]]:
+    """Each state field's reducer (``Annotated[T, reducer]``; ``None`` for overwritten fields),
+    and what the reducer fields hold before any write: as LangGraph's channels start them, an
+    empty value of the field's type (``[]`` for a list)."""
+    reducers: dict[str, Reducer | None] = {}
+    initial: dict[str, Any] = {}
     for name, hint in typing.get_type_hints(schema, include_extras=True).items():
         metadata = getattr(hint, "__metadata__", ())
         reducers[name] = next((item for item in metadata if callable(item)), None)
-    return reducers
-
-
-def initial_values(schema: type[Any]) -> dict[str, Any]:
-    """What reducer fields hold before any write: as LangGraph's channels start them, an empty
-    value of the field's type (``[]`` for a list)."""
-    values: dict[str, Any] = {}
-    for name, hint in typing.get_type_hints(schema, include_extras=True).items():
-        if not getattr(hint, "__metadata__", ()):
+        if reducers[name] is None:
             continue
         base = typing.get_args(hint)[0]
-        kind = typing.get_origin(base) or base
-        try:
-            values[name] = kind()
-        except Exception:  # a type without an empty value starts unset in LangGraph too
-            continue
-    return values
+        with contextlib.suppress(Exception):  # without an empty value it starts unset there too
+            initial[name] = (typing.get_origin(base) or base)()
+    return reducers, initial
 
 
 def apply_update(
@@ -241,8 +235,7 @@ class CoalescedGraph:
         reason = coalescible(graph)
         if reason is not None:
             raise ValueError(f"the dispatch graph cannot run coalesced: {reason}")
-        self.reducers = reducers_of(graph.state_schema)
-        self._initial = initial_values(graph.state_schema)
+        self.reducers, self._initial = state_fields(graph.state_schema)
         routes = self._routes = _Routes(graph, self.reducers)
 
         def merge(current: dict[int, _Dispatch], writes: Any) -> dict[int, _Dispatch]:
@@ -330,7 +323,7 @@ class CoalescedGraph:
                 outcomes.append(entry_nodes)
                 continue
             outcomes.append(dispatch.state)
-            dispatches[index] = _Dispatch(dispatch.state, entry_nodes, dispatch.context)
+            dispatches[index] = replace(dispatch, at=entry_nodes)
         if dispatches:
             final = await self._compiled.ainvoke({"dispatches": dispatches}, version="v2")
             for index, dispatch in final.value["dispatches"].items():

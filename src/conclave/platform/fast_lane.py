@@ -29,6 +29,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
+
 Endpoint = Callable[[Request], Awaitable[Response]]
 Edge = Callable[[ASGIApp], ASGIApp]
 """Wraps an ASGI app in the platform's request middleware (ids, metrics, body cap)."""
@@ -125,8 +127,6 @@ class ServiceApp(FastAPI):
 
     def _can_skip_the_stack(self) -> bool:
         if self._lanes_usable is None:  # middleware cannot change once requests come in
-            from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
-
             own: set[Any] = {RequestContextMiddleware, BodyLimitMiddleware, FastLane, AsgiLane}
             only_own = all(middleware.cls in own for middleware in self.user_middleware)
             self._lanes_usable = only_own and not self.root_path

@@ -91,16 +91,7 @@ async def apply_writes(
         table = members[0].table
         if kind == "UpdateAll":
             for write in members:
-                assert isinstance(write, UpdateAll)
-                if driver is not None:
-                    await execute_update_all(
-                        driver, connection.dialect, table, write.key, write.keys, write.values
-                    )
-                    continue
-                column = table.c[write.key]
-                await connection.execute(
-                    table.update().where(column.in_(write.keys)).values(dict(write.values))
-                )
+                await _update_all(connection, driver, write)  # type: ignore[arg-type]
             continue
         if kind == "Insert":
             if not (driver and await copy_inserts(driver, connection.dialect, table, members)):
@@ -123,6 +114,17 @@ async def apply_writes(
             for w in members
         ]
         await connection.execute(statement, rows)
+
+
+async def _update_all(connection: AsyncConnection, driver: Any | None, write: UpdateAll) -> None:
+    if driver is not None:
+        table, dialect = write.table, connection.dialect
+        await execute_update_all(driver, dialect, table, write.key, write.keys, write.values)
+        return
+    column = write.table.c[write.key]
+    await connection.execute(
+        write.table.update().where(column.in_(write.keys)).values(dict(write.values))
+    )
 
 
 class BatchWriter:

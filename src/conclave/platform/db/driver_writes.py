@@ -69,7 +69,6 @@ class _CopyPlan:
         )
         self.columns = [*given, *defaults]
         self.defaults = tuple(defaults.values())
-        self.given = given
         self._convert = _Converter(given, _processors(table, dialect, given))
 
     def records(self, writes: Sequence[_Write]) -> list[tuple[Any, ...]]:
