@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import Table, bindparam
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from conclave.platform.db.batch_statement import Group, batch_statement
 from conclave.platform.db.driver_writes import (
     copy_inserts,
     execute_update_all,
@@ -71,6 +72,16 @@ class _Pending:
     )
 
 
+def group_writes(writes: Sequence[Write]) -> list[Group]:
+    """``writes`` grouped by kind, table and value names (one statement per group), the groups in
+    the order in which their first write appeared."""
+    groups: dict[tuple[str, str, tuple[str, ...]], list[Write]] = {}
+    for write in writes:
+        shape = (type(write).__name__, write.table.name, tuple(sorted(write.values)))
+        groups.setdefault(shape, []).append(write)
+    return [(kind, group[0].table, columns, group) for (kind, _, columns), group in groups.items()]
+
+
 async def apply_writes(
     connection: AsyncConnection, writes: Sequence[Write], *, copy: bool = False
 ) -> None:
@@ -81,23 +92,17 @@ async def apply_writes(
     driver (:mod:`conclave.platform.db.driver_writes`): inserts as ``COPY``, updates as prepared
     executemany.
     """
-    groups: dict[tuple[str, str, tuple[str, ...]], list[Write]] = {}
-    for write in writes:
-        kind = type(write).__name__
-        shape = (kind, write.table.name, tuple(sorted(write.values)))
-        groups.setdefault(shape, []).append(write)
     driver = await in_driver_transaction(connection) if copy else None
-    for (kind, _, columns), members in groups.items():
-        table = members[0].table
+    for kind, table, columns, members in group_writes(writes):
         if kind == "UpdateAll":
             for write in members:
-                await _update_all(connection, driver, write)  # type: ignore[arg-type]
+                await _update_all(connection, driver, write)
             continue
         if kind == "Insert":
             if not (driver and await copy_inserts(driver, connection.dialect, table, members)):
                 await connection.execute(table.insert(), [dict(w.values) for w in members])
             continue
-        key = members[0].key  # type: ignore[union-attr]
+        key = members[0].key
         if driver is not None:
             await execute_updates(driver, connection.dialect, table, key, columns, members)
             continue
@@ -137,6 +142,7 @@ class BatchWriter:
         # connections (PostgreSQL flushes concurrent commits together). SQLite has one writer.
         self._committers = 1 if is_sqlite(engine) else max(1, committers)
         self._copy = not is_sqlite(engine)
+        self._dialect = engine.dialect
         self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._after_commit: list[Callable[[list[Any]], None]] = []
@@ -194,10 +200,18 @@ class BatchWriter:
 
     async def _commit(self, batch: list[_Pending], *, copy: bool | None = None) -> None:
         copy = self._copy if copy is None else copy
+        writes = [w for item in batch for w in item.writes]
         try:
-            async with self._engine.begin() as connection:
-                writes = [w for item in batch for w in item.writes]
-                await apply_writes(connection, writes, copy=copy)
+            one_statement = batch_statement(self._dialect, group_writes(writes)) if copy else None
+            if one_statement is not None:
+                # No transaction is opened: PostgreSQL runs the one statement as its own.
+                async with self._engine.connect() as connection:
+                    sql, arguments = one_statement
+                    driver = (await connection.get_raw_connection()).driver_connection
+                    await driver.execute(sql, *arguments)  # type: ignore[union-attr]
+            else:
+                async with self._engine.begin() as connection:
+                    await apply_writes(connection, writes, copy=copy)
         except Exception as exc:  # one bad item must not fail its neighbours: retry them alone
             # ... through SQLAlchemy's executemany, which raises its usual errors (for example
             # IntegrityError) where COPY raises the driver's own.

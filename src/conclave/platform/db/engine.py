@@ -56,9 +56,17 @@ def create_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -
         engine = create_async_engine(url, connect_args={"timeout": 30})
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    connect_args: dict[str, Any] = {"timeout": 5, "command_timeout": 30}
+    # Plan every execution of a prepared statement with its parameters: a generic plan made while
+    # a table was nearly empty keeps scanning the whole table until autovacuum next analyzes it
+    # (docs/architecture.md, "Prepared statements").
+    settings = {"plan_cache_mode": "force_custom_plan"}
     if schema:
-        connect_args["server_settings"] = {"search_path": schema}
+        settings["search_path"] = schema
+    connect_args: dict[str, Any] = {
+        "timeout": 5,
+        "command_timeout": 30,
+        "server_settings": settings,
+    }
     return create_async_engine(
         url,
         pool_size=pool_size,

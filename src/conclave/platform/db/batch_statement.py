@@ -1,0 +1,155 @@
+"""A whole group commit as one PostgreSQL statement: one round trip, one implicit transaction.
+
+Each group of inserts becomes ``INSERT INTO t (...) SELECT * FROM unnest($1::type[], ...)``, each
+"set these values on these keys" write ``UPDATE t SET ... WHERE key = ANY($n)``; they are joined as
+data-modifying ``WITH`` clauses. Sent on a connection with no transaction open, PostgreSQL runs the
+statement as a transaction of its own and answers once it is committed (durably, under the
+server's ``synchronous_commit``). The transaction path it replaces sent ``BEGIN``, a ``COPY`` per
+table (two round trips each), the updates and ``COMMIT``: six or seven round trips per commit, each
+one waiting for the service's busy event loop to read the answer.
+
+All parts of one statement see the same snapshot and none sees another's rows, so a batch goes this
+way only when no part depends on another (see :func:`batch_statement`); otherwise, and for tables
+with Python-computed defaults, the writer keeps the transaction path. Values go through the same
+conversions as ``COPY`` (:mod:`conclave.platform.db.driver_writes`), so rows are stored alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from sqlalchemy import Table
+
+from conclave.platform.db.driver_writes import _Converter, _CopyPlan, _processors
+
+
+class _Write(Protocol):
+    @property
+    def table(self) -> Table: ...
+
+    @property
+    def values(self) -> Mapping[str, Any]: ...
+
+
+class _UpdateAllWrite(_Write, Protocol):
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def keys(self) -> Sequence[Any]: ...
+
+
+Group = tuple[str, Table, tuple[str, ...], Sequence[Any]]
+"""A kind of write (``"Insert"``, ``"Update"``, ``"UpdateAll"``), its table, the sorted names of
+its values and the writes: see :func:`conclave.platform.db.batch.group_writes`."""
+
+
+class _Numbering:
+    """Hands out ``$1``, ``$2``, ... with their SQL type casts."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def next(self, sql_type: str) -> str:
+        self.count += 1
+        return f"${self.count}::{sql_type}"
+
+
+def _sql_type(table: Table, column: str, dialect: Any) -> str:
+    return str(table.c[column].type.compile(dialect=dialect))
+
+
+class _InsertPart:
+    def __init__(self, table: Table, dialect: Any, given: tuple[str, ...], n: _Numbering) -> None:
+        self.rows = _CopyPlan(table, dialect, given)
+        quote = dialect.identifier_preparer.quote
+        arrays = ", ".join(n.next(_sql_type(table, c, dialect) + "[]") for c in self.rows.columns)
+        columns = ", ".join(quote(column) for column in self.rows.columns)
+        target = dialect.identifier_preparer.format_table(table)
+        self.sql = f"INSERT INTO {target} ({columns}) SELECT * FROM unnest({arrays})"
+
+    def arguments(self, writes: Sequence[_Write]) -> list[Any]:
+        return list(zip(*self.rows.records(writes), strict=True))
+
+
+class _UpdateAllPart:
+    def __init__(
+        self, table: Table, dialect: Any, key: str, columns: tuple[str, ...], n: _Numbering
+    ) -> None:
+        quote = dialect.identifier_preparer.quote
+        assignments = ", ".join(
+            f"{quote(column)} = {n.next(_sql_type(table, column, dialect))}" for column in columns
+        )
+        keys = n.next(_sql_type(table, key, dialect) + "[]")
+        target = dialect.identifier_preparer.format_table(table)
+        self.sql = f"UPDATE {target} SET {assignments} WHERE {quote(key)} = ANY({keys})"
+        self._convert = _Converter(columns, _processors(table, dialect, columns))
+
+    def arguments(self, writes: Sequence[_UpdateAllWrite]) -> list[Any]:
+        (write,) = writes
+        return [*self._convert(write.values), list(write.keys)]
+
+
+Shape = tuple[tuple[str, Table, tuple[str, ...], str], ...]
+"""Per group: kind, table, value names and the key column of an ``UpdateAll``."""
+
+
+class _StatementPlan:
+    def __init__(self, dialect: Any, shape: Shape) -> None:
+        numbering = _Numbering()
+        self.parts: list[_InsertPart | _UpdateAllPart] = []
+        for kind, table, columns, key in shape:
+            if kind == "Insert":
+                self.parts.append(_InsertPart(table, dialect, columns, numbering))
+            else:
+                self.parts.append(_UpdateAllPart(table, dialect, key, columns, numbering))
+        self.usable = all(part.rows.usable for part in self.parts if isinstance(part, _InsertPart))
+        *clauses, main = [part.sql for part in self.parts]
+        with_clauses = ", ".join(f"w{index} AS ({sql})" for index, sql in enumerate(clauses))
+        self.sql = f"WITH {with_clauses} {main}" if clauses else main
+
+
+_plans: dict[Shape, _StatementPlan] = {}
+
+
+def batch_statement(dialect: Any, groups: Sequence[Group]) -> tuple[str, list[Any]] | None:
+    """The SQL and arguments applying ``groups`` in one statement, or ``None`` when they cannot
+    be: see :func:`_independent`, and a table with a Python-computed default."""
+    if not _independent(groups):
+        return None
+    shape: Shape = tuple(
+        (kind, table, columns, writes[0].key if kind == "UpdateAll" else "")
+        for kind, table, columns, writes in groups
+    )
+    plan = _plans.get(shape)
+    if plan is None:
+        plan = _plans[shape] = _StatementPlan(dialect, shape)
+    if not plan.usable:
+        return None
+    arguments: list[Any] = []
+    for part, (_, _, _, writes) in zip(plan.parts, groups, strict=True):
+        arguments.extend(part.arguments(writes))
+    return plan.sql, arguments
+
+
+def _independent(groups: Sequence[Group]) -> bool:
+    """True when no part of the statement would need to see another's rows: only inserts and at
+    most one ``UpdateAll`` per table, none of whose keys is a row inserted in the same batch."""
+    updated: set[Table] = set()
+    for kind, table, _, writes in groups:
+        if kind == "Insert":
+            continue
+        if kind != "UpdateAll" or table in updated or len(writes) != 1:
+            return False
+        updated.add(table)
+        (write,) = writes
+        inserted = {
+            member.values.get(write.key)
+            for other_kind, other_table, _, members in groups
+            if other_kind == "Insert" and other_table is table
+            for member in members
+        }
+        if not inserted.isdisjoint(write.keys):
+            return False
+    return True
