@@ -21,7 +21,7 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conclave.platform.clock import utc_now
@@ -160,6 +160,28 @@ async def test_inserts_and_marks_are_one_statement_on_postgres(
     # A plain Update (executemany semantics, one row after another) keeps the transaction path.
     update = Update(outbox_events, "event_id", {"event_id": "x", "attempts": 3})
     assert batch_statement(postgres_engine.dialect, group_writes([*writes, update])) is None
+
+
+async def test_an_over_long_value_is_refused_not_cut(postgres_engine: AsyncEngine) -> None:
+    writer = BatchWriter(postgres_engine)
+    await writer.start()
+    try:
+        with pytest.raises(DBAPIError, match="too long"):
+            await writer.write(consumed("x" * 37))  # event_id is VARCHAR(36)
+        await writer.write(consumed("y" * 36))
+    finally:
+        await writer.stop()
+    assert await stored_ids(postgres_engine) == {"y" * 36}
+
+
+async def test_a_mark_with_an_over_long_key_matches_nothing(
+    engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    await writer.write(outbox_row("k" * 36))
+    mark = UpdateAll(outbox_events, "event_id", ["k" * 37], {"attempts": 9})
+    await writer.write(mark)  # one statement on PostgreSQL
+    await writer.write(mark, outbox_row("other"))  # with an insert: still one statement
+    assert await outbox_marks(engine) == [("k" * 36, 0, False), ("other", 0, False)]
 
 
 async def test_prepared_statements_are_planned_with_their_values(

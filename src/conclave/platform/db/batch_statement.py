@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Table
 
-from conclave.platform.db.driver_writes import _Converter, _CopyPlan, _processors
+from conclave.platform.db.driver_writes import _Converter, _CopyPlan, _processors, unbounded
 
 
 class _Write(Protocol):
@@ -57,7 +57,7 @@ class _Numbering:
 
 
 def _sql_type(table: Table, column: str, dialect: Any) -> str:
-    return str(table.c[column].type.compile(dialect=dialect))
+    return str(unbounded(table.c[column].type).compile(dialect=dialect))
 
 
 class _InsertPart:

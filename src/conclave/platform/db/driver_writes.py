@@ -16,9 +16,10 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from sqlalchemy import Table, any_, bindparam
+from sqlalchemy import String, Table, any_, bindparam
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.types import TypeEngine
 
 
 class _Write(Protocol):
@@ -95,6 +96,13 @@ class _UpdatePlan:
         return [self._convert(w.values) for w in writes]
 
 
+def unbounded(kind: TypeEngine[Any]) -> TypeEngine[Any]:
+    """``kind`` without a length for parameter casts: an explicit cast to ``VARCHAR(36)`` cuts a
+    longer value to 36 characters without a word (and a key cut so could match another row);
+    uncast, the column's own length check refuses it."""
+    return String() if isinstance(kind, String) else kind
+
+
 _copy_plans: dict[tuple[str, tuple[str, ...]], _CopyPlan] = {}
 _update_plans: dict[tuple[str, str, tuple[str, ...]], _UpdatePlan] = {}
 
@@ -154,7 +162,7 @@ class _UpdateAllPlan:
     """``UPDATE table SET columns WHERE key = ANY(keys)`` as SQLAlchemy compiles it for asyncpg."""
 
     def __init__(self, table: Table, dialect: Any, key: str, columns: tuple[str, ...]) -> None:
-        keys = bindparam("k_", type_=ARRAY(table.c[key].type))
+        keys = bindparam("k_", type_=ARRAY(unbounded(table.c[key].type)))
         statement = (
             table.update()
             .where(table.c[key] == any_(keys))
