@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+from conclave.gateway.builtin.echo import ECHO
 from tests.conftest import Backend, eventually
 from tests.gateway.conftest import Calls, GatewayClient, audit_rows, published
 
@@ -240,3 +243,10 @@ async def test_audit_row_is_readable_by_its_caller(backend: Backend, gateway: Ga
         assert RFC3339_UTC.match(call["created_at"])
         missing = await client.get("/calls/00000000-0000-0000-0000-000000000000")
         assert missing.status_code == 404 and missing.json()["code"] == "CALL_NOT_FOUND"
+
+
+@pytest.mark.parametrize("message", ["line one\n\tline two", "non\u00a0breaking space", "plain"])
+def test_echo_keeps_tabs_newlines_and_spaces(message: str) -> None:
+    # Only control and format characters are removed; a message without any is left alone.
+    [rule] = ECHO.rules
+    assert rule({"message": message}, {"message": message}) is None

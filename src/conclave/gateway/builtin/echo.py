@@ -15,6 +15,8 @@ async def _echo(args: dict[str, Any], _ctx: ToolContext) -> dict[str, Any]:
 
 def _strip_control_characters(_args: Mapping[str, Any], result: Any) -> RuleOutcome | None:
     message = result["message"]
+    if message.isprintable():  # no control or format character at all (the usual case)
+        return None
     cleaned = "".join(
         ch for ch in message if ch in "\t\n" or unicodedata.category(ch) not in ("Cc", "Cf")
     )
