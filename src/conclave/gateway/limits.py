@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 from conclave.gateway.tools import Tool
@@ -19,6 +19,7 @@ from conclave.platform.ratelimit import Rate, RateLimiter, enforce
 
 # Made once: json.dumps builds an encoder per call when given options.
 _SIZE = json.JSONEncoder(separators=(",", ":"), default=str)
+_UNLIMITED: AbstractAsyncContextManager[None] = nullcontext()
 
 
 class CallLimits:
@@ -45,12 +46,15 @@ class CallLimits:
         size = len(_SIZE.encode(args).encode())
         return size > self.max_args_bytes
 
-    @asynccontextmanager
-    async def slot(self, tool: Tool) -> AsyncIterator[None]:
+    def slot(self, tool: Tool) -> AbstractAsyncContextManager[None]:
         """Hold one of ``tool``'s execution slots; 429 ``TOOL_BUSY`` when none is free."""
         if tool.max_concurrency is None:
-            yield
-            return
+            return _UNLIMITED  # most tools: no generator-based context manager per call
+        return self._held_slot(tool)
+
+    @asynccontextmanager
+    async def _held_slot(self, tool: Tool) -> AsyncIterator[None]:
+        assert tool.max_concurrency is not None
         semaphore = self._slots.setdefault(tool.name, asyncio.Semaphore(tool.max_concurrency))
         if semaphore.locked():
             raise RateLimited(

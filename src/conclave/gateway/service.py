@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -51,6 +50,7 @@ from conclave.platform.errors import (
     StoreUnavailable,
     Unprocessable,
 )
+from conclave.platform.ids import new_id
 from conclave.platform.outbox import outbox_write
 from conclave.platform.runtime import Platform
 
@@ -114,7 +114,7 @@ class GatewayService:
         """Run one call. Returns the outcome; failed outcomes carry their HTTP status."""
         started = time.perf_counter()
         await self._limits.admit_user(command.user_id)
-        conclave_id = str(uuid.uuid4())
+        conclave_id = new_id()
         fingerprint = request_hash(command.tool, command.args) if command.idempotency_key else None
         if command.idempotency_key:
             replay = await self._replay(command, fingerprint)

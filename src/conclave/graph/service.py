@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +15,7 @@ from conclave.graph.models import DispatchRequest, DispatchResponse, EntityRef, 
 from conclave.graph.runner import DispatchRunner
 from conclave.platform.bus.base import Event
 from conclave.platform.errors import Unprocessable
+from conclave.platform.ids import new_id
 from conclave.platform.outbox import outbox_write
 from conclave.platform.runtime import Platform
 from conclave.settings import GraphSettings
@@ -83,7 +83,7 @@ class DispatchService:
         request = command.request
         self._check_limits(request)
         started = time.perf_counter()
-        trace_id = str(uuid.uuid4())
+        trace_id = new_id()
         # The list fields (results, steps, warnings, degraded) start empty on their own: every
         # input key is one more channel write in LangGraph's input step.
         state: DispatchState = {

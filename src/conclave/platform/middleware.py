@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import re
 import time
-import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from conclave.platform.ids import new_id
 from conclave.platform.logs import correlation_id_var, request_id_var
 from conclave.platform.metrics import ServiceMetrics
 from conclave.platform.problems import PROBLEM_MEDIA_TYPE, internal_error
@@ -54,7 +54,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _clean_id(_header(scope, b"x-request-id")) or str(uuid.uuid4())
+        request_id = _clean_id(_header(scope, b"x-request-id")) or new_id()
         correlation_id = _clean_id(_header(scope, b"x-correlation-id")) or request_id
         request_token = request_id_var.set(request_id)
         correlation_token = correlation_id_var.set(correlation_id)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,6 +11,7 @@ from typing import Any, Protocol
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.errors import Unavailable
+from conclave.platform.ids import new_id
 from conclave.platform.jsontext import COMPACT
 from conclave.platform.logs import correlation_id_var
 
@@ -23,7 +23,7 @@ class Event:
     channel: str
     payload: Mapping[str, Any]
     source: str
-    event_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    event_id: str = field(default_factory=new_id)
     emitted_at: datetime = field(default_factory=utc_now)
     correlation_id: str | None = None
 
