@@ -115,8 +115,13 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(scope, send)
+        if declared is not None and declared.isdigit():
+            if int(declared) > self.max_bytes:
+                await self._refuse(scope, send)
+                return
+            # The server reads exactly Content-Length bytes: the body cannot outgrow the limit,
+            # so it is left to the application to read (no copy, no replay).
+            await self.app(scope, receive, send)
             return
         # Read the whole (bounded) body first, so an over-long chunked body is refused before the
         # application has seen any of it.
