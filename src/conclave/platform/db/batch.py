@@ -26,7 +26,7 @@ from conclave.platform.db.driver_writes import (
     execute_updates,
     in_driver_transaction,
 )
-from conclave.platform.db.engine import is_sqlite, is_store_down
+from conclave.platform.db.engine import HeldConnection, is_sqlite, is_store_down
 from conclave.platform.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -183,6 +183,13 @@ class BatchWriter:
         await pending.done
 
     async def _run(self) -> None:
+        held = HeldConnection(self._engine)
+        try:
+            await self._commit_until_stopped(held)
+        finally:
+            await held.release()
+
+    async def _commit_until_stopped(self, held: HeldConnection) -> None:
         stopping = False
         while not stopping:
             batch: list[_Pending] = []
@@ -196,19 +203,18 @@ class BatchWriter:
                     break
                 item = self._queue.get_nowait()
             if batch:
-                await self._commit(batch)
+                await self._commit(batch, held)
 
-    async def _commit(self, batch: list[_Pending], *, copy: bool | None = None) -> None:
+    async def _commit(
+        self, batch: list[_Pending], held: HeldConnection | None = None, *, copy: bool | None = None
+    ) -> None:
         copy = self._copy if copy is None else copy
         writes = [w for item in batch for w in item.writes]
         try:
             one_statement = batch_statement(self._dialect, group_writes(writes)) if copy else None
-            if one_statement is not None:
+            if one_statement is not None and held is not None:
                 # No transaction is opened: PostgreSQL runs the one statement as its own.
-                async with self._engine.connect() as connection:
-                    sql, arguments = one_statement
-                    driver = (await connection.get_raw_connection()).driver_connection
-                    await driver.execute(sql, *arguments)  # type: ignore[union-attr]
+                await held.execute(*one_statement)
             else:
                 async with self._engine.begin() as connection:
                     await apply_writes(connection, writes, copy=copy)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from conclave.platform.errors import StoreUnavailable
 
@@ -91,3 +93,41 @@ async def ping(engine: AsyncEngine) -> None:
     with store_errors():
         async with engine.connect() as connection:
             await connection.execute(text("SELECT 1"))
+
+
+class HeldConnection:
+    """A pooled PostgreSQL connection one task keeps between statements it sends straight to the
+    driver (a group committer's one-statement batches): checking a connection out of the pool and
+    back in for every batch cost about a tenth of the batch's CPU in the service.
+
+    After a server-side error (say a unique violation) the connection is fine and kept; after any
+    other failure (connection lost, cancelled mid-statement) it is discarded, and the next
+    statement takes a fresh one from the pool.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._connection: AsyncConnection | None = None
+
+    async def execute(self, sql: str, arguments: Sequence[Any]) -> None:
+        """Run ``sql`` with ``arguments`` on the held connection, outside any transaction."""
+        connection = self._connection
+        if connection is None:
+            connection = self._connection = await self._engine.connect()
+        try:
+            driver = (await connection.get_raw_connection()).driver_connection
+            await driver.execute(sql, *arguments)  # type: ignore[union-attr]
+        except BaseException as exc:
+            if not isinstance(exc, asyncpg.PostgresError):
+                await self.release(discard=True)
+            raise
+
+    async def release(self, *, discard: bool = False) -> None:
+        """Give the connection back to the pool (or drop it, with ``discard``)."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        with contextlib.suppress(Exception):
+            if discard:
+                await connection.invalidate()
+            await connection.close()
