@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import (
@@ -115,6 +115,29 @@ async def test_update_changes_only_the_keyed_rows(engine: AsyncEngine, writer: B
     async with engine.connect() as connection:
         rows = (await connection.execute(select(*columns).order_by(columns[0]))).all()
     assert [tuple(row) for row in rows] == [("a", 3, None), ("b", 0, None), ("c", 7, "x")]
+
+
+async def test_timestamps_are_stored_to_the_microsecond(
+    engine: AsyncEngine, writer: BatchWriter, sample_tables: None
+) -> None:
+    moments = [
+        datetime(2026, 11, 22, 3, 4, 5, 123456, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 58, 500001, tzinfo=UTC),  # before 1970
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),  # past what a float keeps exact
+    ]
+    if engine.dialect.name == "postgresql":  # SQLite keeps the wall time and drops the offset
+        moments.append(datetime(2026, 1, 1, 12, 0, 0, 7, tzinfo=timezone(timedelta(hours=5.5))))
+    for index, moment in enumerate(moments):
+        await writer.write(
+            Insert(_documents, {"sample_id": f"t{index}", "doc": None, "at": moment})
+        )
+    async with engine.connect() as connection:
+        stored = dict(
+            (await connection.execute(select(_documents.c.sample_id, _documents.c.at))).all()
+        )
+    for index, moment in enumerate(moments):
+        at = stored[f"t{index}"]
+        assert (at if at.tzinfo else at.replace(tzinfo=UTC)) == moment
 
 
 async def outbox_marks(engine: AsyncEngine) -> list[tuple[str, int, bool]]:
