@@ -11,7 +11,7 @@ busy event loop to read the answer.
 
 All parts of one statement see the same snapshot and none sees another's rows, so a batch goes this
 way only when no part depends on another (see :func:`batch_statement`); otherwise, and for tables
-with Python-computed defaults or column types read here, the writer keeps the transaction path.
+with Python-computed defaults or column types not read here, the writer keeps the transaction path.
 
 Rows are stored as SQLAlchemy stores them: values go through each column's bind processor first
 (a JSON column's value travels as SQLAlchemy's own text of it, so the stored text is the same and a
