@@ -211,7 +211,10 @@ class BatchWriter:
         copy = self._copy if copy is None else copy
         writes = [w for item in batch for w in item.writes]
         try:
-            one_statement = batch_statement(self._dialect, group_writes(writes)) if copy else None
+            # Retries (copy=False) and SQLite go through a transaction of their own.
+            one_statement = (
+                batch_statement(self._dialect, group_writes(writes)) if copy and held else None
+            )
             if one_statement is not None and held is not None:
                 # No transaction is opened: PostgreSQL runs the one statement as its own.
                 await held.execute(*one_statement)

@@ -25,13 +25,13 @@ CPU per call doubled).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import JSON, Boolean, Column, DateTime, Enum, Float, Integer, String, Table
 
-from conclave.platform.db.driver_writes import _Converter, _CopyPlan, _processors, unbounded
+from conclave.platform.db.driver_writes import Numbering, UpdateAllPlan, _CopyPlan, _Write
 
 Reader = Callable[[Any], Any]
 
@@ -39,40 +39,9 @@ Reader = Callable[[Any], Any]
 _DOCUMENT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-class _Write(Protocol):
-    @property
-    def table(self) -> Table: ...
-
-    @property
-    def values(self) -> Mapping[str, Any]: ...
-
-
-class _UpdateAllWrite(_Write, Protocol):
-    @property
-    def key(self) -> str: ...
-
-    @property
-    def keys(self) -> Sequence[Any]: ...
-
-
 Group = tuple[str, Table, tuple[str, ...], Sequence[Any]]
 """A kind of write (``"Insert"``, ``"Update"``, ``"UpdateAll"``), its table, the sorted names of
 its values and the writes: see :func:`conclave.platform.db.batch.group_writes`."""
-
-
-class _Numbering:
-    """Hands out ``$1``, ``$2``, ... with their SQL type casts."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def next(self, sql_type: str) -> str:
-        self.count += 1
-        return f"${self.count}::{sql_type}"
-
-
-def _sql_type(table: Table, column: str, dialect: Any) -> str:
-    return str(unbounded(table.c[column].type).compile(dialect=dialect))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -117,7 +86,7 @@ class _InsertPart:
     """``INSERT INTO t (...) SELECT ... FROM jsonb_array_elements($n::jsonb) AS rows(r)``: the
     group's rows as one JSON array of arrays."""
 
-    def __init__(self, table: Table, dialect: Any, given: tuple[str, ...], n: _Numbering) -> None:
+    def __init__(self, table: Table, dialect: Any, given: tuple[str, ...], n: Numbering) -> None:
         self._rows = _CopyPlan(table, dialect, given)  # columns, scalar defaults, bind processors
         readers = [_reader(table.c[name], dialect, i) for i, name in enumerate(self._rows.columns)]
         self.usable = self._rows.usable and all(readers)
@@ -137,37 +106,19 @@ class _InsertPart:
         return [_DOCUMENT.encode(rows)]
 
 
-class _UpdateAllPart:
-    def __init__(
-        self, table: Table, dialect: Any, key: str, columns: tuple[str, ...], n: _Numbering
-    ) -> None:
-        quote = dialect.identifier_preparer.quote
-        assignments = ", ".join(
-            f"{quote(column)} = {n.next(_sql_type(table, column, dialect))}" for column in columns
-        )
-        keys = n.next(_sql_type(table, key, dialect) + "[]")
-        target = dialect.identifier_preparer.format_table(table)
-        self.sql = f"UPDATE {target} SET {assignments} WHERE {quote(key)} = ANY({keys})"
-        self._convert = _Converter(columns, _processors(table, dialect, columns))
-
-    def arguments(self, writes: Sequence[_UpdateAllWrite]) -> list[Any]:
-        (write,) = writes
-        return [*self._convert(write.values), list(write.keys)]
-
-
 Shape = tuple[tuple[str, Table, tuple[str, ...], str], ...]
 """Per group: kind, table, value names and the key column of an ``UpdateAll``."""
 
 
 class _StatementPlan:
     def __init__(self, dialect: Any, shape: Shape) -> None:
-        numbering = _Numbering()
-        self.parts: list[_InsertPart | _UpdateAllPart] = []
+        numbering = Numbering()
+        self.parts: list[_InsertPart | UpdateAllPlan] = []
         for kind, table, columns, key in shape:
             if kind == "Insert":
                 self.parts.append(_InsertPart(table, dialect, columns, numbering))
             else:
-                self.parts.append(_UpdateAllPart(table, dialect, key, columns, numbering))
+                self.parts.append(UpdateAllPlan(table, dialect, key, columns, numbering))
         self.usable = all(part.usable for part in self.parts if isinstance(part, _InsertPart))
         *clauses, main = [part.sql for part in self.parts]
         with_clauses = ", ".join(f"w{index} AS ({sql})" for index, sql in enumerate(clauses))
@@ -194,7 +145,11 @@ def batch_statement(dialect: Any, groups: Sequence[Group]) -> tuple[str, list[An
     arguments: list[Any] = []
     try:
         for part, (_, _, _, writes) in zip(plan.parts, groups, strict=True):
-            arguments.extend(part.arguments(writes))
+            if isinstance(part, UpdateAllPlan):
+                (write,) = writes  # one per table (see _independent)
+                arguments.extend(part.arguments(write.keys, write.values))
+            else:
+                arguments.extend(part.arguments(writes))
     except (TypeError, ValueError, AttributeError):  # a value this path cannot write as JSON
         return None
     return plan.sql, arguments

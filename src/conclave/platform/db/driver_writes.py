@@ -16,8 +16,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from sqlalchemy import String, Table, any_, bindparam
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import String, Table, bindparam
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeEngine
 
@@ -158,29 +157,43 @@ async def execute_updates(
     await driver.executemany(plan.sql, plan.records(writes))
 
 
-class _UpdateAllPlan:
-    """``UPDATE table SET columns WHERE key = ANY(keys)`` as SQLAlchemy compiles it for asyncpg."""
+class Numbering:
+    """Hands out ``$1``, ``$2``, ... with their SQL type casts, for a statement made of parts."""
 
-    def __init__(self, table: Table, dialect: Any, key: str, columns: tuple[str, ...]) -> None:
-        keys = bindparam("k_", type_=ARRAY(unbounded(table.c[key].type)))
-        statement = (
-            table.update()
-            .where(table.c[key] == any_(keys))
-            .values({column: bindparam("v_" + column) for column in columns})
+    def __init__(self) -> None:
+        self.count = 0
+
+    def next(self, sql_type: str) -> str:
+        self.count += 1
+        return f"${self.count}::{sql_type}"
+
+
+def sql_type(table: Table, column: str, dialect: Any) -> str:
+    """The parameter cast for ``column``: its type, without a length (:func:`unbounded`)."""
+    return str(unbounded(table.c[column].type).compile(dialect=dialect))
+
+
+class UpdateAllPlan:
+    """``UPDATE table SET columns WHERE key = ANY(keys)``, its parameters numbered by ``n`` (on
+    its own, or as one part of a group commit's single statement)."""
+
+    def __init__(
+        self, table: Table, dialect: Any, key: str, columns: tuple[str, ...], n: Numbering
+    ) -> None:
+        quote = dialect.identifier_preparer.quote
+        assignments = ", ".join(
+            f"{quote(column)} = {n.next(sql_type(table, column, dialect))}" for column in columns
         )
-        compiled = statement.compile(dialect=dialect)
-        self.sql = compiled.string
-        self.names = [name[2:] for name in compiled.positiontup or ()]  # "" is the key array
-        processors = iter(_processors(table, dialect, [name for name in self.names if name]))
-        self._convert = _Converter(
-            self.names, [next(processors) if name else None for name in self.names]
-        )
+        keys = n.next(sql_type(table, key, dialect) + "[]")
+        target = dialect.identifier_preparer.format_table(table)
+        self.sql = f"UPDATE {target} SET {assignments} WHERE {quote(key)} = ANY({keys})"
+        self._convert = _Converter(columns, _processors(table, dialect, columns))
 
     def arguments(self, keys: Sequence[Any], values: Mapping[str, Any]) -> list[Any]:
-        return self._convert({**values, "": list(keys)})
+        return [*self._convert(values), list(keys)]
 
 
-_update_all_plans: dict[tuple[str, str, tuple[str, ...]], _UpdateAllPlan] = {}
+_update_all_plans: dict[tuple[str, str, tuple[str, ...]], UpdateAllPlan] = {}
 
 
 async def execute_update_all(
@@ -195,6 +208,6 @@ async def execute_update_all(
     columns = tuple(sorted(values))
     plan = _update_all_plans.get((table.name, key, columns))
     if plan is None:
-        plan = _UpdateAllPlan(table, dialect, key, columns)
+        plan = UpdateAllPlan(table, dialect, key, columns, Numbering())
         _update_all_plans[(table.name, key, columns)] = plan
     await driver.execute(plan.sql, *plan.arguments(keys, values))
