@@ -43,6 +43,7 @@ outbox_events = Table(
     Column("attempts", Integer, nullable=False, default=0),
     Column("last_error", Text, nullable=True),
     Column("published_at", DateTime(timezone=True), nullable=True),
+    Column("quarantined_at", DateTime(timezone=True), nullable=True),
     Index(
         "ix_outbox_events_pending",
         "next_attempt_at",
