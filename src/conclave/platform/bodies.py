@@ -3,17 +3,21 @@
 Hot routes (the gateway's ``/execute``) read their body themselves: FastAPI's per-request
 dependency solving costs more CPU than the rest of such a route. Errors come out exactly as
 FastAPI's own would (a :class:`RequestValidationError` with ``body`` locations), so the problem
-handlers answer them the same way: 400 ``MALFORMED_JSON`` or 422 ``VALIDATION_FAILED``.
+handlers answer them the same way: 400 ``MALFORMED_JSON`` or 422 ``VALIDATION_FAILED``. A body
+holding a value no store or response can carry (a lone surrogate, NUL, a non-finite number, an
+integer beyond 64 bits) is 422 ``UNSAFE_INPUT`` (:mod:`conclave.platform.inputs`); the error
+carries the decoded document, so a route that audits refusals can record it escaped.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
+
+from conclave.platform.inputs import loads_checked
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -24,7 +28,7 @@ async def read_model(request: Request, model: type[Model]) -> Model:
     # `json.loads`, not pydantic's JSON parser, so what parses (nesting depth, NaN) is what
     # FastAPI's own routes accept: deep nesting is the arguments' check to refuse, with an audit.
     try:
-        document = json.loads(body)
+        document = loads_checked(body)
     except (ValueError, RecursionError) as exc:
         error = {"loc": ("body",), "msg": f"JSON decode error: {exc}", "type": "json_invalid"}
         raise RequestValidationError([error], body=body) from None
