@@ -225,17 +225,19 @@ class OutboxRelay:
                 await self._record_failure(connection, ids, 1, str(exc))
             return
         self.bus_healthy = True
+        if published:
+            await self._mark_handed(published)
         if refusals:  # handed-off rows are fresh: no attempt before this one
             async with self._engine.begin() as connection:
                 await self._set_aside(connection, events, refusals, {})
-        if not published:
-            return
+
+    async def _mark_handed(self, ids: list[str]) -> None:
         if self._writer is not None:  # rides along with the next group commit
             marks = {"published_at": utc_now(), "attempts": 1}
-            await self._writer.write(UpdateAll(outbox_events, "event_id", published, marks))
+            await self._writer.write(UpdateAll(outbox_events, "event_id", ids, marks))
             return
         async with self._engine.begin() as connection:
-            await _mark_published(connection, published)
+            await _mark_published(connection, ids)
 
     async def publish_pending(self) -> int:
         """Publish one batch of due events; return how many rows it dealt with (published, or
@@ -285,9 +287,8 @@ class OutboxRelay:
             await self._bus.publish(events)
         except PublishRefused as exc:
             refused = {refusal.event_id for refusal in exc.refusals}
-            return [event.event_id for event in events if event.event_id not in refused], (
-                exc.refusals
-            )
+            published = [event.event_id for event in events if event.event_id not in refused]
+            return published, exc.refusals
         except BusUnavailable:
             raise
         except Exception:
