@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -74,7 +75,8 @@ class ServiceMetrics:
     def read_at_scrape(self, readings: Sequence[Reading]) -> Callable[[], None]:
         """Register metrics whose values are read from live objects when scraped (nothing to do
         where the values change); returns the function that unregisters them."""
-        collector = _ReadAtScrape([(self.name(r.suffix), r) for r in readings])
+        named = [(self.name(r.suffix.removesuffix("_total")), r) for r in readings]
+        collector = _ReadAtScrape(named)
         self.registry.register(collector)
         return lambda: self.registry.unregister(collector)
 
@@ -83,19 +85,15 @@ class ServiceMetrics:
         return generate_latest(self.registry)
 
 
+@dataclass(frozen=True)
 class Reading:
-    """A counter or gauge read by ``read`` at scrape time (``suffix`` as for
+    """A counter or gauge whose value ``read`` returns at scrape time (``suffix`` as for
     :meth:`ServiceMetrics.counter` / :meth:`ServiceMetrics.gauge`)."""
 
-    def __init__(
-        self, kind: str, suffix: str, documentation: str, read: Callable[[], float]
-    ) -> None:
-        if kind not in ("counter", "gauge"):
-            raise ValueError(f"unknown metric kind {kind!r}")
-        self.kind = kind
-        self.suffix = suffix.removesuffix("_total") if kind == "counter" else suffix
-        self.documentation = documentation
-        self.read = read
+    kind: Literal["counter", "gauge"]
+    suffix: str
+    documentation: str
+    read: Callable[[], float]
 
 
 class _ReadAtScrape(Collector):
