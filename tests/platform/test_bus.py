@@ -9,9 +9,9 @@ from contextlib import asynccontextmanager
 
 import pytest
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from conclave.platform.bus.base import Event, EventBus, Handler, dead_letter_channel
+from conclave.platform.bus.entry import PublishRefused
 from conclave.platform.bus.factory import BusOptions, create_bus
 from conclave.platform.bus.memory import MemoryBus
 from conclave.platform.bus.redis_streams import RedisStreamsBus
@@ -291,13 +291,17 @@ async def test_redis_entries_keep_any_content_and_order(
     assert [Event.from_fields(fields) for _, fields in entries] == sent
 
 
-async def test_redis_error_reply_fails_the_publish_and_spares_the_connection(
+async def test_redis_refused_entry_is_named_and_spares_the_others_and_the_connection(
     redis_bus: RedisStreamsBus, redis_client: Redis, redis_prefix: str
 ) -> None:
     await redis_client.set(redis_prefix + "not.a.stream", "a plain string")
     wrong = Event(channel="not.a.stream", payload={}, source="t")
-    with pytest.raises(ResponseError, match="WRONGTYPE"):
+    with pytest.raises(PublishRefused) as refused:
         await redis_bus.publish([event(1), wrong, event(2)])
+    [refusal] = refused.value.refusals
+    assert refusal.event_id == wrong.event_id
+    assert refusal.error.startswith("WRONGTYPE")
+    assert not refusal.lasting  # the key may be fixed: the row is retried before quarantine
     # Replies left unread after the error must not be read by the next publish as its own.
     for attempt in range(3):
         await redis_bus.publish([event(10 + attempt)])
@@ -387,3 +391,33 @@ async def test_memory_consumers_stop_when_cancelled_as_events_arrive() -> None:
                 consumer.cancel()
             results = await asyncio.gather(*consumers, return_exceptions=True)
             assert all(isinstance(r, asyncio.CancelledError) for r in results), results
+
+
+async def test_unencodable_and_oversized_events_are_refused_by_name_and_the_others_published(
+    make_bus: BusFactory,
+) -> None:
+    # Both buses refuse what Redis cannot take, so embedded mode fails the way production does.
+    bus = make_bus(max_event_bytes=4096)
+    surrogate = event(2, message="\ud800")
+    huge = event(3, blob="x" * 5000)
+    sent = [event(1), surrogate, huge, event(4)]
+    with pytest.raises(PublishRefused) as refused:
+        await bus.publish(sent)
+    refusals = {refusal.event_id: refusal for refusal in refused.value.refusals}
+    assert set(refusals) == {surrogate.event_id, huge.event_id}
+    assert "UTF-8" in refusals[surrogate.event_id].error
+    assert "exceeds" in refusals[huge.event_id].error
+    assert all(refusal.lasting for refusal in refusals.values())
+    assert [e.payload["n"] for e in await bus.read(CHANNEL)] == [1, 4]
+
+
+async def test_redis_names_every_refused_entry(
+    redis_bus: RedisStreamsBus, redis_client: Redis, redis_prefix: str
+) -> None:
+    for key in ("plain.a", "plain.b"):
+        await redis_client.set(redis_prefix + key, "a plain string")
+    wrong = [Event(channel=key, payload={}, source="t") for key in ("plain.a", "plain.b")]
+    with pytest.raises(PublishRefused) as refused:
+        await redis_bus.publish([wrong[0], event(1), wrong[1], event(2)])
+    assert [r.event_id for r in refused.value.refusals] == [e.event_id for e in wrong]
+    assert [e.payload["n"] for e in await redis_bus.read(CHANNEL)] == [1, 2]

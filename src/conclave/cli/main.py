@@ -7,6 +7,7 @@ import typer
 from conclave.cli.collector import collector_app
 from conclave.cli.edge import edge_app
 from conclave.cli.migrate import migrate_command
+from conclave.cli.outbox import outbox_app
 from conclave.cli.run import serve, up
 from conclave.cli.worker import worker_app
 
@@ -22,6 +23,7 @@ app.command("migrate")(migrate_command)
 app.add_typer(worker_app, name="worker")
 app.add_typer(collector_app, name="collector")
 app.add_typer(edge_app, name="edge")
+app.add_typer(outbox_app, name="outbox")
 
 
 def main() -> None:

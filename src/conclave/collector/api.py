@@ -76,6 +76,9 @@ async def health(request: Request, service: Service) -> JSONResponse:
         "worker_id": runtime.worker.worker_id,
         "checks": checks,
     }
+    warnings = service.platform.warnings()
+    if warnings:  # the service serves: still 200
+        body["warnings"] = warnings
     return JSONResponse(body, status_code=200 if essential else 503)
 
 

@@ -47,7 +47,7 @@ async def health(service: Service) -> JSONResponse:
     bus_up = checks["bus"]["status"] == "up"
     blobs_up = checks["blob_store"]["status"] == "up"
     healthy = store_up and bus_up and blobs_up
-    body = {
+    body: dict[str, Any] = {
         "service": "edge",
         "version": __version__,
         "status": "healthy" if healthy else "unhealthy",
@@ -57,6 +57,9 @@ async def health(service: Service) -> JSONResponse:
         "blob_store": "available" if blobs_up else "unavailable",
         "checks": checks,
     }
+    warnings = service.platform.warnings()
+    if warnings:  # the service serves: still 200
+        body["warnings"] = warnings
     return JSONResponse(body, status_code=200 if healthy else 503)
 
 

@@ -32,7 +32,8 @@ Service = Annotated[DispatchService, Depends(_service)]
 async def health(service: Service) -> JSONResponse:
     """Liveness from the heartbeat; 503 when the heartbeat stalls."""
     body = service.health()
-    return JSONResponse(body.model_dump(), status_code=200 if body.status == "healthy" else 503)
+    status = 200 if body.status == "healthy" else 503
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status)
 
 
 @router.post(

@@ -69,3 +69,8 @@ class GraphHealth(BaseModel):
     heartbeat_count: int
     last_heartbeat: str
     supervisor_anti_restart: str
+    warnings: list[str] | None = Field(
+        None,
+        description="Present only when an operator should look at something that does not stop "
+        "the service (quarantined outbox events); the status stays healthy.",
+    )

@@ -154,4 +154,6 @@ class DispatchService:
             heartbeat_count=report.count,
             last_heartbeat=spec_timestamp(report.last_beat) if report.last_beat else NEVER,
             supervisor_anti_restart=report.state,
+            # The relay's last count: liveness does no I/O of its own.
+            warnings=self.platform.warnings() or None,
         )

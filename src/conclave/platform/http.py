@@ -15,8 +15,9 @@ from conclave import __version__
 from conclave.platform.auth import AuthConfig, Authenticator, Principal, parse_token_table
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.fast_lane import ServiceApp
-from conclave.platform.metrics import ServiceMetrics
+from conclave.platform.metrics import Reading, ServiceMetrics
 from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from conclave.platform.outbox import OutboxRelay
 from conclave.platform.problems import install_problem_handlers
 from conclave.platform.runtime import Platform
 from conclave.platform.tracing import Tracing
@@ -139,6 +140,9 @@ def platform_lifespan(
                     Platform.open(settings, max_batch=max_batch)
                 )
             app.state.platform = runtime
+            metrics: ServiceMetrics | None = getattr(app.state, "metrics", None)
+            if metrics is not None:
+                stack.callback(metrics.read_at_scrape(relay_readings(runtime.relay)))
             held = setup(app, runtime)
             if held is not None:
                 await stack.enter_async_context(held)
@@ -147,10 +151,30 @@ def platform_lifespan(
     return lifespan
 
 
+def relay_readings(relay: OutboxRelay) -> list[Reading]:
+    """The outbox relay's dead-letter metrics, read from the relay when scraped."""
+    return [
+        Reading(
+            "counter",
+            "outbox_quarantined_total",
+            "Outbox events this process's relay quarantined (the bus refused them).",
+            lambda: relay.quarantined_total,
+        ),
+        Reading(
+            "gauge",
+            "outbox_quarantined_events",
+            "Outbox events in quarantine now (in the store, all processes), as last counted.",
+            lambda: relay.quarantined,
+        ),
+    ]
+
+
 async def health_response(platform: Platform, service: str, **extra: Any) -> JSONResponse:
-    """The standard health body: each dependency's status; 503 when one is down."""
+    """The standard health body: each dependency's status; 503 when one is down. ``warnings``
+    (present when there are some) lists what an operator should look at; they leave the status
+    ``healthy`` and 200, since the service itself serves."""
     checks = await platform.check()
-    healthy = all(check["status"] == "up" for check in checks.values())
+    healthy = all(check["status"] in ("up", "warning") for check in checks.values())
     body = {
         "status": "healthy" if healthy else "unhealthy",
         "service": service,
@@ -159,6 +183,9 @@ async def health_response(platform: Platform, service: str, **extra: Any) -> JSO
         "checks": checks,
         **extra,
     }
+    warnings = platform.warnings()
+    if warnings:
+        body["warnings"] = warnings
     return JSONResponse(body, status_code=200 if healthy else 503)
 
 

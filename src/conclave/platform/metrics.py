@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.registry import Collector
 
 # Latency buckets from sub-millisecond (in-process tools) up to the longest time-outs.
 LATENCY_BUCKETS = (
@@ -69,6 +72,37 @@ class ServiceMetrics:
         """A gauge registered on this service's registry."""
         return Gauge(self.name(suffix), documentation, labels, registry=self.registry)
 
+    def read_at_scrape(self, readings: Sequence[Reading]) -> Callable[[], None]:
+        """Register metrics whose values are read from live objects when scraped (nothing to do
+        where the values change); returns the function that unregisters them."""
+        named = [(self.name(r.suffix.removesuffix("_total")), r) for r in readings]
+        collector = _ReadAtScrape(named)
+        self.registry.register(collector)
+        return lambda: self.registry.unregister(collector)
+
     def render(self) -> bytes:
         """The text exposition of every metric of this service."""
         return generate_latest(self.registry)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A counter or gauge whose value ``read`` returns at scrape time (``suffix`` as for
+    :meth:`ServiceMetrics.counter` / :meth:`ServiceMetrics.gauge`)."""
+
+    kind: Literal["counter", "gauge"]
+    suffix: str
+    documentation: str
+    read: Callable[[], float]
+
+
+class _ReadAtScrape(Collector):
+    def __init__(self, readings: Sequence[tuple[str, Reading]]) -> None:
+        self._readings = readings
+
+    def collect(self) -> Iterator[Metric]:
+        for name, reading in self._readings:
+            if reading.kind == "counter":
+                yield CounterMetricFamily(name, reading.documentation, value=reading.read())
+            else:
+                yield GaugeMetricFamily(name, reading.documentation, value=reading.read())

@@ -6,6 +6,12 @@ owns). After commit the relay publishes pending events and marks them published;
 down it retries with capped exponential backoff. Delivery is at-least-once: a crash between publish
 and mark publishes again, and consumers dedupe by ``event_id``.
 
+No row can stop the others: an event the bus refuses for a reason of its own (it cannot be
+encoded, is too large, or the server refuses its entry) is set aside while the rest of its batch
+is published, in order per channel. One that can never be encoded is quarantined at once; one the
+server refused is retried with its own backoff and quarantined at its
+``quarantine_after_attempts``-th failed attempt (:mod:`conclave.platform.outbox_store`).
+
 Events written through the writer are handed to this process's relay when their commit succeeds,
 so it publishes them without reading them back; their rows are reserved for it for
 :data:`HANDOFF_RESERVATION` (other relays' polls skip them), after which any relay publishes what a
@@ -26,16 +32,21 @@ from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.bus.base import Event, EventBus
+from conclave.platform.bus.entry import PublishRefused, Refusal
 from conclave.platform.clock import as_utc, utc_now
 from conclave.platform.db.batch import BatchWriter, Insert, UpdateAll
 from conclave.platform.db.engine import is_sqlite, is_store_down
 from conclave.platform.db.schema import outbox_events
 from conclave.platform.errors import BusUnavailable
+from conclave.platform.outbox_store import SetAside, quarantined_count, set_aside
 
 log = logging.getLogger(__name__)
 
 HANDOFF_RESERVATION = timedelta(seconds=10)
 """How long polls leave an event to the relay of the process that committed it."""
+
+_RECOUNT_SECONDS = 30.0
+"""How often a relay counts the quarantined rows (for its gauge and health), besides its own."""
 
 
 def _row(event: Event) -> dict[str, Any]:
@@ -76,12 +87,12 @@ def _event_from_row(row: Any) -> Event:
 
 
 async def pending_count(engine: AsyncEngine) -> int:
-    """Events committed but not yet published."""
+    """Events committed but not yet published (quarantined ones not included)."""
     async with engine.connect() as connection:
         count = await connection.scalar(
             select(func.count())
             .select_from(outbox_events)
-            .where(outbox_events.c.published_at.is_(None))
+            .where(outbox_events.c.published_at.is_(None), outbox_events.c.quarantined_at.is_(None))
         )
     return int(count or 0)
 
@@ -107,6 +118,7 @@ class OutboxRelay:
         retention: timedelta = timedelta(days=7),
         batch_size: int = 500,
         writer: BatchWriter | None = None,
+        quarantine_after_attempts: int = 3,
     ) -> None:
         self._engine = engine
         self._bus = bus
@@ -120,7 +132,12 @@ class OutboxRelay:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._quarantine_after = quarantine_after_attempts
         self.bus_healthy = True
+        self.quarantined = 0
+        """Rows in quarantine, as last counted (by this relay every 30 s, or by a health check)."""
+        self.quarantined_total = 0
+        """Rows this relay has quarantined since it started."""
 
     def wake(self) -> None:
         """Ask the relay to look for new events now (called after a commit)."""
@@ -159,6 +176,7 @@ class OutboxRelay:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         last_cleanup = last_poll = 0.0
+        last_recount = -_RECOUNT_SECONDS
         while True:
             self._wake.clear()
             stopping = self._stopping  # requested before this pass: make it the last one
@@ -175,6 +193,9 @@ class OutboxRelay:
                 if loop.time() - last_cleanup > 3600:
                     last_cleanup = loop.time()
                     await self.delete_published_before(utc_now() - self._retention)
+                if loop.time() - last_recount >= _RECOUNT_SECONDS:
+                    last_recount = loop.time()
+                    self.quarantined = await quarantined_count(self._engine)
             except Exception as exc:
                 level = logging.WARNING if is_store_down(exc) else logging.ERROR
                 log.log(level, "outbox relay pass failed", exc_info=not is_store_down(exc))
@@ -195,15 +216,22 @@ class OutboxRelay:
         if not self._handed:
             return
         events, self._handed = self._handed, []
-        ids = [event.event_id for event in events]
         try:
-            await self._bus.publish(events)
+            published, refusals = await self._publish(events)
         except BusUnavailable as exc:
             self.bus_healthy = False
             async with self._engine.begin() as connection:  # back to polling, with backoff
+                ids = [event.event_id for event in events]
                 await self._record_failure(connection, ids, 1, str(exc))
             return
         self.bus_healthy = True
+        if published:
+            await self._mark_handed(published)
+        if refusals:  # handed-off rows are fresh: no attempt before this one
+            async with self._engine.begin() as connection:
+                await self._set_aside(connection, events, refusals, {})
+
+    async def _mark_handed(self, ids: list[str]) -> None:
         if self._writer is not None:  # rides along with the next group commit
             marks = {"published_at": utc_now(), "attempts": 1}
             await self._writer.write(UpdateAll(outbox_events, "event_id", ids, marks))
@@ -212,11 +240,16 @@ class OutboxRelay:
             await _mark_published(connection, ids)
 
     async def publish_pending(self) -> int:
-        """Publish one batch of due events; return how many were published."""
+        """Publish one batch of due events; return how many rows it dealt with (published, or
+        set aside because the bus refused them)."""
         now = utc_now()
         query = (
             select(outbox_events)
-            .where(outbox_events.c.published_at.is_(None), outbox_events.c.next_attempt_at <= now)
+            .where(
+                outbox_events.c.published_at.is_(None),
+                outbox_events.c.quarantined_at.is_(None),
+                outbox_events.c.next_attempt_at <= now,
+            )
             .order_by(outbox_events.c.created_at)
             .limit(self._batch_size)
         )
@@ -232,22 +265,96 @@ class OutboxRelay:
             if not rows:
                 return 0
             events = [_event_from_row(row) for row in rows]
-            ids = [event.event_id for event in events]
             try:
-                await self._bus.publish(events)
+                published, refusals = await self._publish(events)
             except BusUnavailable as exc:
                 self.bus_healthy = False
                 attempts = max(row.attempts for row in rows) + 1
+                ids = [event.event_id for event in events]
                 await self._record_failure(connection, ids, attempts, str(exc))
                 return 0
             self.bus_healthy = True
-            await _mark_published(connection, ids)
+            if published:
+                await _mark_published(connection, published)
+            if refusals:
+                tried = {row.event_id: row.attempts for row in rows}
+                await self._set_aside(connection, events, refusals, tried)
         return len(events)
+
+    async def _publish(self, events: Sequence[Event]) -> tuple[list[str], list[Refusal]]:
+        """Publish ``events``: the ids published and the refusals; raises ``BusUnavailable``."""
+        try:
+            await self._bus.publish(events)
+        except PublishRefused as exc:
+            refused = {refusal.event_id for refusal in exc.refusals}
+            published = [event.event_id for event in events if event.event_id not in refused]
+            return published, exc.refusals
+        except BusUnavailable:
+            raise
+        except Exception:
+            # Neither an outage nor blamed on an event: publishing one at a time finds the event
+            # (if any) at fault, so that one alone is set aside.
+            log.warning(
+                "publish failed without naming an event; publishing one by one", exc_info=True
+            )
+            return await self._publish_one_by_one(events)
+        return [event.event_id for event in events], []
+
+    async def _publish_one_by_one(self, events: Sequence[Event]) -> tuple[list[str], list[Refusal]]:
+        published: list[str] = []
+        refusals: list[Refusal] = []
+        for event in events:
+            try:
+                await self._bus.publish([event])
+            except PublishRefused as exc:
+                refusals += exc.refusals
+            except BusUnavailable:
+                raise  # what was published is published again later (at-least-once)
+            except Exception as exc:
+                refusals.append(Refusal(event.event_id, f"{type(exc).__name__}: {exc}", False))
+            else:
+                published.append(event.event_id)
+        return published, refusals
+
+    async def _set_aside(
+        self,
+        connection: AsyncConnection,
+        events: Sequence[Event],
+        refusals: Sequence[Refusal],
+        attempts: dict[str, int],
+    ) -> None:
+        channels = {event.event_id: event.channel for event in events}
+        rows: list[SetAside] = []
+        for refusal in refusals:
+            tried = attempts.get(refusal.event_id, 0) + 1
+            quarantine = refusal.lasting or tried >= self._quarantine_after
+            extra = {
+                "event_id": refusal.event_id,
+                "channel": channels.get(refusal.event_id),
+                "error": refusal.error,
+                "attempts": tried,
+            }
+            if quarantine:
+                log.error("outbox event quarantined: the bus refused it", extra=extra)
+                rows.append(SetAside(refusal.event_id, refusal.error, quarantine=True))
+            else:
+                delay = self._backoff(tried)
+                log.warning("the bus refused an outbox event; retrying it alone", extra=extra)
+                rows.append(
+                    SetAside(refusal.event_id, refusal.error, False, timedelta(seconds=delay))
+                )
+        await set_aside(connection, rows)
+        quarantined = sum(row.quarantine for row in rows)
+        self.quarantined_total += quarantined
+        self.quarantined += quarantined
+
+    def _backoff(self, attempts: int) -> float:
+        return min(self._max_backoff, 0.25 * 2.0**attempts) * random.uniform(0.5, 1.0)
 
     async def _record_failure(
         self, connection: AsyncConnection, ids: Sequence[str], attempts: int, error: str
     ) -> None:
-        delay = min(self._max_backoff, 0.25 * 2**attempts) * random.uniform(0.5, 1.0)
+        delay = self._backoff(attempts)
         log.warning(
             "bus down, %d events wait in the outbox",
             len(ids),

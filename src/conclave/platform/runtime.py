@@ -18,7 +18,8 @@ from conclave.platform.db.batch import BatchWriter
 from conclave.platform.db.engine import create_engine, ping
 from conclave.platform.db.migrate import migrate
 from conclave.platform.errors import ConclaveError
-from conclave.platform.outbox import OutboxRelay, pending_count
+from conclave.platform.outbox import OutboxRelay
+from conclave.platform.outbox_store import OutboxFigures, outbox_figures
 from conclave.settings import CommonSettings
 
 _CHECK_TIMEOUT_SECONDS = 2.0
@@ -67,6 +68,7 @@ class Platform:
                         maxlen=settings.bus_stream_maxlen,
                         max_deliveries=settings.bus_max_deliveries,
                         claim_idle_seconds=settings.bus_claim_idle_seconds,
+                        max_event_bytes=settings.bus_max_event_bytes,
                     ),
                 )
                 stack.push_async_callback(bus.close)
@@ -78,6 +80,7 @@ class Platform:
                 max_backoff_seconds=settings.outbox_max_backoff_seconds,
                 retention=timedelta(hours=settings.outbox_retention_hours),
                 writer=writer,
+                quarantine_after_attempts=settings.outbox_quarantine_after_attempts,
             )
             writer.after_commit(relay.handoff)
             await writer.start()
@@ -87,14 +90,33 @@ class Platform:
             yield cls(settings=settings, engine=engine, bus=bus, writer=writer, relay=relay)
 
     async def check(self) -> dict[str, dict[str, Any]]:
-        """Ping the store and the bus; report each with its latency and the outbox backlog."""
+        """Ping the store and the bus; report each with its latency, the outbox backlog and its
+        quarantined rows (status ``warning`` while there are some: see :meth:`warnings`)."""
         store = await _timed(ping(self.engine))
         bus = await _timed(self.bus.ping())
         checks = {"store": store, "bus": bus}
         if store["status"] == "up":
-            outbox = await _timed(pending_count(self.engine))
-            checks["outbox"] = {"status": "up", "pending": outbox.get("value", 0)}
+            counted = await _timed(outbox_figures(self.engine))
+            figures = counted.get("value") or OutboxFigures(pending=0, quarantined=0)
+            if "value" in counted:
+                self.relay.quarantined = figures.quarantined
+            checks["outbox"] = {
+                "status": "warning" if figures.quarantined else "up",
+                "pending": figures.pending,
+                "quarantined": figures.quarantined,
+            }
         return checks
+
+    def warnings(self) -> list[str]:
+        """What an operator should look at although the service works (for ``/health``, which
+        stays 200 for them: a load balancer has no reason to drop a replica that serves)."""
+        count = self.relay.quarantined
+        if not count:
+            return []
+        return [
+            f"{count} outbox event{'s' if count != 1 else ''} quarantined: the bus refused "
+            "them and they are not delivered; see `conclave outbox list`"
+        ]
 
 
 async def _timed(awaitable: Any) -> dict[str, Any]:

@@ -77,6 +77,14 @@ class CommonSettings(BaseSettings):
         alias="BUS_CLAIM_IDLE_SECONDS",
         description="Idle time after which another consumer reclaims an unacknowledged entry.",
     )
+    bus_max_event_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=1024,
+        le=256 * 1024 * 1024,
+        alias="BUS_MAX_EVENT_BYTES",
+        description="Largest encoded event the bus takes; a larger one is refused as the event's "
+        "own fault (its outbox row is quarantined) instead of breaking the connection to Redis.",
+    )
 
     db_committers: int = Field(
         2,
@@ -95,6 +103,14 @@ class CommonSettings(BaseSettings):
         10.0,
         alias="CONCLAVE_OUTBOX_MAX_BACKOFF_SECONDS",
         description="Longest wait between two publish attempts while the bus is down.",
+    )
+    outbox_quarantine_after_attempts: int = Field(
+        3,
+        ge=1,
+        le=100,
+        alias="CONCLAVE_OUTBOX_QUARANTINE_AFTER_ATTEMPTS",
+        description="Failed attempts after which an outbox event the bus refuses (its entry, not "
+        "an outage) is quarantined; an event that cannot be encoded at all is quarantined at once.",
     )
     outbox_retention_hours: float = Field(
         168.0,

@@ -89,7 +89,13 @@ class EventBus(Protocol):
     """
 
     async def publish(self, events: Sequence[Event]) -> None:
-        """Append ``events`` to their channels; raises ``BusUnavailable`` when the bus is down."""
+        """Append ``events`` to their channels, in order per channel.
+
+        Raises ``BusUnavailable`` when the bus is down (retry the whole publish later), and
+        :class:`~conclave.platform.bus.entry.PublishRefused` naming the events refused for a
+        reason of their own (cannot be encoded, too large, refused by the server) after
+        publishing all the others.
+        """
         ...
 
     async def ping(self) -> None:

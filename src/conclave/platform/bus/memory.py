@@ -16,6 +16,13 @@ from conclave.platform.bus.base import (
     deliver,
     is_transient,
 )
+from conclave.platform.bus.entry import (
+    DEFAULT_MAX_EVENT_BYTES,
+    EntryRefused,
+    PublishRefused,
+    Refusal,
+    encode_entry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +55,15 @@ class MemoryBus:
     """
 
     def __init__(
-        self, *, maxlen: int = 100_000, max_deliveries: int = 5, claim_idle_seconds: float = 60.0
+        self,
+        *,
+        maxlen: int = 100_000,
+        max_deliveries: int = 5,
+        claim_idle_seconds: float = 60.0,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self._maxlen = maxlen
+        self._max_event_bytes = max_event_bytes
         self._max_deliveries = max_deliveries
         self._claim_idle = claim_idle_seconds
         self._streams: dict[str, _Stream] = {}
@@ -60,11 +73,20 @@ class MemoryBus:
         return self._streams.setdefault(channel, _Stream())
 
     async def publish(self, events: Sequence[Event]) -> None:
-        """Append ``events``; wake consumers."""
+        """Append ``events``; wake consumers. An event Redis could not take (it cannot be encoded
+        as an entry) is left out, as on Redis: :class:`PublishRefused` once the others are in."""
+        refusals: list[Refusal] = []
         for event in events:
+            try:
+                encode_entry(event, self._max_event_bytes)
+            except EntryRefused as exc:
+                refusals.append(Refusal(event.event_id, str(exc), lasting=True))
+                continue
             self._append(event.channel, event)
         async with self._changed:
             self._changed.notify_all()
+        if refusals:
+            raise PublishRefused(refusals)
 
     def _append(self, channel: str, event: Event) -> None:
         stream = self._stream(channel)

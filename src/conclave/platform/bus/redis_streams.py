@@ -5,12 +5,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import (
+    ClusterDownError,
+    MasterDownError,
+    NoPermissionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from conclave.platform.bus.base import (
@@ -19,6 +28,14 @@ from conclave.platform.bus.base import (
     dead_letter_channel,
     deliver,
     is_transient,
+)
+from conclave.platform.bus.entry import (
+    DEFAULT_MAX_EVENT_BYTES,
+    EntryRefused,
+    PublishRefused,
+    Refusal,
+    bulk,
+    encode_entry,
 )
 from conclave.platform.errors import BusUnavailable
 
@@ -31,52 +48,52 @@ _READ_COUNT = 64
 # Adds a batch of entries with one command, so a publish reads one reply instead of one per
 # event (through redis-py each reply cost about as much as packing its entry). ``pcall``: an entry
 # that fails (its key holds something else than a stream) does not stop the others, as separate
-# XADDs would not; the first error is the reply. KEYS: one stream per entry; ARGV: MAXLEN, then
-# per entry its number of field and value strings followed by them.
+# XADDs would not; the reply lists every failed entry as its position (1-based) and error, an
+# empty array when all were added. KEYS: one stream per entry; ARGV: MAXLEN, then per entry its
+# number of field and value strings followed by them.
 PUBLISH_SCRIPT = b"""
-local maxlen, at, failed = ARGV[1], 2, nil
+local maxlen, at, failed = ARGV[1], 2, {}
 for k = 1, #KEYS do
   local count = tonumber(ARGV[at])
   local command = {'XADD', KEYS[k], 'MAXLEN', '~', maxlen, '*'}
   for j = 1, count do command[6 + j] = ARGV[at + j] end
   at = at + count + 1
   local reply = redis.pcall(unpack(command))
-  if type(reply) == 'table' and reply.err and not failed then failed = reply end
+  if type(reply) == 'table' and reply.err then
+    failed[#failed + 1] = k
+    failed[#failed + 1] = reply.err
+  end
 end
-if failed then return failed end
-return #KEYS
+return failed
 """
 
+# Error replies that mean the server takes no write from us right now (out of memory, loading,
+# a replica, failing to persist, an ACL refusing the command...): an outage of the bus, not the
+# fault of an entry. Inside the script they arrive as text; for the whole command redis-py raises
+# its own classes for some of them.
+_OUTAGE_REPLIES = (
+    "OOM", "LOADING", "BUSY", "READONLY", "MASTERDOWN", "MISCONF", "TRYAGAIN", "CLUSTERDOWN",
+    "NOREPLICAS", "NOPERM",
+)  # fmt: skip
+_OUTAGE_ERRORS = (
+    OutOfMemoryError, ReadOnlyError, TryAgainError, ClusterDownError, MasterDownError,
+    NoPermissionError,
+)  # fmt: skip
 
-def _bulk(value: bytes) -> bytes:
-    return b"$%d\r\n%b\r\n" % (len(value), value)
 
-
-def publish_command(entries: Sequence[tuple[str, Mapping[str, str]]], maxlen: int) -> bytes:
-    """``EVAL`` of :data:`PUBLISH_SCRIPT` for ``(stream key, fields)`` entries, in the Redis
-    protocol: an array of bulk strings, each prefixed by its length, so any content is sent as it
-    is."""
-    parts = [_bulk(b"EVAL"), _bulk(PUBLISH_SCRIPT), _bulk(b"%d" % len(entries))]
-    parts += [_bulk(key.encode()) for key, _ in entries]
-    parts.append(_bulk(b"%d" % maxlen))
+def publish_command(entries: Sequence[tuple[bytes, list[bytes]]], maxlen: int) -> bytes:
+    """``EVAL`` of :data:`PUBLISH_SCRIPT` for ``(stream key, encoded entry)`` pairs (the entries
+    from :func:`~conclave.platform.bus.entry.encode_entry`), in the Redis protocol: an array of
+    bulk strings, each prefixed by its length, so any content is sent as it is."""
+    parts = [bulk(b"EVAL"), bulk(PUBLISH_SCRIPT), bulk(b"%d" % len(entries))]
+    parts += [bulk(key) for key, _ in entries]
+    parts.append(bulk(b"%d" % maxlen))
     count = 3 + len(entries) + 1
     for _, fields in entries:
-        parts.append(_bulk(b"%d" % (2 * len(fields))))
-        for name, value in fields.items():
-            parts += (_field_name(name), _bulk(value.encode()))
-        count += 1 + 2 * len(fields)
+        parts.append(bulk(b"%d" % len(fields)))
+        parts += fields
+        count += 1 + len(fields)
     return b"*%d\r\n" % count + b"".join(parts)
-
-
-_FIELD_NAMES: dict[str, bytes] = {}
-
-
-def _field_name(name: str) -> bytes:
-    # Every entry has the same six field names: pack each once.
-    packed = _FIELD_NAMES.get(name)
-    if packed is None:
-        packed = _FIELD_NAMES[name] = _bulk(name.encode())
-    return packed
 
 
 class RedisStreamsBus:
@@ -90,6 +107,7 @@ class RedisStreamsBus:
         maxlen: int = 100_000,
         max_deliveries: int = 5,
         claim_idle_seconds: float = 60.0,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self._redis: Redis = Redis.from_url(
             url,
@@ -102,6 +120,7 @@ class RedisStreamsBus:
         self._maxlen = maxlen
         self._max_deliveries = max_deliveries
         self._claim_idle_ms = int(claim_idle_seconds * 1000)
+        self._max_event_bytes = max_event_bytes
 
     def key(self, channel: str) -> str:
         """The Redis key of ``channel``'s stream."""
@@ -113,20 +132,42 @@ class RedisStreamsBus:
 
         The command is packed here (:func:`publish_command`) and sent on a connection of redis-py's
         pool, whose parser reads the reply: redis-py's generic pipeline took four times the CPU
-        per event, which was a sixth of a governed gateway call. Raises the first error reply
-        (the other events were added) or :class:`BusUnavailable`.
+        per event, which was a sixth of a governed gateway call. An event that cannot be encoded
+        is left out and one Redis refuses does not stop the others: both raise
+        :class:`PublishRefused` once the others are added. Raises :class:`BusUnavailable` when
+        Redis cannot be reached or takes no writes (nothing is known to be added then).
         """
         if not events:
             return
-        packed = publish_command(
-            [(self.key(event.channel), event.to_fields()) for event in events], self._maxlen
-        )
+        entries: list[tuple[bytes, list[bytes]]] = []
+        sent: list[Event] = []
+        refusals: list[Refusal] = []
+        for event in events:
+            try:
+                key = self.key(event.channel).encode()
+                entries.append((key, encode_entry(event, self._max_event_bytes)))
+            except (EntryRefused, UnicodeEncodeError) as exc:
+                refusals.append(Refusal(event.event_id, str(exc), lasting=True))
+                continue
+            sent.append(event)
+        if entries:
+            failed = await self._send(publish_command(entries, self._maxlen))
+            for position, error in zip(failed[::2], failed[1::2], strict=True):
+                if str(error).startswith(_OUTAGE_REPLIES):
+                    raise BusUnavailable(f"The bus (Redis) takes no writes: {error}")
+                refusals.append(
+                    Refusal(sent[int(position) - 1].event_id, str(error), lasting=False)
+                )
+        if refusals:
+            raise PublishRefused(refusals)
+
+    async def _send(self, packed: bytes) -> Any:
         pool = self._redis.connection_pool
         try:
             connection = await pool.get_connection()  # type: ignore[no-untyped-call]
             try:
                 await connection.send_packed_command(packed)
-                await connection.read_response()  # raises an error reply
+                return await connection.read_response()  # raises an error reply
             except BaseException:
                 # A reply may be left unread: the connection must not be reused as it is.
                 await connection.disconnect()
@@ -135,6 +176,10 @@ class RedisStreamsBus:
                 await pool.release(connection)
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+        except ResponseError as exc:
+            if isinstance(exc, _OUTAGE_ERRORS) or str(exc).startswith(_OUTAGE_REPLIES):
+                raise BusUnavailable(f"The bus (Redis) takes no writes: {exc}") from exc
+            raise
 
     async def ping(self) -> None:
         """PING Redis."""

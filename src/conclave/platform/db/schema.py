@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
 )
 
 NAMING_CONVENTION = {
@@ -44,13 +45,20 @@ outbox_events = Table(
     Column("last_error", Text, nullable=True),
     Column("published_at", DateTime(timezone=True), nullable=True),
     Column("quarantined_at", DateTime(timezone=True), nullable=True),
+    # The relay's due set: neither published nor quarantined.
     Index(
         "ix_outbox_events_pending",
         "next_attempt_at",
-        sqlite_where=Column("published_at").is_(None),
-        postgresql_where=Column("published_at").is_(None),
+        sqlite_where=and_(Column("published_at").is_(None), Column("quarantined_at").is_(None)),
+        postgresql_where=and_(Column("published_at").is_(None), Column("quarantined_at").is_(None)),
     ),
     Index("ix_outbox_events_published_at", "published_at"),
+    Index(
+        "ix_outbox_events_quarantined",
+        "quarantined_at",
+        sqlite_where=Column("quarantined_at").is_not(None),
+        postgresql_where=Column("quarantined_at").is_not(None),
+    ),
 )
 
 # Consumers record the events they handled in the same transaction as their work, so a
