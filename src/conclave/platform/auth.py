@@ -2,9 +2,10 @@
 
 A principal carries roles: ``operator`` (sees and acts on every user's resources) and ``service``
 (another Conclave service, such as the gateway, that may act on behalf of the user who called it
-by naming that user in the ``X-Conclave-Acting-User`` header). Roles come from settings (lists
-of user ids) and, for JWTs, from a claim (``roles`` by default: a list of names or one
-space-separated string). With auth disabled everyone is ``anonymous`` with the operator role.
+by naming that user, percent-encoded, in the ``X-Conclave-Acting-User`` header). Roles come from
+settings (lists of user ids) and, for JWTs, from a claim (``roles`` by default: a list of names
+or one space-separated string). With auth disabled everyone is ``anonymous`` with the operator
+role.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, unquote
 
 import jwt
 
@@ -25,6 +27,8 @@ OPERATOR = "operator"
 SERVICE = "service"
 KNOWN_ROLES = frozenset({OPERATOR, SERVICE})
 ACTING_USER_HEADER = "X-Conclave-Acting-User"
+"""Header naming, percent-encoded UTF-8 (:func:`acting_user_header_value`), the user a service
+principal acts for."""
 MAX_USER_ID_LENGTH = 256  # the width of every column that records who asked (requested_by, …)
 _TIME_CLAIMS = ("exp", "iat", "nbf")
 
@@ -72,6 +76,12 @@ def parse_token_table(raw: str) -> dict[str, str]:
             raise ValueError(f"CONCLAVE_API_TOKENS user id {user_id.strip()!r} is not usable")
         table[token.strip()] = user_id.strip()
     return table
+
+
+def acting_user_header_value(user_id: str) -> str:
+    """``user_id`` as the value of :data:`ACTING_USER_HEADER`: percent-encoded UTF-8, so any
+    user id (``José``, ``ann@example.org``) survives HTTP's latin-1 headers unchanged."""
+    return quote(user_id, safe="@.-_~+")
 
 
 def user_id_problem(user_id: str) -> str | None:
@@ -161,10 +171,14 @@ class Authenticator:
 
     @staticmethod
     def _checked_acting_user(value: str) -> str:
-        problem = user_id_problem(value.strip())
+        try:
+            user = unquote(value.strip(), errors="strict")
+        except UnicodeDecodeError:
+            user = "\ufffd\x00"  # not UTF-8: refused below like any other unusable id
+        problem = user_id_problem(user)
         if problem is not None:
             raise Forbidden(f"{ACTING_USER_HEADER} {problem}.", code="ACTING_USER_FORBIDDEN")
-        return value.strip()
+        return user
 
     def _lookup_token(self, credential: str) -> str | None:
         # Compare against every entry in constant time so timing does not reveal a prefix match.
