@@ -87,6 +87,7 @@ class JsonApi:
         self.delay = delay
         self.garbage = False
         self.requests = 0
+        self.headers: list[dict[str, str]] = []  # each request's headers, names lower-cased
         self._server: asyncio.Server | None = None
         self.url = ""
 
@@ -127,8 +128,11 @@ class JsonApi:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request_line = (await reader.readline()).decode()
-            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                pass
+            headers = {}
+            while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            self.headers.append(headers)
             self.requests += 1
             if self.delay:
                 await asyncio.sleep(self.delay)

@@ -49,7 +49,7 @@ def redact(document: Any) -> Any:
     stack: list[tuple[Any, list[Any] | dict[Any, Any], Any]] = [(document, root, 0)]
     while stack:
         value, parent, slot = stack.pop()
-        if isinstance(value, dict):
+        if isinstance(value, dict) and not is_reference(value):
             copy: dict[Any, Any] = {}
             parent[slot] = copy
             for key, item in value.items():
@@ -124,9 +124,9 @@ def _credential_literals(document: Any, location: tuple[str, ...]) -> Iterator[s
     stack: list[tuple[tuple[str, ...], Any, bool]] = [(location, document, False)]
     while stack:
         where, value, sensitive = stack.pop()
+        if is_reference(value):
+            continue  # a name, not a value (its key, "secret", is no credential itself)
         if isinstance(value, dict):
-            if sensitive and is_reference(value):
-                continue
             for key, item in value.items():
                 stack.append(((*where, str(key)), item, sensitive or is_credential_key(key)))
         elif isinstance(value, list):
