@@ -21,10 +21,11 @@ from sqlalchemy.exc import IntegrityError
 
 from conclave.collector import store
 from conclave.collector.models import ExpeditionCreate, ScheduleCreate, ScheduleRead
-from conclave.collector.parameter_secrets import check_parameters, redact
+from conclave.collector.parameter_secrets import check_parameters
 from conclave.collector.service import ExpeditionService, written_collections
 from conclave.platform.auth import Principal
 from conclave.platform.clock import as_utc, rfc3339, utc_now
+from conclave.platform.credentials import redact
 from conclave.platform.db.engine import is_store_down, store_errors
 from conclave.platform.errors import Conflict, NotFound, Unprocessable
 

@@ -28,11 +28,12 @@ from conclave.collector.models import (
     SearchHit,
     SearchResult,
 )
-from conclave.collector.parameter_secrets import check_parameters, redact
+from conclave.collector.parameter_secrets import check_parameters
 from conclave.collector.registry import ExpeditionRegistry
 from conclave.collector.semantic import SemanticMemory
 from conclave.platform.auth import Principal
 from conclave.platform.clock import as_utc, rfc3339, utc_now
+from conclave.platform.credentials import redact
 from conclave.platform.db.engine import store_errors
 from conclave.platform.db.schema import consumed_events
 from conclave.platform.errors import BadRequest, Conflict, NotFound, Unavailable, Unprocessable

@@ -39,7 +39,5 @@ def downgrade() -> None:
     op.drop_index(
         "ix_collector_expeditions_requested_by_created_at", table_name="collector_expeditions"
     )
-    op.drop_index(
-        "ix_collector_collection_owners_owner", table_name="collector_collection_owners"
-    )
+    op.drop_index("ix_collector_collection_owners_owner", table_name="collector_collection_owners")
     op.drop_table("collector_collection_owners")
