@@ -139,3 +139,23 @@ async def test_credentials_in_bus_requested_runs_are_shown_redacted(backend, tmp
         }
         status = await client.get(f"/expedition/status/{expedition['expedition_id']}", headers=ANN)
         assert "from-the-bus" not in status.text
+
+
+async def test_secret_does_not_follow_a_next_link_to_another_host(backend, tmp_path) -> None:
+    async with (
+        JsonApi([[{"id": "w1"}]]) as api,
+        JsonApi([[{"id": "x1"}]]) as elsewhere,
+        collector_app(backend, secret_settings(tmp_path)) as (client, _app),
+    ):
+        api.next_url = elsewhere.url.replace("127.0.0.1", "localhost")
+        body = api.discovery("weather")
+        source = body["parameters"]["sources"][0]
+        source["pagination"] = {"type": "next"}
+        source["headers"] = {"Authorization": {"secret": "weather"}}
+        run = await client.post("/expedition/run", json=body, headers=ANN)
+        client.headers.update(ANN)
+        record = await wait_terminal(client, run.json()["expedition_id"], timeout=20)
+        assert record["status"] == "failed"
+        assert "another host" in record["errors"][-1]["message"]
+        assert api.headers[0]["authorization"] == SECRET_VALUE
+        assert elsewhere.requests == 0
