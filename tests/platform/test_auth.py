@@ -262,3 +262,8 @@ def test_only_service_principals_may_name_an_acting_user() -> None:
     # Credentials are checked first: no header value turns a bad token into a user.
     with pytest.raises(Unauthorized):
         auth.authenticate("Bearer wrong", "bob")
+
+
+def test_token_table_refuses_user_ids_that_cannot_be_recorded() -> None:
+    with pytest.raises(ValueError, match="not usable"):
+        parse_token_table(f"t1={'a' * 257}")
