@@ -254,11 +254,16 @@ class ExpeditionService:
         principal: Principal | None,
     ) -> None:
         """Claim for ``owner`` the collections of ``names`` nobody owns yet; for a user who is
-        not an operator, every one of them must then be theirs (409 ``COLLECTION_OWNED``)."""
+        not an operator, every one of them must then be theirs (409 ``COLLECTION_OWNED``). A
+        shared collection is claimed only by an operator or an internal caller (the bridge): a
+        user who named it first must not become the writer of what everyone reads."""
         if owner is None or not names:
             return
-        await store.claim_collections(connection, names, owner, utc_now())
-        if principal is None or principal.is_operator:
+        user = principal is not None and not principal.is_operator
+        shared = set(self.settings.shared_collections) if user else set()
+        claimable = [name for name in names if name not in shared]
+        await store.claim_collections(connection, claimable, owner, utc_now())
+        if not user:
             return
         owners = await store.owners_of(connection, names)
         taken = [name for name in names if owners.get(name) != owner]

@@ -119,8 +119,8 @@ class CollectorSettings(CommonSettings):
     shared_collections: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["evidence"],
         alias="COLLECTOR_SHARED_COLLECTIONS",
-        description="Collections every authenticated user may read and search (only their owner "
-        "and operators write them), comma separated.",
+        description="Collections every authenticated user may read and search (only operators "
+        "and internal callers such as the Evidence bridge write them), comma separated.",
     )
     bridge_channels: dict[str, str] = Field(
         default_factory=lambda: {"edge_intake.evidence.created": "evidence_ingest"},

@@ -17,6 +17,7 @@ async def claim_collections(
 ) -> None:
     """Make ``owner`` the owner of those of ``names`` nobody owns yet (others are left alone:
     read the owners back with :func:`owners_of` to learn who won a concurrent claim)."""
+    names = list(dict.fromkeys(names))
     if not names:
         return
     dialect = sqlite if _is_sqlite(connection) else postgresql
