@@ -87,6 +87,8 @@ class JsonApi:
         self.delay = delay
         self.garbage = False
         self.requests = 0
+        self.headers: list[dict[str, str]] = []  # each request's headers, names lower-cased
+        self.next_url: str | None = None  # when set, every answer links it as its "next" page
         self._server: asyncio.Server | None = None
         self.url = ""
 
@@ -127,8 +129,11 @@ class JsonApi:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request_line = (await reader.readline()).decode()
-            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                pass
+            headers = {}
+            while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            self.headers.append(headers)
             self.requests += 1
             if self.delay:
                 await asyncio.sleep(self.delay)
@@ -140,7 +145,10 @@ class JsonApi:
                 body, kind = b"<html>oops</html>", "text/html"
             else:
                 items = self.pages[page - 1] if 0 < page <= len(self.pages) else []
-                body, kind = json.dumps({"data": items}).encode(), "application/json"
+                answer: dict[str, Any] = {"data": items}
+                if self.next_url is not None:
+                    answer["next"] = self.next_url
+                body, kind = json.dumps(answer).encode(), "application/json"
             writer.write(
                 f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
                 f"Connection: close\r\n\r\n".encode()

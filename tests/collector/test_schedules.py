@@ -46,7 +46,12 @@ async def test_schedule_fires_once_per_tick_with_two_replicas(backend, tmp_path)
         assert schedule["last_expedition_id"] == next(i for ids in fired for i in ids)
         assert schedule["next_fire_at"].endswith("03:00:00.000000Z")
         history = (await client.get("/expedition/history")).json()
-        assert [e["requested_by"] for e in history["expeditions"]] == ["schedule:nightly-audit"]
+        # A tick's expedition is the schedule creator's (here the anonymous user of auth off).
+        [fired_run] = history["expeditions"]
+        assert (fired_run["requested_by"], fired_run["correlation_id"]) == (
+            "anonymous",
+            "schedule:nightly-audit",
+        )
 
         assert (await client.delete("/schedules/nightly-audit")).status_code == 204
         assert (await client.delete("/schedules/nightly-audit")).status_code == 404

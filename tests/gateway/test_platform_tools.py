@@ -104,3 +104,68 @@ async def test_expedition_tools_drive_the_collector(backend: Backend, tmp_path):
         assert hits and hits[0]["record"]["record_key"] == "b1"
         rows = await audit_rows(backend)
         assert rows[0].tool_name == "run_expedition" and rows[0].status == "succeeded"
+
+
+async def test_expeditions_run_through_the_gateway_are_the_calling_users(backend, tmp_path):
+    # Both services require credentials; the gateway calls the collector with its own service
+    # token, on behalf of whoever called the gateway.
+    collector = collector_settings(
+        tmp_path,
+        run_workers=False,
+        auth="enabled",
+        api_tokens="tok-gw=gateway-svc,tok-ann=ann,tok-bob=bob",
+        service_users="gateway-svc",
+    )
+    gateway = test_settings(
+        collector_url="",
+        auth="enabled",
+        api_tokens="tok-ann=ann,tok-bob=bob",
+        service_token="tok-gw",
+    )
+    run = {"expedition_type": "audit", "target_collections": ["ann-notes"]}
+    async with (
+        Platform.open(collector, engine=backend.engine, bus=backend.bus) as platform,
+        running_server(create_collector_app(collector, platform=platform)) as collector_url,
+        run_gateway(backend, gateway.model_copy(update={"collector_url": collector_url})) as gw,
+        httpx.AsyncClient(base_url=collector_url) as direct,
+    ):
+        ann, bob = {"Authorization": "Bearer tok-ann"}, {"Authorization": "Bearer tok-bob"}
+        started = await gw.post(
+            "/execute", json={"tool": "run_expedition", "args": run}, headers=ann
+        )
+        assert started.status_code == 200, started.text
+        expedition_id = started.json()["result"]["expedition_id"]
+
+        own = await direct.get(f"/expedition/status/{expedition_id}", headers=ann)
+        assert own.status_code == 200 and own.json()["requested_by"] == "ann"
+        # Through the gateway too, Bob cannot read Ann's expedition.
+        status = {"tool": "expedition_status", "args": {"expedition_id": expedition_id}}
+        mine = await gw.post("/execute", json=status, headers=ann)
+        assert mine.status_code == 200 and mine.json()["result"]["requested_by"] == "ann"
+        theirs = await gw.post("/execute", json=status, headers=bob)
+        assert (theirs.status_code, theirs.json()["code"]) == (422, "BACKEND_REJECTED")
+        assert "EXPEDITION_NOT_FOUND" in theirs.json()["detail"]
+
+
+async def test_collector_refuses_a_gateway_that_is_no_service(backend, tmp_path):
+    # Without the service role the gateway's identity may not act for anyone: nothing runs
+    # under the gateway's own name instead.
+    collector = collector_settings(
+        tmp_path, run_workers=False, auth="enabled", api_tokens="tok-gw=gateway-svc,tok-ann=ann"
+    )
+    async with (
+        Platform.open(collector, engine=backend.engine, bus=backend.bus) as platform,
+        running_server(create_collector_app(collector, platform=platform)) as collector_url,
+        run_gateway(
+            backend, test_settings(collector_url=collector_url, service_token="tok-gw")
+        ) as gw,
+        httpx.AsyncClient(base_url=collector_url) as direct,
+    ):
+        run = {"expedition_type": "audit", "target_collections": ["notes"]}
+        refused = await gw.post("/execute", json={"tool": "run_expedition", "args": run})
+        assert refused.status_code == 422
+        assert "ACTING_USER_FORBIDDEN" in refused.json()["detail"]
+        history = await direct.get(
+            "/expedition/history", headers={"Authorization": "Bearer tok-gw"}
+        )
+        assert history.json()["expeditions"] == []

@@ -13,8 +13,15 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from conclave.platform.auth import AuthConfig, Authenticator, Principal, parse_token_table
-from conclave.platform.errors import Unauthorized
+from conclave.platform.auth import (
+    OPERATOR,
+    SERVICE,
+    AuthConfig,
+    Authenticator,
+    Principal,
+    parse_token_table,
+)
+from conclave.platform.errors import Forbidden, Unauthorized
 
 SECRET = "a-test-secret-that-is-at-least-32-bytes-long"
 
@@ -127,11 +134,14 @@ def test_audience_is_not_required_when_not_configured() -> None:
     assert auth.authenticate(f"Bearer {hs256({'aud': 'anything'})}").user_id == "alice"
 
 
-def test_disabled_auth_makes_everyone_anonymous() -> None:
+def test_disabled_auth_makes_everyone_an_anonymous_operator() -> None:
+    # No identities to keep apart: the embedded `conclave up` user sees everything.
     auth = authenticator(enabled=False, tokens={"tok-1": "alice"})
     assert not auth.enabled
-    assert auth.authenticate(None) == Principal("anonymous", "none")
-    assert auth.authenticate("Bearer whatever") == Principal("anonymous", "none")
+    everyone = Principal("anonymous", "none", frozenset({OPERATOR}))
+    assert auth.authenticate(None) == everyone
+    assert auth.authenticate("Bearer whatever") == everyone
+    assert auth.authenticate(None, "ada").user_id == "ada"
 
 
 def test_token_table_parses_entries() -> None:
@@ -143,3 +153,117 @@ def test_token_table_parses_entries() -> None:
 def test_token_table_rejects_malformed_entries(raw: str) -> None:
     with pytest.raises(ValueError, match="token=user_id"):
         parse_token_table(raw)
+
+
+def forged(claims: str, secret: str = SECRET) -> str:
+    """An HS256 token over claims written as raw JSON text (what a hostile issuer could sign)."""
+    header = _b64(b'{"alg":"HS256","typ":"JWT"}')
+    body = _b64(claims.encode())
+    signature = hmac.new(secret.encode(), f"{header}.{body}".encode(), hashlib.sha256).digest()
+    return f"{header}.{body}.{_b64(signature)}"
+
+
+@pytest.mark.parametrize("claim", ["exp", "iat", "nbf"])
+def test_time_claims_as_numeric_strings_are_refused(claim: str) -> None:
+    # PyJWT calls int() on these claims, so "1900000000" passed for a number before.
+    now = int(time.time())
+    claims = {"exp": now + 600, "iat": now - 10, "nbf": now - 10}
+    token = hs256({**claims, claim: str(claims[claim])})
+    assert refused(authenticator(jwt_secret=SECRET), f"Bearer {token}") == "INVALID_TOKEN"
+
+
+def test_tokens_living_longer_than_the_maximum_are_refused() -> None:
+    auth = authenticator(jwt_secret=SECRET, max_token_lifetime_seconds=3600)
+    now = int(time.time())
+    year_9999 = hs256({"exp": 253402300799})
+    assert refused(auth, f"Bearer {year_9999}") == "INVALID_TOKEN"
+    # An old iat makes the span exp - iat too long even though exp itself is close.
+    long_lived = hs256({"iat": now - 7200, "exp": now + 60})
+    assert refused(auth, f"Bearer {long_lived}") == "INVALID_TOKEN"
+    fine = hs256({"iat": now - 60, "exp": now + 3000})
+    assert auth.authenticate(f"Bearer {fine}").user_id == "alice"
+
+
+def test_default_maximum_lifetime_is_a_day() -> None:
+    auth = authenticator(jwt_secret=SECRET)
+    now = int(time.time())
+    assert auth.authenticate(f"Bearer {hs256({'exp': now + 23 * 3600})}").user_id == "alice"
+    assert refused(auth, f"Bearer {hs256({'exp': now + 25 * 3600})}") == "INVALID_TOKEN"
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        '{"sub":"al\\ud800ice","exp":%d}',
+        '{"sub":"al\\u0000ice","exp":%d}',
+        '{"sub":"alice","exp":%d,"name":"\\udfff"}',
+        '{"sub":"alice","exp":%d,"score":NaN}',
+        '{"sub":"alice","exp":%d,"n":123456789012345678901234567890}',
+        '{"sub":"%s","exp":%%d}' % ("a" * 257),
+        '{"sub":"al\\u0007ice","exp":%d}',
+    ],
+    ids=["surrogate-sub", "nul-sub", "surrogate-claim", "nan", "huge-int", "long-sub", "ctrl"],
+)
+def test_claims_holding_unusable_values_are_refused(claims: str) -> None:
+    token = forged(claims % (int(time.time()) + 600))
+    assert refused(authenticator(jwt_secret=SECRET), f"Bearer {token}") == "INVALID_TOKEN"
+
+
+def test_roles_come_from_settings_and_from_the_jwt_claim() -> None:
+    auth = authenticator(
+        jwt_secret=SECRET,
+        tokens={"tok-op": "olga", "tok-gw": "gateway", "tok-ann": "ann"},
+        operators=frozenset({"olga"}),
+        services=frozenset({"gateway"}),
+    )
+    assert auth.authenticate("Bearer tok-op").is_operator
+    assert auth.authenticate("Bearer tok-gw").roles == {SERVICE}
+    assert auth.authenticate("Bearer tok-ann").roles == frozenset()
+    listed = auth.authenticate(f"Bearer {hs256({'roles': ['operator', 'wizard']})}")
+    assert listed.roles == {OPERATOR}
+    spaced = auth.authenticate(f"Bearer {hs256({'roles': 'service operator'})}")
+    assert spaced.roles == {OPERATOR, SERVICE}
+    assert not auth.authenticate(f"Bearer {hs256({})}").is_operator
+    assert refused(auth, f"Bearer {hs256({'roles': {'operator': True}})}") == "INVALID_TOKEN"
+
+
+def test_roles_claim_name_is_configurable() -> None:
+    auth = authenticator(jwt_secret=SECRET, roles_claim="conclave_roles")
+    assert auth.authenticate(f"Bearer {hs256({'conclave_roles': ['operator']})}").is_operator
+    assert not auth.authenticate(f"Bearer {hs256({'roles': ['operator']})}").is_operator
+
+
+def test_a_service_principal_acts_for_the_user_it_names() -> None:
+    auth = authenticator(
+        tokens={"tok-gw": "gateway", "tok-ann": "ann"},
+        operators=frozenset({"olga"}),
+        services=frozenset({"gateway"}),
+    )
+    acting = auth.authenticate("Bearer tok-gw", "ann")
+    assert acting == Principal("ann", "token", frozenset(), on_behalf_of="gateway")
+    # The acting user's roles are their own, from settings: never the service's.
+    assert auth.authenticate("Bearer tok-gw", "olga").roles == {OPERATOR}
+    assert auth.authenticate("Bearer tok-gw") == Principal("gateway", "token", frozenset({SERVICE}))
+
+
+@pytest.mark.parametrize("header", ["", "a" * 257, "ann\x01", "\udc80"])
+def test_acting_user_must_be_a_usable_user_id(header: str) -> None:
+    auth = authenticator(tokens={"tok-gw": "gateway"}, services=frozenset({"gateway"}))
+    with pytest.raises(Forbidden) as caught:
+        auth.authenticate("Bearer tok-gw", header)
+    assert caught.value.code == "ACTING_USER_FORBIDDEN"
+
+
+def test_only_service_principals_may_name_an_acting_user() -> None:
+    auth = authenticator(tokens={"tok-ann": "ann"}, operators=frozenset({"ann"}))
+    with pytest.raises(Forbidden) as caught:
+        auth.authenticate("Bearer tok-ann", "bob")
+    assert (caught.value.status, caught.value.code) == (403, "ACTING_USER_FORBIDDEN")
+    # Credentials are checked first: no header value turns a bad token into a user.
+    with pytest.raises(Unauthorized):
+        auth.authenticate("Bearer wrong", "bob")
+
+
+def test_token_table_refuses_user_ids_that_cannot_be_recorded() -> None:
+    with pytest.raises(ValueError, match="not usable"):
+        parse_token_table(f"t1={'a' * 257}")

@@ -94,7 +94,10 @@ async def run_expedition(
 ) -> JSONResponse:
     """Queue an expedition; it runs in the background (follow `status_url`)."""
     row = await service.submit(
-        body, requested_by=principal.user_id, correlation_id=correlation_id(request)
+        body,
+        requested_by=principal.user_id,
+        correlation_id=correlation_id(request),
+        principal=principal,
     )
     return _accepted(request, row)
 
@@ -110,10 +113,13 @@ async def trigger_from_orchestrator(
     """Queue an expedition and optionally wait for it (200 with the record once finished)."""
     create = ExpeditionCreate(**body.model_dump(exclude={"wait_seconds"}))
     row = await service.submit(
-        create, requested_by=principal.user_id, correlation_id=correlation_id(request)
+        create,
+        requested_by=principal.user_id,
+        correlation_id=correlation_id(request),
+        principal=principal,
     )
     if body.wait_seconds > 0:
-        row = await service.wait(row.expedition_id, body.wait_seconds)
+        row = await service.wait(row.expedition_id, body.wait_seconds, principal)
         if row.status in ("completed", "failed", "cancelled"):
             return JSONResponse(expedition_read(row).model_dump())
     return _accepted(request, row)
@@ -121,24 +127,24 @@ async def trigger_from_orchestrator(
 
 @router.get("/expedition/status/{expedition_id}", tags=["expeditions"], name="expedition_status")
 async def expedition_status(
-    expedition_id: str, service: Service, _principal: CurrentPrincipal
+    expedition_id: str, service: Service, principal: CurrentPrincipal
 ) -> ExpeditionRead:
-    """Status, progress, agents, results and errors of one expedition."""
-    return expedition_read(await service.get(expedition_id))
+    """Status, progress, agents, results and errors of one of your expeditions."""
+    return expedition_read(await service.get(expedition_id, principal))
 
 
 @router.post("/expedition/{expedition_id}/cancel", tags=["expeditions"])
 async def cancel_expedition(
-    expedition_id: str, service: Service, _principal: CurrentPrincipal
+    expedition_id: str, service: Service, principal: CurrentPrincipal
 ) -> ExpeditionRead:
-    """Cancel a queued or running expedition (409 once it has finished)."""
-    return expedition_read(await service.cancel(expedition_id))
+    """Cancel one of your queued or running expeditions (409 once it has finished)."""
+    return expedition_read(await service.cancel(expedition_id, principal))
 
 
 @router.get("/expedition/history", tags=["expeditions"])
 async def expedition_history(
     service: Service,
-    _principal: CurrentPrincipal,
+    principal: CurrentPrincipal,
     status: Status | None = None,
     expedition_type: Annotated[str | None, Query(max_length=64)] = None,
     since: Annotated[datetime | None, Query(description="Created at or after (RFC 3339).")] = None,
@@ -146,7 +152,8 @@ async def expedition_history(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=200, description="From `next_cursor`.")] = None,
 ) -> HistoryPage:
-    """Expeditions, newest first, filtered by status, type and creation time."""
+    """Your expeditions (every user's for an operator), newest first, filtered by status, type
+    and creation time."""
     rows, next_cursor = await service.history(
         status=status,
         expedition_type=expedition_type,
@@ -154,6 +161,7 @@ async def expedition_history(
         until=until,
         cursor=cursor,
         limit=limit,
+        principal=principal,
     )
     items = [expedition_read(row) for row in rows]
     return HistoryPage(expeditions=items, count=len(items), next_cursor=next_cursor)
@@ -176,30 +184,31 @@ async def stats(service: Service, _principal: CurrentPrincipal) -> dict[str, Any
 
 
 @router.get("/collections", tags=["collections"])
-async def collections(service: Service, _principal: CurrentPrincipal) -> dict[str, Any]:
-    """Collections with record counts (structured store) and point counts (semantic memory)."""
-    items: list[CollectionInfo] = await service.collections()
+async def collections(service: Service, principal: CurrentPrincipal) -> dict[str, Any]:
+    """Collections you may read, with record counts (structured store) and point counts
+    (semantic memory)."""
+    items: list[CollectionInfo] = await service.collections(principal)
     return {"collections": items, "count": len(items)}
 
 
 @router.get("/collections/{name}/records/{key}", tags=["collections"])
 async def collection_record(
-    name: Collection, key: str, service: Service, _principal: CurrentPrincipal
+    name: Collection, key: str, service: Service, principal: CurrentPrincipal
 ) -> RecordRead:
     """One record by its key."""
-    return await service.record(name, key)
+    return await service.record(name, key, principal)
 
 
 @router.get("/collections/{name}/search", tags=["collections"])
 async def collection_search(
     name: Collection,
     service: Service,
-    _principal: CurrentPrincipal,
+    principal: CurrentPrincipal,
     q: Annotated[str, Query(min_length=1, max_length=2000)],
     limit: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> SearchResult:
     """Semantic search in a collection, best match first."""
-    return await service.search(name, q, limit)
+    return await service.search(name, q, limit, principal)
 
 
 @router.post("/schedules", tags=["schedules"], status_code=201)
@@ -207,18 +216,18 @@ async def create_schedule(
     body: ScheduleCreate, service: Service, principal: CurrentPrincipal
 ) -> ScheduleRead:
     """Store a cron schedule that queues an expedition at every tick (UTC)."""
-    return await scheduler.add_schedule(service, body, principal.user_id)
+    return await scheduler.add_schedule(service, body, principal)
 
 
 @router.get("/schedules", tags=["schedules"])
-async def list_schedules(service: Service, _principal: CurrentPrincipal) -> dict[str, Any]:
-    """Every schedule with its next tick."""
-    items = await scheduler.list_schedules(service)
+async def list_schedules(service: Service, principal: CurrentPrincipal) -> dict[str, Any]:
+    """Your schedules (every user's for an operator) with their next tick."""
+    items = await scheduler.list_schedules(service, principal)
     return {"schedules": items, "count": len(items)}
 
 
 @router.delete("/schedules/{name}", tags=["schedules"], status_code=204)
-async def delete_schedule(name: str, service: Service, _principal: CurrentPrincipal) -> Response:
-    """Remove a schedule by name or id."""
-    await scheduler.remove_schedule(service, name)
+async def delete_schedule(name: str, service: Service, principal: CurrentPrincipal) -> Response:
+    """Remove one of your schedules by name or id."""
+    await scheduler.remove_schedule(service, name, principal)
     return Response(status_code=204)

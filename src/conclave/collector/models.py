@@ -28,7 +28,9 @@ class ExpeditionCreate(BaseModel):
     )
     priority: Priority = Field(default="medium", description="Higher priorities run first.")
     parameters: dict[str, Any] = Field(
-        default_factory=dict, description="Opaque to the service core; read by the type."
+        default_factory=dict,
+        description="Opaque to the service core; read by the type. Credentials are referenced, "
+        'never given: {"secret": "<name>"} of COLLECTOR_SOURCE_SECRETS.',
     )
     correlation_id: str | None = Field(
         default=None, max_length=128, description="Carried into every event and record."
@@ -173,4 +175,5 @@ class ScheduleRead(BaseModel):
     next_fire_at: str
     last_fired_at: str | None
     last_expedition_id: str | None
+    created_by: str | None = Field(description="Whose the schedule (and its expeditions) is.")
     created_at: str

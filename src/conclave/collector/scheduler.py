@@ -21,8 +21,11 @@ from sqlalchemy.exc import IntegrityError
 
 from conclave.collector import store
 from conclave.collector.models import ExpeditionCreate, ScheduleCreate, ScheduleRead
-from conclave.collector.service import ExpeditionService
+from conclave.collector.parameter_secrets import check_parameters
+from conclave.collector.service import ExpeditionService, written_collections
+from conclave.platform.auth import Principal
 from conclave.platform.clock import as_utc, rfc3339, utc_now
+from conclave.platform.credentials import redact
 from conclave.platform.db.engine import is_store_down, store_errors
 from conclave.platform.errors import Conflict, NotFound, Unprocessable
 
@@ -43,19 +46,21 @@ def schedule_read(row: Any) -> ScheduleRead:
         expedition_type=row.expedition_type,
         priority=row.priority,
         target_collections=list(row.target_collections),
-        parameters=dict(row.parameters),
+        parameters=redact(dict(row.parameters)),
         enabled=bool(row.enabled),
         next_fire_at=rfc3339(row.next_fire_at),
         last_fired_at=rfc3339(row.last_fired_at) if row.last_fired_at else None,
         last_expedition_id=row.last_expedition_id,
+        created_by=row.created_by,
         created_at=rfc3339(row.created_at),
     )
 
 
 async def add_schedule(
-    service: ExpeditionService, request: ScheduleCreate, created_by: str | None
+    service: ExpeditionService, request: ScheduleCreate, principal: Principal
 ) -> ScheduleRead:
-    """Store a schedule (422 for a bad cron or request, 409 for a taken name)."""
+    """Store a schedule (422 for a bad cron or request, 409 for a taken name or a collection
+    of another user); its expeditions run as ``principal``'s."""
     if not croniter.is_valid(request.cron) or len(request.cron.split()) != 5:
         raise Unprocessable(
             f"cron {request.cron!r} is not a five-field cron expression.",
@@ -63,6 +68,17 @@ async def add_schedule(
             errors=[{"field": "cron", "message": "five-field cron expected", "type": "cron"}],
         )
     service.registry.validate(request, service.settings)
+    check_parameters(request.parameters, service.settings.source_secrets)
+    created_by = principal.user_id
+    with store_errors():
+        async with service.platform.engine.begin() as connection:
+            # The schedule's collections are reserved for its creator now, not at its first tick.
+            await service.reserve_collections(
+                connection,
+                written_collections(request.expedition_type, request.collections()),
+                created_by,
+                principal,
+            )
     now = utc_now()
     row = {
         "schedule_id": str(uuid.uuid4()),
@@ -89,17 +105,25 @@ async def add_schedule(
     return schedule_read(SimpleNamespace(**row))
 
 
-async def list_schedules(service: ExpeditionService) -> list[ScheduleRead]:
-    """Every schedule."""
+def _owner_filter(principal: Principal) -> str | None:
+    return None if principal.is_operator else principal.user_id
+
+
+async def list_schedules(service: ExpeditionService, principal: Principal) -> list[ScheduleRead]:
+    """The principal's schedules (every schedule for an operator)."""
     with store_errors():
-        rows = await store.list_schedules(service.platform.engine)
+        rows = await store.list_schedules(service.platform.engine, _owner_filter(principal))
     return [schedule_read(row) for row in rows]
 
 
-async def remove_schedule(service: ExpeditionService, name_or_id: str) -> None:
-    """Delete a schedule (404 when unknown)."""
+async def remove_schedule(
+    service: ExpeditionService, name_or_id: str, principal: Principal
+) -> None:
+    """Delete a schedule (404 when unknown or another user's)."""
     with store_errors():
-        removed = await store.delete_schedule(service.platform.engine, name_or_id)
+        removed = await store.delete_schedule(
+            service.platform.engine, name_or_id, _owner_filter(principal)
+        )
     if not removed:
         raise NotFound(f"No schedule {name_or_id!r}.", code="SCHEDULE_NOT_FOUND")
 
@@ -152,7 +176,10 @@ class Scheduler:
                 correlation_id=f"schedule:{schedule.name}",
             )
             try:
-                row = service.new_row(request, requested_by=f"schedule:{schedule.name}")
+                # The tick's expedition is its creator's: they see it, and it may write only
+                # into the collections reserved for them when the schedule was added.
+                requested_by = schedule.created_by or f"schedule:{schedule.name}"
+                row = service.new_row(request, requested_by=requested_by)
             except Unprocessable as exc:  # e.g. its type's plug-in was uninstalled
                 log.error("schedule cannot fire: %s", exc.detail, extra={"schedule": schedule.name})
                 continue
@@ -165,6 +192,12 @@ class Scheduler:
                     row["expedition_id"],
                 )
                 if won:
+                    await service.reserve_collections(
+                        connection,
+                        written_collections(row["expedition_type"], row["target_collections"]),
+                        requested_by,
+                        None,
+                    )
                     await service.queue(connection, row)
             if won:
                 fired.append(row["expedition_id"])

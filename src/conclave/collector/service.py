@@ -28,12 +28,15 @@ from conclave.collector.models import (
     SearchHit,
     SearchResult,
 )
+from conclave.collector.parameter_secrets import check_parameters
 from conclave.collector.registry import ExpeditionRegistry
 from conclave.collector.semantic import SemanticMemory
+from conclave.platform.auth import Principal
 from conclave.platform.clock import as_utc, rfc3339, utc_now
+from conclave.platform.credentials import redact
 from conclave.platform.db.engine import store_errors
 from conclave.platform.db.schema import consumed_events
-from conclave.platform.errors import BadRequest, Conflict, NotFound, Unavailable
+from conclave.platform.errors import BadRequest, Conflict, NotFound, Unavailable, Unprocessable
 from conclave.platform.outbox import add_event
 from conclave.platform.runtime import Platform
 from conclave.settings import CollectorSettings
@@ -57,7 +60,7 @@ def expedition_read(row: Any) -> ExpeditionRead:
         attempts=row.attempts,
         correlation_id=row.correlation_id,
         target_collections=list(row.target_collections),
-        parameters=dict(row.parameters),
+        parameters=redact(dict(row.parameters)),
         requested_by=row.requested_by,
         worker_id=row.worker_id,
         timeout_seconds=row.timeout_seconds,
@@ -100,6 +103,25 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise BadRequest("cursor must come from next_cursor.", code="INVALID_CURSOR") from exc
 
 
+# The collection a type writes into when the request names none (see expedition_types.py); the
+# other built-in types (audit, healing) then work on every collection.
+DEFAULT_COLLECTION = {"discovery": "default", "evidence_ingest": "evidence"}
+
+
+def written_collections(expedition_type: str, target_collections: list[str]) -> list[str]:
+    """The collections an expedition of this type and targets works on, defaults included."""
+    if target_collections:
+        return list(target_collections)
+    default = DEFAULT_COLLECTION.get(expedition_type)
+    return [default] if default else []
+
+
+def sees(principal: Principal | None, owner: str | None) -> bool:
+    """Whether ``principal`` may see and act on what ``owner`` requested (``None``: an internal
+    caller, the worker or the scheduler, that sees everything)."""
+    return principal is None or principal.is_operator or owner == principal.user_id
+
+
 class ExpeditionService:
     """What the HTTP routes, the bus listeners and the scheduler ask of the collector."""
 
@@ -140,9 +162,13 @@ class ExpeditionService:
         requested_by: str | None,
         expedition_id: str | None = None,
         correlation_id: str | None = None,
+        from_user: bool = False,
     ) -> dict[str, Any]:
-        """Validate ``request`` (422) and build its queued row."""
+        """Validate ``request`` (422) and build its queued row. A request ``from_user`` (over
+        HTTP, not from the bus or a stored schedule) may not hold a literal credential."""
         self.registry.validate(request, self.settings)
+        if from_user:
+            check_parameters(request.parameters, self.settings.source_secrets)
         limit = self.settings.expedition_timeout_seconds
         now = utc_now()
         return {
@@ -177,14 +203,19 @@ class ExpeditionService:
         correlation_id: str | None = None,
         expedition_id: str | None = None,
         dedupe: tuple[str, str] | None = None,
+        principal: Principal | None = None,
     ) -> Any:
         """Queue an expedition; with ``dedupe=(consumer group, event id)`` a redelivered event
-        returns the expedition it created the first time instead of queueing another."""
+        returns the expedition it created the first time instead of queueing another. With
+        ``principal`` (a user's request) the collections it works on must be theirs."""
+        if principal is not None:
+            request = await self._with_own_targets(request, principal)
         row = self.new_row(
             request,
             requested_by=requested_by,
             expedition_id=expedition_id,
             correlation_id=correlation_id,
+            from_user=principal is not None,
         )
         try:
             with store_errors():
@@ -197,6 +228,12 @@ class ExpeditionService:
                                 consumed_at=row["created_at"],
                             )
                         )
+                    await self.reserve_collections(
+                        connection,
+                        written_collections(row["expedition_type"], row["target_collections"]),
+                        row["requested_by"],
+                        principal,
+                    )
                     await self.queue(connection, row)
         except IntegrityError:
             existing = await store.get_expedition(self.platform.engine, row["expedition_id"])
@@ -209,25 +246,79 @@ class ExpeditionService:
         # outbox event committed with it, may already have claimed it by the time we could re-read.
         return SimpleNamespace(**row)
 
-    async def get(self, expedition_id: str) -> Any:
-        """One expedition (404 when unknown)."""
+    async def reserve_collections(
+        self,
+        connection: AsyncConnection,
+        names: list[str],
+        owner: str | None,
+        principal: Principal | None,
+    ) -> None:
+        """Claim for ``owner`` the collections of ``names`` nobody owns yet; for a user who is
+        not an operator, every one of them must then be theirs (409 ``COLLECTION_OWNED``). A
+        shared collection is claimed only by an operator or an internal caller (the bridge): a
+        user who named it first must not become the writer of what everyone reads."""
+        if owner is None or not names:
+            return
+        user = principal is not None and not principal.is_operator
+        shared = set(self.settings.shared_collections) if user else set()
+        claimable = [name for name in names if name not in shared]
+        await store.claim_collections(connection, claimable, owner, utc_now())
+        if not user:
+            return
+        owners = await store.owners_of(connection, names)
+        taken = [name for name in names if owners.get(name) != owner]
+        if taken:
+            raise Conflict(
+                f"Collection {taken[0]!r} belongs to another user; choose another name.",
+                code="COLLECTION_OWNED",
+                errors=[
+                    {"field": "target_collections", "message": f"{name!r} is not yours",
+                     "type": "collection_owned"}
+                    for name in taken
+                ],
+            )  # fmt: skip
+
+    async def _with_own_targets(self, request: Any, principal: Principal) -> Any:
+        """A user's request that names no collection for a type that then works on every
+        collection (audit, healing, plug-ins) works on the user's own collections instead."""
+        if (
+            principal.is_operator
+            or request.target_collections
+            or request.expedition_type in DEFAULT_COLLECTION
+        ):
+            return request
+        with store_errors():
+            owned = await store.owned_by(self.platform.engine, principal.user_id)
+        if not owned:
+            raise Unprocessable(
+                "You own no collection yet: name target_collections.", code="NO_COLLECTIONS"
+            )
+        return request.model_copy(update={"target_collections": owned})
+
+    async def get(self, expedition_id: str, principal: Principal | None = None) -> Any:
+        """One expedition (404 when unknown, or when it is another user's: ids cannot be
+        probed)."""
         with store_errors():
             row = await store.get_expedition(self.platform.engine, expedition_id)
-        if row is None:
+        if row is None or not sees(principal, row.requested_by):
             raise NotFound(f"No expedition {expedition_id!r}.", code="EXPEDITION_NOT_FOUND")
         return row
 
-    async def wait(self, expedition_id: str, seconds: float) -> Any:
+    async def wait(
+        self, expedition_id: str, seconds: float, principal: Principal | None = None
+    ) -> Any:
         """The expedition once it is terminal, or as it is when ``seconds`` have passed."""
         deadline = time.monotonic() + seconds
         while True:
-            row = await self.get(expedition_id)
+            row = await self.get(expedition_id, principal)
             if row.status in store.TERMINAL or time.monotonic() >= deadline:
                 return row
             await asyncio.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
-    async def cancel(self, expedition_id: str) -> Any:
-        """Cancel a queued or running expedition (409 once it has finished)."""
+    async def cancel(self, expedition_id: str, principal: Principal | None = None) -> Any:
+        """Cancel a queued or running expedition (409 once it has finished; 404 when it is
+        another user's)."""
+        await self.get(expedition_id, principal)  # whose it is never changes
         now = utc_now()
         with store_errors():
             async with self.platform.engine.begin() as connection:
@@ -258,8 +349,10 @@ class ExpeditionService:
         until: datetime | None,
         cursor: str | None,
         limit: int,
+        principal: Principal | None = None,
     ) -> tuple[list[Any], str | None]:
-        """A page of expeditions, newest first, and the cursor of the next page."""
+        """A page of expeditions, newest first, and the cursor of the next page (only the
+        principal's own unless they are an operator)."""
         after = decode_cursor(cursor) if cursor else None
         with store_errors():
             rows = await store.history(
@@ -270,6 +363,9 @@ class ExpeditionService:
                 until=as_utc(until) if until else None,
                 after=after,
                 limit=limit,
+                requested_by=None
+                if principal is None or principal.is_operator
+                else principal.user_id,
             )
         more = len(rows) == limit
         return list(rows), encode_cursor(rows[-1]) if more else None
@@ -302,12 +398,31 @@ class ExpeditionService:
             "expedition_types": sorted(self.registry.types),
         }
 
-    async def collections(self) -> list[CollectionInfo]:
-        """Collections with their size in both stores."""
+    async def readable(self, principal: Principal | None) -> set[str] | None:
+        """The collections ``principal`` may read, or ``None`` for all of them: an operator's
+        (or an internal caller's) are all; a user's are theirs and the shared ones."""
+        if principal is None or principal.is_operator:
+            return None
+        with store_errors():
+            owned = await store.owned_by(self.platform.engine, principal.user_id)
+        return {*owned, *self.settings.shared_collections}
+
+    async def _check_readable(
+        self, collection: str, principal: Principal | None, missing: NotFound
+    ) -> None:
+        readable = await self.readable(principal)
+        if readable is not None and collection not in readable:
+            raise missing  # as if it did not exist: names cannot be probed either
+
+    async def collections(self, principal: Principal | None = None) -> list[CollectionInfo]:
+        """Collections with their size in both stores (those ``principal`` may read)."""
+        readable = await self.readable(principal)
         with store_errors():
             rows = await store.collection_counts(self.platform.engine)
         result = []
         for row in rows:
+            if readable is not None and row.collection not in readable:
+                continue
             try:
                 vectors: int | None = await self.memory.count(row.collection)
             except Exception:  # semantic memory down: the structured figures still answer
@@ -323,16 +438,25 @@ class ExpeditionService:
             )
         return result
 
-    async def record(self, collection: str, key: str) -> RecordRead:
-        """One record (404 when unknown)."""
+    async def record(
+        self, collection: str, key: str, principal: Principal | None = None
+    ) -> RecordRead:
+        """One record (404 when unknown or in a collection the principal may not read)."""
+        missing = NotFound(f"No record {key!r} in {collection!r}.", code="RECORD_NOT_FOUND")
+        await self._check_readable(collection, principal, missing)
         with store_errors():
             row = await store.get_record(self.platform.engine, collection, key)
         if row is None:
-            raise NotFound(f"No record {key!r} in {collection!r}.", code="RECORD_NOT_FOUND")
+            raise missing
         return record_read(row)
 
-    async def search(self, collection: str, query: str, limit: int) -> SearchResult:
-        """Semantic search; hits are read back from the structured store (the truth)."""
+    async def search(
+        self, collection: str, query: str, limit: int, principal: Principal | None = None
+    ) -> SearchResult:
+        """Semantic search; hits are read back from the structured store (the truth). 404 for
+        a collection the principal may not read."""
+        missing = NotFound(f"No collection {collection!r}.", code="COLLECTION_NOT_FOUND")
+        await self._check_readable(collection, principal, missing)
         try:
             found = await self.memory.search(collection, query, limit)
         except Exception as exc:

@@ -1,23 +1,52 @@
-"""Who is calling: bearer tokens from a static table, or HS256/RS256 JWTs (``sub`` = user id)."""
+"""Who is calling: bearer tokens from a static table, or HS256/RS256 JWTs (``sub`` = user id).
+
+A principal carries roles: ``operator`` (sees and acts on every user's resources) and ``service``
+(another Conclave service, such as the gateway, that may act on behalf of the user who called it
+by naming that user, percent-encoded, in the ``X-Conclave-Acting-User`` header). Roles come from
+settings (lists of user ids) and, for JWTs, from a claim (``roles`` by default: a list of names
+or one space-separated string). With auth disabled everyone is ``anonymous`` with the operator
+role.
+"""
 
 from __future__ import annotations
 
 import hmac
+import math
+import time
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote
 
 import jwt
 
 from conclave.platform.errors import Forbidden, Unauthorized
+from conclave.platform.inputs import find_unsafe
 
 ANONYMOUS = "anonymous"
+OPERATOR = "operator"
+SERVICE = "service"
+KNOWN_ROLES = frozenset({OPERATOR, SERVICE})
+ACTING_USER_HEADER = "X-Conclave-Acting-User"
+"""Header naming, percent-encoded UTF-8 (:func:`acting_user_header_value`), the user a service
+principal acts for."""
+MAX_USER_ID_LENGTH = 256  # the width of every column that records who asked (requested_by, …)
+_TIME_CLAIMS = ("exp", "iat", "nbf")
 
 
 @dataclass(frozen=True)
 class Principal:
-    """The authenticated caller. ``method`` is ``token``, ``jwt`` or ``none`` (auth disabled)."""
+    """The authenticated caller. ``method`` is ``token``, ``jwt`` or ``none`` (auth disabled).
+    ``on_behalf_of`` names the service principal that authenticated and acts for ``user_id``."""
 
     user_id: str
     method: str
+    roles: frozenset[str] = frozenset()
+    on_behalf_of: str | None = None
+
+    @property
+    def is_operator(self) -> bool:
+        """Whether this caller may see and act on every user's resources."""
+        return OPERATOR in self.roles
 
 
 @dataclass(frozen=True)
@@ -30,6 +59,10 @@ class AuthConfig:
     jwt_public_key: str = ""
     audience: str | None = None
     issuer: str | None = None
+    operators: frozenset[str] = frozenset()
+    services: frozenset[str] = frozenset()
+    roles_claim: str = "roles"
+    max_token_lifetime_seconds: float = 86_400.0
 
 
 def parse_token_table(raw: str) -> dict[str, str]:
@@ -39,8 +72,28 @@ def parse_token_table(raw: str) -> dict[str, str]:
         token, sep, user_id = entry.partition("=")
         if not sep or not token.strip() or not user_id.strip():
             raise ValueError("CONCLAVE_API_TOKENS entries must look like 'token=user_id'")
+        if user_id_problem(user_id.strip()) is not None:
+            raise ValueError(f"CONCLAVE_API_TOKENS user id {user_id.strip()!r} is not usable")
         table[token.strip()] = user_id.strip()
     return table
+
+
+def acting_user_header_value(user_id: str) -> str:
+    """``user_id`` as the value of :data:`ACTING_USER_HEADER`: percent-encoded UTF-8, so any
+    user id (``José``, ``ann@example.org``) survives HTTP's latin-1 headers unchanged."""
+    return quote(user_id, safe="@.-_~+")
+
+
+def user_id_problem(user_id: str) -> str | None:
+    """Why ``user_id`` cannot identify a user (empty, too long, control characters, text that
+    cannot be stored), or ``None`` when it can."""
+    if not user_id:
+        return "is empty"
+    if len(user_id) > MAX_USER_ID_LENGTH:
+        return f"is longer than {MAX_USER_ID_LENGTH} characters"
+    if find_unsafe(user_id) is not None or any(ord(c) < 0x20 or ord(c) == 0x7F for c in user_id):
+        return "holds characters that cannot be stored"
+    return None
 
 
 class Authenticator:
@@ -59,22 +112,26 @@ class Authenticator:
         """Whether callers must present credentials."""
         return self._config.enabled
 
-    def authenticate(self, authorization: str | None) -> Principal:
-        """Check the header value; with auth disabled everyone is ``anonymous``."""
+    def authenticate(self, authorization: str | None, acting_user: str | None = None) -> Principal:
+        """Check the header value; with auth disabled everyone is ``anonymous`` (an operator).
+
+        ``acting_user`` is the value of the ``X-Conclave-Acting-User`` header: a principal with
+        the ``service`` role becomes that user (with the user's roles from settings); anyone else
+        naming a user is 403 ``ACTING_USER_FORBIDDEN``."""
         if not self._config.enabled:
-            return Principal(ANONYMOUS, "none")
-        if not authorization:
-            raise Unauthorized("Missing bearer token.", code="UNAUTHORIZED")
-        scheme, _, credential = authorization.partition(" ")
-        credential = credential.strip()
-        if scheme.lower() != "bearer" or not credential:
-            raise Unauthorized("Authorization must be 'Bearer <token>'.", code="UNAUTHORIZED")
-        user_id = self._lookup_token(credential)
-        if user_id is not None:
-            return Principal(user_id, "token")
-        if self._algorithms and credential.count(".") == 2:
-            return Principal(self._decode_jwt(credential), "jwt")
-        raise Unauthorized("Invalid bearer token.", code="INVALID_TOKEN")
+            # No identities to protect: a caller may name its user, and everyone sees everything.
+            user = self._checked_acting_user(acting_user) if acting_user else ANONYMOUS
+            return Principal(user, "none", frozenset({OPERATOR}))
+        principal = self._authenticated(authorization)
+        if acting_user is None:
+            return principal
+        if SERVICE not in principal.roles:
+            raise Forbidden(
+                f"Only service identities may send {ACTING_USER_HEADER}.",
+                code="ACTING_USER_FORBIDDEN",
+            )
+        user = self._checked_acting_user(acting_user)
+        return Principal(user, principal.method, self._settings_roles(user), principal.user_id)
 
     def acting_user(self, principal: Principal, claimed: str | None) -> str:
         """The user a request acts for: always the principal, except that with auth disabled a
@@ -85,6 +142,44 @@ class Authenticator:
             raise Forbidden("user_id comes from your credentials.", code="USER_MISMATCH")
         return claimed
 
+    def _authenticated(self, authorization: str | None) -> Principal:
+        if not authorization:
+            raise Unauthorized("Missing bearer token.", code="UNAUTHORIZED")
+        scheme, _, credential = authorization.partition(" ")
+        credential = credential.strip()
+        if scheme.lower() != "bearer" or not credential:
+            raise Unauthorized("Authorization must be 'Bearer <token>'.", code="UNAUTHORIZED")
+        user_id = self._lookup_token(credential)
+        if user_id is not None:
+            return Principal(user_id, "token", self._settings_roles(user_id))
+        if self._algorithms and credential.count(".") == 2:
+            claims = self._decode_jwt(credential)
+            subject = claims["sub"]
+            roles = self._settings_roles(subject) | _claimed_roles(
+                claims.get(self._config.roles_claim)
+            )
+            return Principal(subject, "jwt", roles)
+        raise Unauthorized("Invalid bearer token.", code="INVALID_TOKEN")
+
+    def _settings_roles(self, user_id: str) -> frozenset[str]:
+        roles = set()
+        if user_id in self._config.operators:
+            roles.add(OPERATOR)
+        if user_id in self._config.services:
+            roles.add(SERVICE)
+        return frozenset(roles)
+
+    @staticmethod
+    def _checked_acting_user(value: str) -> str:
+        try:
+            user = unquote(value.strip(), errors="strict")
+        except UnicodeDecodeError:
+            user = "\ufffd\x00"  # not UTF-8: refused below like any other unusable id
+        problem = user_id_problem(user)
+        if problem is not None:
+            raise Forbidden(f"{ACTING_USER_HEADER} {problem}.", code="ACTING_USER_FORBIDDEN")
+        return user
+
     def _lookup_token(self, credential: str) -> str | None:
         # Compare against every entry in constant time so timing does not reveal a prefix match.
         found: str | None = None
@@ -93,14 +188,14 @@ class Authenticator:
                 found = user_id
         return found
 
-    def _decode_jwt(self, credential: str) -> str:
+    def _decode_jwt(self, credential: str) -> dict[str, Any]:
         try:
             header = jwt.get_unverified_header(credential)
             algorithm = header.get("alg")
             if algorithm not in self._algorithms:
                 raise Unauthorized("Token algorithm not accepted.", code="INVALID_TOKEN")
             key = self._config.jwt_secret if algorithm == "HS256" else self._config.jwt_public_key
-            claims = jwt.decode(
+            claims: dict[str, Any] = jwt.decode(
                 credential,
                 key,
                 algorithms=[algorithm],
@@ -115,7 +210,44 @@ class Authenticator:
             raise Unauthorized("Token expired.", code="TOKEN_EXPIRED") from exc
         except jwt.PyJWTError as exc:
             raise Unauthorized("Invalid bearer token.", code="INVALID_TOKEN") from exc
+        self._check_claims(claims)
+        return claims
+
+    def _check_claims(self, claims: dict[str, Any]) -> None:
+        """What PyJWT lets through: times as numeric strings (it calls ``int()`` on them), far
+        future expiry, and claim text no store or response can carry."""
+        if find_unsafe(claims) is not None:
+            raise Unauthorized("Token claims hold unusable values.", code="INVALID_TOKEN")
+        for name in _TIME_CLAIMS:
+            value = claims.get(name)
+            if name in claims and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+            ):
+                raise Unauthorized(f"Token claim {name!r} must be a number.", code="INVALID_TOKEN")
+        limit = self._config.max_token_lifetime_seconds
+        expires = float(claims["exp"])
+        issued = float(claims.get("iat", time.time()))
+        if expires - time.time() > limit or expires - issued > limit:
+            raise Unauthorized(
+                f"Token lifetime exceeds the {limit:g} s this deployment accepts.",
+                code="INVALID_TOKEN",
+            )
         subject = claims.get("sub")
-        if not isinstance(subject, str) or not subject:
-            raise Unauthorized("Token has no subject.", code="INVALID_TOKEN")
-        return subject
+        if not isinstance(subject, str) or user_id_problem(subject) is not None:
+            raise Unauthorized("Token subject is not a usable user id.", code="INVALID_TOKEN")
+
+
+def _claimed_roles(value: Any) -> frozenset[str]:
+    """Roles named in a JWT claim: a list of names or one space-separated string (like
+    ``scope``). Unknown names are ignored; any other shape makes the token invalid."""
+    if value is None:
+        return frozenset()
+    if isinstance(value, str):
+        names = value.split()
+    elif isinstance(value, list) and all(isinstance(name, str) for name in value):
+        names = value
+    else:
+        raise Unauthorized("Token roles claim must list role names.", code="INVALID_TOKEN")
+    return frozenset(name for name in names if name in KNOWN_ROLES)

@@ -12,7 +12,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp
 
 from conclave import __version__
-from conclave.platform.auth import AuthConfig, Authenticator, Principal, parse_token_table
+from conclave.platform.auth import (
+    ACTING_USER_HEADER,
+    AuthConfig,
+    Authenticator,
+    Principal,
+    parse_token_table,
+)
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.fast_lane import ServiceApp
 from conclave.platform.metrics import Reading, ServiceMetrics
@@ -37,6 +43,10 @@ def authenticator_from(settings: CommonSettings) -> Authenticator:
             jwt_public_key=settings.jwt_public_key.get_secret_value(),
             audience=settings.jwt_audience,
             issuer=settings.jwt_issuer,
+            operators=frozenset(settings.operators),
+            services=frozenset(settings.service_users),
+            roles_claim=settings.jwt_roles_claim,
+            max_token_lifetime_seconds=settings.jwt_max_lifetime_seconds,
         )
     )
 
@@ -48,11 +58,14 @@ async def _principal(
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     authenticator: Authenticator = request.app.state.authenticator
-    return authenticator.authenticate(request.headers.get("authorization"))
+    return authenticator.authenticate(
+        request.headers.get("authorization"), request.headers.get(ACTING_USER_HEADER)
+    )
 
 
 CurrentPrincipal = Annotated[Principal, Depends(_principal)]
-"""Route parameter type: the authenticated caller (401 problem when credentials are wrong)."""
+"""Route parameter type: the authenticated caller (401 problem when credentials are wrong), or
+the user a service principal acts for (``X-Conclave-Acting-User``)."""
 
 
 def correlation_id(request: Request) -> str:

@@ -5,10 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
 from conclave.settings.common import CommonSettings, _split_csv
+
+
+class SourceSecret(BaseModel):
+    """A credential expedition parameters may name (``{"secret": "<name>"}``) without holding it."""
+
+    value: SecretStr = Field(description="The header value sent, e.g. 'Bearer abc…'.")
+    hosts: list[str] = Field(
+        min_length=1,
+        description="Host names the secret may be sent to (exact, case-insensitive): a source "
+        "whose URL points elsewhere cannot use it.",
+    )
 
 
 class CollectorSettings(CommonSettings):
@@ -98,6 +109,19 @@ class CollectorSettings(CommonSettings):
         alias="COLLECTOR_EDGE_API_TOKEN",
         description="Bearer token the `evidence` source sends to the edge service.",
     )
+    source_secrets: dict[str, SourceSecret] = Field(
+        default_factory=dict,
+        alias="COLLECTOR_SOURCE_SECRETS",
+        description='Named credentials for source headers, JSON {"name": {"value": "…", '
+        '"hosts": ["api.example.org"]}}; parameters reference them as {"secret": "name"} and '
+        "never hold the value.",
+    )
+    shared_collections: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["evidence"],
+        alias="COLLECTOR_SHARED_COLLECTIONS",
+        description="Collections every authenticated user may read and search (only operators "
+        "and internal callers such as the Evidence bridge write them), comma separated.",
+    )
     bridge_channels: dict[str, str] = Field(
         default_factory=lambda: {"edge_intake.evidence.created": "evidence_ingest"},
         alias="COLLECTOR_BRIDGE_CHANNELS",
@@ -118,6 +142,7 @@ class CollectorSettings(CommonSettings):
     )
 
     _split_roots = field_validator("file_roots", mode="before")(_split_csv)
+    _split_shared = field_validator("shared_collections", mode="before")(_split_csv)
 
     def resolved_semantic_memory_path(self) -> Path:
         """Where the local-mode semantic memory lives."""

@@ -144,6 +144,32 @@ class CommonSettings(BaseSettings):
     jwt_issuer: str | None = Field(
         None, alias="CONCLAVE_JWT_ISSUER", description="Required `iss` claim, if set."
     )
+    jwt_max_lifetime_seconds: float = Field(
+        86_400.0,
+        gt=0,
+        alias="CONCLAVE_JWT_MAX_LIFETIME_SECONDS",
+        description="Longest JWT lifetime accepted: a token whose `exp` is further than this "
+        "from now or from its `iat` is refused (401 INVALID_TOKEN).",
+    )
+    jwt_roles_claim: str = Field(
+        "roles",
+        alias="CONCLAVE_JWT_ROLES_CLAIM",
+        description="JWT claim naming the caller's roles ('operator', 'service'): a list of "
+        "names or one space-separated string.",
+    )
+    operators: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        alias="CONCLAVE_OPERATORS",
+        description="User ids with the operator role (see and act on every user's expeditions, "
+        "schedules and collections), comma separated.",
+    )
+    service_users: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        alias="CONCLAVE_SERVICE_USERS",
+        description="User ids of service identities (e.g. the gateway's GATEWAY_SERVICE_TOKEN "
+        "user) that may act on behalf of a user with the X-Conclave-Acting-User header, comma "
+        "separated.",
+    )
 
     max_body_bytes: int = Field(
         1_048_576,
@@ -199,6 +225,7 @@ class CommonSettings(BaseSettings):
     )
 
     _split_excluded_paths = field_validator("otel_excluded_paths", mode="before")(_split_csv)
+    _split_role_lists = field_validator("operators", "service_users", mode="before")(_split_csv)
 
     def traces_exporters(self) -> tuple[str, ...]:
         """The span exporters the OpenTelemetry settings ask for (``otlp``, ``console``); empty

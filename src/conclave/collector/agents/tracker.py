@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from conclave.collector.agents.context import ExpeditionContext, ExpeditionFailed
+from conclave.collector.parameter_secrets import resolve_headers
 from conclave.collector.sources.base import SourceContext, SourceError, label
 
 
@@ -23,7 +24,13 @@ class Tracker:
         if source is None:
             raise ExpeditionFailed(f"unknown source type {spec.get('type')!r}")
         where = label(spec)
-        context = SourceContext(self._context.settings, self._context.correlation_id)
+        settings = self._context.settings
+        try:
+            # Secrets are resolved only now, for this call: the stored spec names them.
+            spec = resolve_headers(spec, settings.source_secrets)
+        except ValueError as exc:
+            raise ExpeditionFailed(f"source {where}: {exc}") from exc
+        context = SourceContext(settings, self._context.correlation_id)
         try:
             async for batch in source.fetch(spec, context):
                 yield where, batch

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 
@@ -24,6 +24,10 @@ def _dig(document: Any, path: str | None) -> Any:
     for part in path.split(".") if path else []:
         document = document.get(part) if isinstance(document, dict) else None
     return document
+
+
+def _host(url: str) -> str | None:
+    return urlsplit(url).hostname
 
 
 class HttpJsonSource:
@@ -79,6 +83,9 @@ class HttpJsonSource:
                 elif pagination.get("type") == "next":
                     following = _dig(body, str(pagination.get("next_path", "next")))
                     url = urljoin(url, following) if isinstance(following, str) else None
+                    if url is not None and spec.get("headers") and _host(url) != _host(spec["url"]):
+                        # The headers (a resolved secret among them) are for the spec's host only.
+                        raise SourceError(f"{url}: the next page is on another host")
                 else:
                     return
 

@@ -20,6 +20,7 @@ from conclave.collector.store.cron import (
     insert_schedule,
     list_schedules,
 )
+from conclave.collector.store.owners import claim_collections, owned_by, owners_of
 from conclave.collector.store.queue import (
     claim_next,
     counts_by_status_and_type,
@@ -34,13 +35,21 @@ from conclave.collector.store.queue import (
     renew_lease,
     requeue,
 )
-from conclave.collector.store.tables import TERMINAL, expeditions, records, schedules
+from conclave.collector.store.tables import (
+    TERMINAL,
+    collection_owners,
+    expeditions,
+    records,
+    schedules,
+)
 
 __all__ = [
     "TERMINAL",
     "advance_schedule",
+    "claim_collections",
     "claim_next",
     "collection_counts",
+    "collection_owners",
     "counts_by_status_and_type",
     "delete_schedule",
     "due_schedules",
@@ -59,6 +68,8 @@ __all__ = [
     "list_schedules",
     "mark_indexed",
     "mark_pending",
+    "owned_by",
+    "owners_of",
     "pending_vectors",
     "queue_depth",
     "recent_durations",

@@ -22,19 +22,25 @@ async def insert_schedule(engine: AsyncEngine, row: dict[str, Any]) -> None:
         await connection.execute(schedules.insert().values(**row))
 
 
-async def list_schedules(engine: AsyncEngine) -> Sequence[Row[Any]]:
-    """Every schedule by name."""
-    return await _all(engine, select(schedules).order_by(schedules.c.name))
+async def list_schedules(engine: AsyncEngine, created_by: str | None = None) -> Sequence[Row[Any]]:
+    """Schedules by name: every one, or those of ``created_by``."""
+    statement = select(schedules).order_by(schedules.c.name)
+    if created_by is not None:
+        statement = statement.where(schedules.c.created_by == created_by)
+    return await _all(engine, statement)
 
 
-async def delete_schedule(engine: AsyncEngine, name_or_id: str) -> bool:
-    """Remove a schedule by name or id."""
+async def delete_schedule(
+    engine: AsyncEngine, name_or_id: str, created_by: str | None = None
+) -> bool:
+    """Remove a schedule by name or id (only one of ``created_by``'s when given)."""
+    statement = schedules.delete().where(
+        or_(schedules.c.name == name_or_id, schedules.c.schedule_id == name_or_id)
+    )
+    if created_by is not None:
+        statement = statement.where(schedules.c.created_by == created_by)
     async with engine.begin() as connection:
-        result = await connection.execute(
-            schedules.delete().where(
-                or_(schedules.c.name == name_or_id, schedules.c.schedule_id == name_or_id)
-            )
-        )
+        result = await connection.execute(statement)
     return bool(result.rowcount)
 
 

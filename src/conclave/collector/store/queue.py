@@ -185,9 +185,13 @@ async def history(
     until: datetime | None,
     after: tuple[datetime, str] | None,
     limit: int,
+    requested_by: str | None = None,
 ) -> Sequence[Row[Any]]:
-    """Expeditions newest first, filtered, after a ``(created_at, expedition_id)`` cursor."""
+    """Expeditions newest first, filtered, after a ``(created_at, expedition_id)`` cursor;
+    only those of ``requested_by`` when given."""
     statement = select(expeditions)
+    if requested_by is not None:
+        statement = statement.where(expeditions.c.requested_by == requested_by)
     if status:
         statement = statement.where(expeditions.c.status == status)
     if expedition_type:

@@ -5,7 +5,8 @@ the best queued row (priority, then age) in one statement, holding it with a lea
 worker that dies stops renewing, and :func:`requeue_expired` hands its expedition to another.
 ``collected_records`` is the structured store of collected data, the source of truth; its
 ``vector_pending`` flag is the per-record outbox of the semantic memory (set in the same
-transaction as the record, cleared once the vector is written).
+transaction as the record, cleared once the vector is written). ``collector_collection_owners``
+says whose each collection is.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ expeditions = Table(
     ),
     Index("ix_collector_expeditions_created_at", "created_at"),
     Index("ix_collector_expeditions_expedition_type", "expedition_type"),
+    # A user's history: their expeditions, newest first.
+    Index("ix_collector_expeditions_requested_by_created_at", "requested_by", "created_at"),
 )
 
 records = Table(
@@ -101,6 +104,17 @@ schedules = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index("uq_collector_schedules_name", "name", unique=True),
     Index("ix_collector_schedules_next_fire_at", "next_fire_at"),
+)
+
+# Who owns each collection: the first requester whose expedition or schedule targeted it. Owners
+# (and operators) read, search and write it; other users do not see it (docs/security.md).
+collection_owners = Table(
+    "collector_collection_owners",
+    metadata,
+    Column("collection", String(128), primary_key=True),
+    Column("owner", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_collector_collection_owners_owner", "owner"),
 )
 
 TERMINAL = ("completed", "failed", "cancelled")

@@ -44,7 +44,8 @@ ENV_OF_BACKEND = {
     "collector": "GATEWAY_COLLECTOR_URL",
     "graph": "GATEWAY_GRAPH_URL",
 }
-# The services of Conclave itself: called with the gateway's service token.
+# The services of Conclave itself: called with the gateway's service token, on behalf of the
+# calling user (X-Conclave-Acting-User; the gateway's user must have the service role there).
 CONCLAVE_SERVICES = ("edge", "collector", "graph")
 ENTITY_TOOLS = Path(__file__).with_name("entity_tools.yaml")
 PLATFORM_TOOLS = Path(__file__).with_name("platform_tools.yaml")
@@ -132,6 +133,7 @@ def build_tools(
             arguments=spec.arguments,
             result_field=spec.result_field,
             token=service_token if backend in CONCLAVE_SERVICES else None,
+            sends_acting_user=backend in CONCLAVE_SERVICES,
         )
         breaker = breakers.setdefault(backend, CircuitBreaker())
         unavailable = None

@@ -15,6 +15,7 @@ import httpx
 
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.tools import Executor, ToolContext, ToolExecutionError
+from conclave.platform.auth import ACTING_USER_HEADER, acting_user_header_value
 
 Fallback = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -33,6 +34,9 @@ class HttpCall:
     arguments: dict[str, str] | None
     result_field: str | None
     token: str | None = None
+    # A Conclave service: it is told which user the gateway acts for, so it records and
+    # authorizes that user rather than the gateway's own service identity.
+    sends_acting_user: bool = False
 
 
 def _unavailable(message: str) -> ToolExecutionError:
@@ -73,6 +77,8 @@ def http_executor(
         headers = {"X-Conclave-Id": ctx.conclave_id, "X-Correlation-ID": ctx.correlation_id or ""}
         if call.token:
             headers["Authorization"] = f"Bearer {call.token}"
+        if call.sends_acting_user:
+            headers[ACTING_USER_HEADER] = acting_user_header_value(ctx.user_id)
         attempts = call.retries + 1
         for attempt in range(attempts):
             if not breaker.allow():
