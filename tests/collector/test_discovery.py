@@ -7,6 +7,7 @@ from tests.collector.conftest import (
     JsonApi,
     collector_app,
     collector_settings,
+    inbox,
     wait_terminal,
     write_jsonl,
 )
@@ -22,7 +23,7 @@ ITEMS = [
 async def test_file_discovery_runs_to_both_stores_and_emits_events(
     backend, tmp_path, redis_prefix
 ) -> None:
-    source = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    source = write_jsonl(inbox(tmp_path) / "items.jsonl", ITEMS)
     settings = collector_settings(tmp_path)
     async with collector_app(backend, settings) as (client, _app):
         body = {
@@ -106,7 +107,7 @@ async def test_file_discovery_runs_to_both_stores_and_emits_events(
 
 async def test_http_json_source_with_pagination_and_csv(backend, tmp_path) -> None:
     pages = [[{"sku": f"p{n}-{i}", "name": f"item {n} {i}"} for i in range(3)] for n in (1, 2)]
-    (tmp_path / "more.csv").write_text("sku,name\nc-1,  first  \nc-2,second\n")
+    (inbox(tmp_path) / "more.csv").write_text("sku,name\nc-1,  first  \nc-2,second\n")
     settings = collector_settings(tmp_path)
     async with JsonApi(pages) as api, collector_app(backend, settings) as (client, _app):
         response = await client.post(
@@ -123,7 +124,7 @@ async def test_http_json_source_with_pagination_and_csv(backend, tmp_path) -> No
                             "pagination": {"type": "page", "param": "page", "start": 1},
                             "key": "sku",
                         },
-                        {"type": "file", "path": str(tmp_path / "more.csv"), "key": "sku"},
+                        {"type": "file", "path": str(inbox(tmp_path) / "more.csv"), "key": "sku"},
                     ]
                 },
             },

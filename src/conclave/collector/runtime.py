@@ -41,6 +41,8 @@ class CollectorRuntime:
     ) -> AsyncIterator[CollectorRuntime]:
         """Start the background parts; ``run_workers=False`` leaves running expeditions to other
         processes (the HTTP process then only accepts and reports)."""
+        # The `file` source's only default root: created here so operators find where to put files.
+        settings.resolved_file_inbox().mkdir(parents=True, exist_ok=True)
         registry = ExpeditionRegistry.load(settings)
         embedder = load_embedder(settings.embedder, settings.embedding_dimensions)
         async with AsyncExitStack() as stack:
