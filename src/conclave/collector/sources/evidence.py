@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import quote
 
 import httpx
@@ -26,7 +26,7 @@ _PREFIX = "/api/edge-intake"
 MAX_IDS = 500
 
 
-def is_evidence_id(value: object) -> bool:
+def is_evidence_id(value: object) -> TypeGuard[str]:
     """Whether ``value`` is an Evidence Pack id as the edge makes them (a canonical UUID)."""
     if not isinstance(value, str) or len(value) != 36:
         return False
@@ -92,9 +92,10 @@ class EvidenceSource:
         # The edge is ours, but its answer still never decides which of its paths we call.
         if not isinstance(events, list) or len(ids) != len(events):
             raise SourceError("edge service answered an event list of an unexpected shape")
-        if not all(is_evidence_id(i) for i in ids):
+        checked = [i for i in ids if is_evidence_id(i)]
+        if len(checked) != len(ids):
             raise SourceError("edge service listed an event without a valid evidence_id")
-        return ids
+        return checked
 
     async def _get(
         self, client: httpx.AsyncClient, path: str, params: dict[str, Any] | None

@@ -153,6 +153,9 @@ def _open_below(root: Path, parts: Sequence[str]) -> int:
             inner = os.open(part, _DIRECTORY, dir_fd=folder)
             os.close(folder)
             folder = inner
+        # Opening a device or socket may itself do something: look before opening it.
+        if not stat.S_ISREG(os.stat(parts[-1], dir_fd=folder, follow_symlinks=False).st_mode):
+            raise FileRefused
         return os.open(parts[-1], _FILE, dir_fd=folder)
     except OSError as exc:
         raise FileRefused from exc
