@@ -108,5 +108,5 @@ class EvidenceSource:
             raise SourceError(f"edge service answered HTTP {response.status_code} for {path}")
         try:
             return response.json()
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise SourceError(f"edge service answered non-JSON for {path}") from exc

@@ -104,3 +104,5 @@ class FileSource:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise SourceError(f"malformed JSON at {where}: {exc.msg}") from exc
+        except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting too deep
+            raise SourceError(f"unreadable JSON at {where}: {type(exc).__name__}") from exc
