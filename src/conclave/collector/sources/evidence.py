@@ -88,12 +88,12 @@ class EvidenceSource:
     async def _listed_ids(self, client: httpx.AsyncClient, limit: int) -> list[str]:
         listing = await self._get(client, f"{_PREFIX}/events", {"limit": limit})
         events = listing.get("events") if isinstance(listing, dict) else None
-        ids = [e.get("evidence_id") for e in events if isinstance(e, dict)] if events else []
-        # The edge is ours, but its answer still never decides which of its paths we call.
-        if not isinstance(events, list) or len(ids) != len(events):
+        if not isinstance(events, list):
             raise SourceError("edge service answered an event list of an unexpected shape")
+        # The edge is ours, but its answer still never decides which of its paths we call.
+        ids = [e.get("evidence_id") for e in events if isinstance(e, dict)]
         checked = [i for i in ids if is_evidence_id(i)]
-        if len(checked) != len(ids):
+        if len(checked) != len(events):
             raise SourceError("edge service listed an event without a valid evidence_id")
         return checked
 
