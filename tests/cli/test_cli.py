@@ -93,9 +93,29 @@ def test_up_starts_all_four_services_embedded(tmp_path):
         assert response.status_code == 200
         assert response.json()["result"] == {"message": "embedded"}
         assert (tmp_path / "conclave.db").exists()
+
+        # The README tour: the file source reads its inbox, made at start-up, and nothing else.
+        (tmp_path / "inbox" / "items.jsonl").write_text('{"id": "b1", "title": "Old bridge"}\n')
+        collect = httpx.post(
+            f"http://127.0.0.1:{collector}/expedition/run",
+            json={"expedition_type": "discovery",
+                  "parameters": {"sources": [{"type": "file", "path": "items.jsonl"}]}},
+        )  # fmt: skip
+        assert collect.status_code == 202, collect.text
+        status_url = collect.json()["status_url"]
+        while time.monotonic() < deadline and httpx.get(status_url).json()["status"] != "completed":
+            time.sleep(0.2)
+        assert httpx.get(status_url).json()["results"]["records"]["inserted"] == 1
+        refused = httpx.post(
+            f"http://127.0.0.1:{collector}/expedition/run",
+            json={"expedition_type": "discovery",
+                  "parameters": {"sources": [{"type": "file", "path": "../conclave.db"}]}},
+        )  # fmt: skip
+        assert refused.json()["code"] == "FILE_REFUSED"
     finally:
         process.terminate()
         output, _ = process.communicate(timeout=30)
     text = output.decode()
     assert "auth: off" in text
+    assert "file source inbox" in text
     assert process.returncode == 0, text[-2000:]

@@ -21,14 +21,14 @@ TERMINAL = ("completed", "failed", "cancelled")
 
 
 def collector_settings(data_dir: Path, **overrides: Any) -> CollectorSettings:
-    """Collector settings for tests: fixtures migrate, auth off, fast loops, files in data_dir."""
+    """Collector settings for tests: fixtures migrate, auth off, fast loops; the `file` source
+    reads only its default inbox (:func:`inbox`)."""
     values: dict[str, Any] = {
         "auto_migrate": False,
         "auth": "disabled",
         "outbox_poll_seconds": 0.05,
         "outbox_max_backoff_seconds": 0.2,
         "data_dir": data_dir,
-        "file_roots": [data_dir],
         "poll_seconds": 0.05,
         "lease_seconds": 3.0,
         "scheduler_poll_seconds": 0.1,
@@ -67,6 +67,14 @@ async def wait_status(client: httpx.AsyncClient, expedition_id: str, status: str
         return body if body["status"] == status else None
 
     return await eventually(check, timeout=timeout)
+
+
+def inbox(data_dir: Path) -> Path:
+    """The `file` source's inbox of a collector whose data folder is ``data_dir`` (made now:
+    tests write their files before the service starts and creates it)."""
+    folder = data_dir / "inbox"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def write_jsonl(path: Path, items: list[dict[str, Any]]) -> Path:

@@ -32,7 +32,7 @@ async def test_validation_errors(backend, tmp_path) -> None:
             },
         )
         assert outside.status_code == 422
-        assert "outside the allowed roots" in outside.json()["detail"]
+        assert outside.json()["code"] == "FILE_REFUSED"
 
         bad_collection = await client.post(
             "/expedition/run",

@@ -6,6 +6,7 @@ from conclave.collector.semantic import VectorRecord
 from tests.collector.conftest import (
     collector_app,
     collector_settings,
+    inbox,
     wait_terminal,
     write_jsonl,
 )
@@ -20,7 +21,9 @@ async def _run(client, body) -> dict:
 
 
 async def test_audit_and_healing_repair_a_deleted_vector(backend, tmp_path) -> None:
-    source = write_jsonl(tmp_path / "items.jsonl", [{"id": f"k{i}", "v": i} for i in range(4)])
+    source = write_jsonl(
+        inbox(tmp_path) / "items.jsonl", [{"id": f"k{i}", "v": i} for i in range(4)]
+    )
     async with collector_app(backend, collector_settings(tmp_path)) as (client, app):
         await _run(
             client,

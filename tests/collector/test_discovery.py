@@ -7,6 +7,7 @@ from tests.collector.conftest import (
     JsonApi,
     collector_app,
     collector_settings,
+    inbox,
     wait_terminal,
     write_jsonl,
 )
@@ -22,7 +23,7 @@ ITEMS = [
 async def test_file_discovery_runs_to_both_stores_and_emits_events(
     backend, tmp_path, redis_prefix
 ) -> None:
-    source = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    source = write_jsonl(inbox(tmp_path) / "items.jsonl", ITEMS)
     settings = collector_settings(tmp_path)
     async with collector_app(backend, settings) as (client, _app):
         body = {
@@ -106,7 +107,7 @@ async def test_file_discovery_runs_to_both_stores_and_emits_events(
 
 async def test_http_json_source_with_pagination_and_csv(backend, tmp_path) -> None:
     pages = [[{"sku": f"p{n}-{i}", "name": f"item {n} {i}"} for i in range(3)] for n in (1, 2)]
-    (tmp_path / "more.csv").write_text("sku,name\nc-1,  first  \nc-2,second\n")
+    (inbox(tmp_path) / "more.csv").write_text("sku,name\nc-1,  first  \nc-2,second\n")
     settings = collector_settings(tmp_path)
     async with JsonApi(pages) as api, collector_app(backend, settings) as (client, _app):
         response = await client.post(
@@ -123,7 +124,7 @@ async def test_http_json_source_with_pagination_and_csv(backend, tmp_path) -> No
                             "pagination": {"type": "page", "param": "page", "start": 1},
                             "key": "sku",
                         },
-                        {"type": "file", "path": str(tmp_path / "more.csv"), "key": "sku"},
+                        {"type": "file", "path": str(inbox(tmp_path) / "more.csv"), "key": "sku"},
                     ]
                 },
             },
@@ -155,3 +156,55 @@ async def test_source_returning_garbage_fails_with_the_reason(backend, tmp_path)
         # The event follows the commit through the outbox relay, a moment later.
         events = await eventually(lambda: backend.bus.read(state_channel("failed")))
         assert events[-1].payload["expedition_id"] == record["expedition_id"]
+
+
+async def test_source_items_no_store_can_keep_are_rejected_and_the_rest_collected(
+    backend, tmp_path
+) -> None:
+    # A source's data is outside input too: one lone surrogate used to fail the whole run with
+    # INTERNAL_ERROR (and a 5,000-digit number or deep nesting crashed the reader).
+    lines = [
+        '{"id": "ok", "title": "fine"}',
+        '{"id": "s", "title": "\\ud800"}',
+        '{"\\udfff": 1, "id": "k"}',
+        '{"id": "n", "title": "a\\u0000b"}',
+        '{"id": "f", "v": 1e999}',
+        '{"id": "i", "v": 99999999999999999999}',
+        '{"id": "d", "v": ' + "[" * 100 + "]" * 100 + "}",
+    ]
+    (inbox(tmp_path) / "mixed.jsonl").write_text("\n".join(lines) + "\n")
+    (inbox(tmp_path) / "huge.jsonl").write_text('{"id": "h", "v": ' + "9" * 5000 + "}\n")
+    async with collector_app(backend, collector_settings(tmp_path)) as (client, _app):
+        accepted = await client.post(
+            "/expedition/run",
+            json={
+                "expedition_type": "discovery",
+                "parameters": {"sources": [{"type": "file", "path": "mixed.jsonl", "key": "id"}]},
+            },
+        )
+        record = await wait_terminal(client, accepted.json()["expedition_id"])
+        assert record["status"] == "completed", record["errors"]
+        results = record["results"]
+        assert results["records"]["inserted"] == 1
+        assert results["rejections"] == [
+            "item 1: title: Text holds a lone surrogate (not a Unicode scalar value).",
+            "item 2: \\udfff: Text holds a lone surrogate (not a Unicode scalar value).",
+            "item 3: title: Text holds a NUL character.",
+            "item 4: v: Numbers must be finite (no NaN, Infinity or overflowing exponents).",
+            "item 5: v: Integers must fit in 64 bits.",
+            "item 6: nested deeper than 64 levels",
+        ]
+        assert (await client.get("/collections/default/records/ok")).status_code == 200
+
+        accepted = await client.post(
+            "/expedition/run",
+            json={
+                "expedition_type": "discovery",
+                "parameters": {"sources": [{"type": "file", "path": "huge.jsonl", "key": "id"}]},
+            },
+        )
+        record = await wait_terminal(client, accepted.json()["expedition_id"])
+        assert record["status"] == "failed"
+        assert record["errors"][0]["code"] == "EXPEDITION_FAILED"
+        assert "unreadable JSON at line 1" in record["errors"][0]["message"]
+        assert (await client.get("/expedition/history")).status_code == 200

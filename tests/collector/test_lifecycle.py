@@ -12,6 +12,7 @@ from tests.collector.conftest import (
     JsonApi,
     collector_app,
     collector_settings,
+    inbox,
     wait_status,
     wait_terminal,
     write_jsonl,
@@ -24,7 +25,7 @@ def _slow_run(api: JsonApi, **extra) -> dict:
 
 
 async def test_priorities_order_the_queue(backend, tmp_path) -> None:
-    source = write_jsonl(tmp_path / "one.jsonl", [{"id": 1}])
+    source = write_jsonl(inbox(tmp_path) / "one.jsonl", [{"id": 1}])
     body = {
         "expedition_type": "discovery",
         "parameters": {"sources": [{"type": "file", "path": str(source), "key": "id"}]},
@@ -90,7 +91,7 @@ async def test_time_out_fails_with_a_clear_error(backend, tmp_path) -> None:
 
 
 async def test_expedition_of_a_dead_worker_is_run_again(backend, tmp_path) -> None:
-    source = write_jsonl(tmp_path / "items.jsonl", [{"id": i} for i in range(5)])
+    source = write_jsonl(inbox(tmp_path) / "items.jsonl", [{"id": i} for i in range(5)])
     quiet = collector_settings(tmp_path, run_workers=False)
     async with collector_app(backend, quiet) as (client, _app):
         response = await client.post(
@@ -131,7 +132,9 @@ async def test_history_filters_cursor_and_stats(backend, tmp_path) -> None:
             "/expedition/run",
             json={
                 "expedition_type": "discovery",
-                "parameters": {"sources": [{"type": "file", "path": str(tmp_path / "gone.csv")}]},
+                "parameters": {
+                    "sources": [{"type": "file", "path": str(inbox(tmp_path) / "gone.csv")}]
+                },
             },
         )
         for expedition_id in [*ids, bad.json()["expedition_id"]]:
@@ -167,7 +170,7 @@ async def test_history_filters_cursor_and_stats(backend, tmp_path) -> None:
 
 
 async def test_state_survives_a_restart(backend, tmp_path) -> None:
-    source = write_jsonl(tmp_path / "items.jsonl", [{"id": i} for i in range(4)])
+    source = write_jsonl(inbox(tmp_path) / "items.jsonl", [{"id": i} for i in range(4)])
     discovery = {
         "expedition_type": "discovery",
         "target_collections": ["kept"],

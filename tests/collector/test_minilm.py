@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.collector.conftest import collector_app, collector_settings, wait_terminal, write_jsonl
+from tests.collector.conftest import (
+    collector_app,
+    collector_settings,
+    inbox,
+    wait_terminal,
+    write_jsonl,
+)
 from tests.conftest import Backend, eventually
 
 pytest.importorskip(
@@ -29,7 +35,7 @@ ITEMS = [
 async def test_search_finds_records_by_meaning_not_shared_words(
     sqlite_engine, memory_bus, tmp_path
 ) -> None:
-    source = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    source = write_jsonl(inbox(tmp_path) / "items.jsonl", ITEMS)
     settings = collector_settings(tmp_path, embedder="conclave.collector.minilm:MiniLMEmbedder")
     backend = Backend("embedded", sqlite_engine, memory_bus)
     async with collector_app(backend, settings) as (client, _app):

@@ -11,7 +11,13 @@ from sqlalchemy import func, select
 from conclave.collector.events import QUEUED, state_channel
 from conclave.platform.bus.redis_streams import RedisStreamsBus
 from conclave.platform.db.schema import outbox_events
-from tests.collector.conftest import collector_app, collector_settings, wait_terminal, write_jsonl
+from tests.collector.conftest import (
+    collector_app,
+    collector_settings,
+    inbox,
+    wait_terminal,
+    write_jsonl,
+)
 from tests.conftest import POSTGRES_URL, REDIS_URL, Backend, eventually, isolated_postgres
 from tests.netproxy import CuttableProxy
 
@@ -38,7 +44,7 @@ def _discovery(path) -> dict:
 
 
 async def test_store_down_answers_503_and_recovers_without_restart(redis_bus, tmp_path) -> None:
-    source = write_jsonl(tmp_path / "items.jsonl", [{"id": i} for i in range(3)])
+    source = write_jsonl(inbox(tmp_path) / "items.jsonl", [{"id": i} for i in range(3)])
     proxy = await _proxy(POSTGRES_URL, 5432)
     parsed = urlparse(POSTGRES_URL)
     proxied = POSTGRES_URL.replace(parsed.netloc, f"{parsed.username}@127.0.0.1:{proxy.port}")
@@ -74,7 +80,7 @@ async def test_store_down_answers_503_and_recovers_without_restart(redis_bus, tm
 async def test_bus_down_runs_complete_and_events_wait_in_the_outbox(
     postgres_engine, redis_client, redis_prefix, redis_proxy, tmp_path
 ) -> None:
-    source = write_jsonl(tmp_path / "items.jsonl", [{"id": i} for i in range(3)])
+    source = write_jsonl(inbox(tmp_path) / "items.jsonl", [{"id": i} for i in range(3)])
     bus = RedisStreamsBus(f"redis://127.0.0.1:{redis_proxy.port}/0", stream_prefix=redis_prefix)
     backend = Backend("production", postgres_engine, bus)
     try:

@@ -55,3 +55,66 @@ async def test_schedule_fires_once_per_tick_with_two_replicas(backend, tmp_path)
 
         assert (await client.delete("/schedules/nightly-audit")).status_code == 204
         assert (await client.delete("/schedules/nightly-audit")).status_code == 404
+
+
+UNUSABLE_CRONS = [
+    "0 0 30 2 *",  # 30 February
+    "0 0 31 4 *",  # 31 April
+    "0 0 31 2,4 *",
+    "* * 31 2 *",
+    "*/0 * * * *",
+    "0-99999999 * * * *",
+    "99999999999999999999 * * * *",
+    "0 0 1 1 * 2099",
+    "0 0 1 13 *",
+    "@reboot",
+    "\x00 * * * *",
+    "0 0 1 1 \x00",
+    "",
+    " " * 20,
+]
+
+
+async def test_unusable_cron_expressions_are_a_422_and_store_nothing(backend, tmp_path) -> None:
+    settings = collector_settings(tmp_path, run_workers=False)
+    async with collector_app(backend, settings) as (client, _app):
+        for cron in UNUSABLE_CRONS:
+            response = await client.post(
+                "/schedules", json={"name": "impossible", "cron": cron, "expedition_type": "audit"}
+            )
+            assert response.status_code == 422, (cron, response.text)
+            assert response.headers["content-type"].startswith("application/problem+json")
+            if cron:  # an empty cron is refused by the request model already
+                assert response.json()["code"] == "INVALID_CRON", cron
+        never = await client.post(
+            "/schedules", json={"name": "x", "cron": "0 0 30 2 *", "expedition_type": "audit"}
+        )
+        assert "names no date that exists" in never.json()["detail"]
+        assert (await client.get("/schedules")).json()["count"] == 0
+
+
+async def test_a_stored_schedule_without_a_next_tick_does_not_stop_the_others(
+    backend, tmp_path
+) -> None:
+    settings = collector_settings(tmp_path, run_workers=False)
+    async with collector_app(backend, settings) as (client, app):
+        for name in ("broken", "hourly"):
+            created = await client.post(
+                "/schedules", json={"name": name, "cron": "0 * * * *", "expedition_type": "audit"}
+            )
+            assert created.status_code == 201
+        # A row stored before crons were checked (or by an older croniter) and now due.
+        async with backend.engine.begin() as connection:
+            await connection.execute(
+                update(store.schedules).values(next_fire_at=utc_now() - timedelta(seconds=1))
+            )
+            await connection.execute(
+                update(store.schedules)
+                .where(store.schedules.c.name == "broken")
+                .values(cron="0 0 30 2 *")
+            )
+        scheduler = Scheduler(app.state.collector.service, 1.0)
+        [fired] = await scheduler.fire_due()
+        history = (await client.get("/expedition/history")).json()
+        assert [e["expedition_id"] for e in history["expeditions"]] == [fired]
+        assert history["expeditions"][0]["requested_by"] == "schedule:hourly"

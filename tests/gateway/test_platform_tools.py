@@ -7,7 +7,7 @@ import httpx
 from conclave.collector.app import create_app as create_collector_app
 from conclave.edge.app import create_app as create_edge_app
 from conclave.platform.runtime import Platform
-from tests.collector.conftest import collector_settings
+from tests.collector.conftest import collector_settings, inbox
 from tests.conftest import Backend, eventually, test_settings
 from tests.edge.conftest import edge_settings
 from tests.edge.samples import png
@@ -62,7 +62,7 @@ async def test_unreachable_service_is_503(backend: Backend):
 
 
 async def test_expedition_tools_drive_the_collector(backend: Backend, tmp_path):
-    items = tmp_path / "items.jsonl"
+    items = inbox(tmp_path) / "items.jsonl"
     items.write_text('{"id": "b1", "name": "Old stone bridge"}\n{"id": "b2", "name": "Steel"}\n')
     settings = collector_settings(tmp_path)
     async with (

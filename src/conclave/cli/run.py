@@ -19,7 +19,7 @@ from conclave.cli.services import SERVICES, ServiceName, load_settings
 from conclave.platform.auth import parse_token_table
 from conclave.platform.logs import configure_logging
 from conclave.platform.runtime import Platform
-from conclave.settings import CommonSettings, GatewaySettings
+from conclave.settings import CollectorSettings, CommonSettings, GatewaySettings
 
 console = Console(stderr=True)
 
@@ -115,8 +115,11 @@ async def _run_all(host: str, common: GatewaySettings) -> None:
         table = Table(title="Conclave is up", show_header=True)
         for column in ("service", "address", "what"):
             table.add_column(column)
+        inbox = None
         for name, spec in SERVICES.items():
             settings = load_settings(name)
+            if isinstance(settings, CollectorSettings):
+                inbox = settings.resolved_file_inbox()
             app = spec.create_app(settings, platform=platform)
             config = uvicorn.Config(
                 app, host=host, port=settings.port, log_config=None, access_log=False,
@@ -126,6 +129,8 @@ async def _run_all(host: str, common: GatewaySettings) -> None:
             table.add_row(name.value, f"http://{host}:{settings.port}", spec.description)
         console.print(table)
         console.print(f"store: {_describe_store(common)}   bus: {common.resolved_bus_url()}")
+        if inbox is not None:
+            console.print(f"file source inbox: {inbox} (the only folder it reads by default)")
         console.print(
             "auth: [yellow]off[/yellow] (listening on loopback only)"
             if not common.auth_active()

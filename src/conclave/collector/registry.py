@@ -35,6 +35,18 @@ def _plugins(group: str) -> Iterable[Any]:
         yield loaded() if callable(loaded) and not hasattr(loaded, "name") else loaded
 
 
+def _problem_code(error: BaseException) -> str:
+    """The code a source gave its refusal (``FILE_REFUSED``, ...), even when the expedition type
+    wrapped it with the source's position; ``INVALID_PARAMETERS`` otherwise."""
+    cause: BaseException | None = error
+    while cause is not None:
+        code = getattr(cause, "code", None)
+        if isinstance(code, str):
+            return code
+        cause = cause.__cause__
+    return "INVALID_PARAMETERS"
+
+
 class ExpeditionRegistry:
     """Known expedition types and sources, by name."""
 
@@ -87,7 +99,7 @@ class ExpeditionRegistry:
         except ValueError as exc:
             raise Unprocessable(
                 str(exc),
-                code="INVALID_PARAMETERS",
+                code=_problem_code(exc),
                 errors=[{"field": "parameters", "message": str(exc), "type": "invalid"}],
             ) from exc
         return kind

@@ -16,7 +16,7 @@ from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 from sqlalchemy.exc import IntegrityError
 
 from conclave.collector import store
@@ -35,6 +35,24 @@ log = logging.getLogger(__name__)
 def next_tick(cron: str, after: datetime) -> datetime:
     """The first tick of ``cron`` strictly after ``after`` (UTC)."""
     return as_utc(croniter(cron, as_utc(after)).get_next(datetime))
+
+
+def _first_tick(cron: str, now: datetime) -> datetime:
+    """The first tick of a schedule being created, or a 422 ``INVALID_CRON``: for text that is
+    not a five-field cron, and for one naming no date that exists (``0 0 30 2 *``; croniter gives
+    up after 50 years, which also bounds the search)."""
+    if len(cron.split()) == 5 and croniter.is_valid(cron):
+        try:
+            return next_tick(cron, now)
+        except CroniterError:
+            message = "names no date that exists (such as 30 February)"
+    else:
+        message = "five-field cron expected"
+    raise Unprocessable(
+        f"cron {cron!r} is not a usable five-field cron expression: {message}.",
+        code="INVALID_CRON",
+        errors=[{"field": "cron", "message": message, "type": "cron"}],
+    )
 
 
 def schedule_read(row: Any) -> ScheduleRead:
@@ -61,12 +79,8 @@ async def add_schedule(
 ) -> ScheduleRead:
     """Store a schedule (422 for a bad cron or request, 409 for a taken name or a collection
     of another user); its expeditions run as ``principal``'s."""
-    if not croniter.is_valid(request.cron) or len(request.cron.split()) != 5:
-        raise Unprocessable(
-            f"cron {request.cron!r} is not a five-field cron expression.",
-            code="INVALID_CRON",
-            errors=[{"field": "cron", "message": "five-field cron expected", "type": "cron"}],
-        )
+    now = utc_now()
+    first_tick = _first_tick(request.cron, now)
     service.registry.validate(request, service.settings)
     check_parameters(request.parameters, service.settings.source_secrets)
     created_by = principal.user_id
@@ -79,7 +93,6 @@ async def add_schedule(
                 created_by,
                 principal,
             )
-    now = utc_now()
     row = {
         "schedule_id": str(uuid.uuid4()),
         "name": request.name,
@@ -89,7 +102,7 @@ async def add_schedule(
         "target_collections": request.collections(),
         "parameters": request.parameters,
         "enabled": request.enabled,
-        "next_fire_at": next_tick(request.cron, now),
+        "next_fire_at": first_tick,
         "last_fired_at": None,
         "last_expedition_id": None,
         "created_by": created_by,
@@ -168,6 +181,11 @@ class Scheduler:
         now = utc_now()
         fired = []
         for schedule in await store.due_schedules(engine, now):
+            try:
+                following = next_tick(schedule.cron, now)
+            except (ValueError, TypeError):  # stored before its cron was checked
+                log.error("schedule has no next tick", extra={"schedule": schedule.name})
+                continue
             request = ExpeditionCreate(
                 expedition_type=schedule.expedition_type,
                 priority=schedule.priority,
@@ -188,7 +206,7 @@ class Scheduler:
                     connection,
                     schedule.schedule_id,
                     schedule.next_fire_at,
-                    next_tick(schedule.cron, now),
+                    following,
                     row["expedition_id"],
                 )
                 if won:

@@ -96,8 +96,14 @@ class CollectorSettings(CommonSettings):
     file_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=list,
         alias="COLLECTOR_FILE_ROOTS",
-        description="Folders the `file` source may read, comma separated; default: the working "
-        "folder and the data folder.",
+        description="Extra folders the `file` source may read besides its inbox "
+        "(<CONCLAVE_DATA_DIR>/inbox), comma separated; default none.",
+    )
+    file_max_bytes: int = Field(
+        100 * 1024 * 1024,
+        ge=1,
+        alias="COLLECTOR_FILE_MAX_BYTES",
+        description="Largest file the `file` source reads; a larger one fails the expedition.",
     )
     edge_api_base: str = Field(
         "http://127.0.0.1:8050",
@@ -150,6 +156,10 @@ class CollectorSettings(CommonSettings):
             return self.semantic_memory_path
         return self.data_dir / "qdrant"
 
+    def resolved_file_inbox(self) -> Path:
+        """The folder the `file` source reads by default (relative paths are taken inside it)."""
+        return self.data_dir / "inbox"
+
     def resolved_file_roots(self) -> list[Path]:
-        """Folders the `file` source may read."""
-        return [root.resolve() for root in (self.file_roots or [Path.cwd(), self.data_dir])]
+        """Folders the `file` source may read: the inbox first, then the configured extras."""
+        return [self.resolved_file_inbox(), *self.file_roots]

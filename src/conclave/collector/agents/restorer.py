@@ -7,8 +7,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conclave.collector.agents.context import content_hash
+from conclave.platform.inputs import escape_text, find_unsafe
 
 _MAX_KEY = 256
+MAX_DEPTH = 64
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` objects/arrays; iterative, because the point
+    is to refuse what would exhaust the stack of the recursive steps after it."""
+    pending = [(value, 1)]
+    while pending:
+        current, depth = pending.pop()
+        if isinstance(current, dict | list):
+            if depth > limit:
+                return True
+            children = current.values() if isinstance(current, dict) else current
+            pending.extend((child, depth + 1) for child in children)
+    return False
 
 
 @dataclass(frozen=True)
@@ -42,8 +58,9 @@ class Restorer:
     """Trims text, fills defaults for missing fields and derives missing keys.
 
     ``key`` names the field used as record key; an item without one gets the hash of its content
-    as key (so the same item still binds to the same record). Items that are not objects are
-    rejected with a reason.
+    as key (so the same item still binds to the same record). Items that are not objects, or that
+    hold a value no store can keep (lone surrogate, NUL, non-finite number, integer beyond 64
+    bits: a source's data is outside input too), are rejected with a reason; the rest still bind.
     """
 
     name = "restorer"
@@ -58,6 +75,14 @@ class Restorer:
         for index, item in enumerate(items):
             if not isinstance(item, dict):
                 result.rejected.append(f"item {index}: not an object ({type(item).__name__})")
+                continue
+            if _deeper_than(item, MAX_DEPTH):
+                result.rejected.append(f"item {index}: nested deeper than {MAX_DEPTH} levels")
+                continue
+            unsafe = find_unsafe(item)
+            if unsafe is not None:
+                where = escape_text(unsafe.field) or "(the item)"
+                result.rejected.append(f"item {index}: {where}: {unsafe.message}")
                 continue
             data = _normalize(item)
             for name, default in self._defaults.items():

@@ -35,4 +35,4 @@ class Tracker:
             async for batch in source.fetch(spec, context):
                 yield where, batch
         except SourceError as exc:
-            raise ExpeditionFailed(f"source {where} failed: {exc}") from exc
+            raise ExpeditionFailed(f"source {where} failed: {exc}", code=exc.code) from exc

@@ -10,7 +10,10 @@ from conclave.settings import CollectorSettings
 
 
 class SourceError(Exception):
-    """A source could not be read (unreachable, timed out, garbage); the message is for users."""
+    """A source could not be read (unreachable, timed out, garbage); the message is for users,
+    ``code`` goes into the expedition's recorded error."""
+
+    code = "EXPEDITION_FAILED"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,7 @@
-"""The ``file`` source: CSV, JSON Lines or JSON on a local path inside the allowed roots."""
+"""The ``file`` source: CSV, JSON Lines or JSON from the inbox or another allowed root.
+
+Which paths it may read, and how they are opened, is :mod:`file_access`'s policy.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +10,11 @@ import csv
 import io
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any
 
 from conclave.collector.sources.base import SourceContext, SourceError
+from conclave.collector.sources.file_access import FileRoots
 from conclave.settings import CollectorSettings
 
 _FORMATS = ("csv", "jsonl", "json")
@@ -21,17 +25,12 @@ def _format(spec: Mapping[str, Any]) -> str:
     declared = spec.get("format")
     if declared:
         return str(declared)
-    return _SUFFIXES.get(Path(str(spec.get("path", ""))).suffix.lower(), "")
+    return _SUFFIXES.get(PurePosixPath(str(spec.get("path", ""))).suffix.lower(), "")
 
 
-def _resolve(spec: Mapping[str, Any], settings: CollectorSettings) -> Path:
-    path = Path(str(spec["path"])).resolve()
-    # The service reads files on behalf of API callers: never outside the configured folders.
-    if not any(path.is_relative_to(root) for root in settings.resolved_file_roots()):
-        raise ValueError(
-            f"path {spec['path']!r} is outside the allowed roots (COLLECTOR_FILE_ROOTS)"
-        )
-    return path
+def file_roots(settings: CollectorSettings) -> FileRoots:
+    """The folders the ``file`` source may read under ``settings`` (the inbox first)."""
+    return FileRoots(settings.resolved_file_roots())
 
 
 class FileSource:
@@ -44,10 +43,10 @@ class FileSource:
         self._batch = batch_size
 
     def validate(self, spec: Mapping[str, Any], settings: CollectorSettings) -> None:
-        """Check the path (inside the roots) and the format."""
-        if not isinstance(spec.get("path"), str) or not spec["path"]:
+        """Check the path (by the policy, without reading the disk) and the format."""
+        if "path" not in spec:
             raise ValueError("a file source needs 'path'")
-        _resolve(spec, settings)
+        file_roots(settings).locate(spec["path"])
         if _format(spec) not in _FORMATS:
             raise ValueError(f"file 'format' must be one of {', '.join(_FORMATS)}")
 
@@ -55,12 +54,10 @@ class FileSource:
         self, spec: Mapping[str, Any], context: SourceContext
     ) -> AsyncIterator[list[Any]]:
         """Yield the file's items in batches."""
-        path = _resolve(spec, context.settings)
+        settings = context.settings
         kind = _format(spec)
-        try:
-            handle = await asyncio.to_thread(path.open, "r", encoding="utf-8", newline="")
-        except OSError as exc:
-            raise SourceError(f"cannot open {spec['path']}: {exc.strerror or exc}") from exc
+        roots = file_roots(settings)
+        handle = await asyncio.to_thread(roots.open, spec.get("path"), settings.file_max_bytes)
         try:
             rows = self._rows(handle, kind, spec)
             while True:
@@ -97,9 +94,9 @@ class FileSource:
                     raise SourceError("the JSON document (at records_path) is not an array")
                 yield from document
         except UnicodeDecodeError as exc:
-            raise SourceError(f"{spec['path']} is not UTF-8 text") from exc
+            raise SourceError("the file is not UTF-8 text") from exc
         except csv.Error as exc:
-            raise SourceError(f"{spec['path']}: malformed CSV: {exc}") from exc
+            raise SourceError(f"malformed CSV: {exc}") from exc
 
     @staticmethod
     def _json(text: str, where: str) -> Any:
@@ -107,3 +104,5 @@ class FileSource:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise SourceError(f"malformed JSON at {where}: {exc.msg}") from exc
+        except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting too deep
+            raise SourceError(f"unreadable JSON at {where}: {type(exc).__name__}") from exc
