@@ -117,4 +117,6 @@ async def test_a_stored_schedule_without_a_next_tick_does_not_stop_the_others(
         [fired] = await scheduler.fire_due()
         history = (await client.get("/expedition/history")).json()
         assert [e["expedition_id"] for e in history["expeditions"]] == [fired]
-        assert history["expeditions"][0]["requested_by"] == "schedule:hourly"
+        fired_row = history["expeditions"][0]
+        assert fired_row["requested_by"] == "anonymous"  # the creator (auth off)
+        assert fired_row["correlation_id"] == "schedule:hourly"
