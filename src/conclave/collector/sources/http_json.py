@@ -229,6 +229,8 @@ class HttpJsonSource:
                 # time: one message, so the errors tell a caller nothing about the network.
                 error = SourceError(f"{url}: {UNREACHABLE}")
                 error.__cause__ = exc
+            except httpx.InvalidURL as exc:  # a next-page URL from the response body
+                raise SourceError(f"{url}: not a valid URL") from exc
             except _Retryable as exc:
                 error = SourceError(str(exc))
             if attempt < retries:
