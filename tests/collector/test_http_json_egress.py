@@ -6,6 +6,10 @@ import asyncio
 from typing import Any
 
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from conclave.collector.sources.base import SourceContext, SourceError
 from conclave.collector.sources.http_json import HttpJsonSource
@@ -17,7 +21,7 @@ from tests.collector.conftest import (
     collector_settings,
     wait_terminal,
 )
-from tests.httpserver import free_port
+from tests.httpserver import free_port, running_server
 
 
 def _discovery(url: str, **spec: Any) -> dict[str, Any]:
@@ -150,3 +154,39 @@ async def test_a_name_resolving_to_a_refused_address_is_refused(tmp_path):
             [batch async for batch in source.fetch(spec, SourceContext(settings))]
     assert str(failure.value) == f"{url}: {UNREACHABLE}"
     assert api.requests == 0
+
+
+async def test_next_page_urls_pass_the_policy_too(tmp_path):
+    # The API is allowed by name; the next-page URL it hands out points at loopback directly.
+    hits: list[str] = []
+    port = free_port()
+
+    async def items(request: Request) -> JSONResponse:
+        hits.append(request.url.path)
+        following = {
+            "/items": f"http://127.0.0.1:{port}/secret",
+            "/broken": "http://[::1",
+        }.get(request.url.path)
+        return JSONResponse({"data": [{"id": request.url.path}], "next": following})
+
+    async def api_dns(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    app = Starlette(routes=[Route("/{path:path}", items)])
+    settings = collector_settings(tmp_path, egress_allow_hosts=["api.example.test"])
+    source = HttpJsonSource(resolver=api_dns)
+    base = f"http://api.example.test:{port}"
+    async with running_server(app, port=port):
+        for path, error in [
+            ("/items", f"http://127.0.0.1:{port}/secret: {UNREACHABLE}"),
+            ("/broken", f"{base}/broken: the next-page URL is not valid"),
+        ]:
+            spec = {"url": base + path, "records_path": "data", "retries": 0}
+            spec["pagination"] = {"type": "next"}
+            pages = []
+            with pytest.raises(SourceError) as failure:
+                async for batch in source.fetch(spec, SourceContext(settings)):
+                    pages.append(batch)
+            assert pages == [[{"id": path}]]
+            assert str(failure.value) == error
+    assert hits == ["/items", "/broken"]

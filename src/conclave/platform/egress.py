@@ -178,6 +178,8 @@ class EgressPolicy:
         """The addresses a connection to ``host`` may use, all of them checked; raises
         :class:`EgressDenied` when any one is refused or the name does not resolve."""
         name = normalise_host(host)
+        if not 0 < port < 65536:  # the socket layer would raise OverflowError, not OSError
+            raise EgressDenied(f"egress: port {port} does not exist")
         if name in self.allowed_hosts:
             return await self._resolve(name, port)
         if name in _DENIED_NAMES or name.endswith(".localhost"):

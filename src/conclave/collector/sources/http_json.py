@@ -34,6 +34,7 @@ from conclave.settings import CollectorSettings
 _DEFAULT_RETRIES = 3
 _DEFAULT_TIMEOUT_SECONDS = 30.0
 _MAX_URL_CHARS = 4096
+_MAX_RATE = 1000  # requests per second; 0 = as fast as the server answers
 _MAX_HEADERS = 32
 _MAX_HEADER_VALUE_CHARS = 4096
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
@@ -70,16 +71,18 @@ def _integer(spec: Mapping[str, Any], name: str, low: int, high: int, setting: s
         raise ValueError(f"'{name}' must be a whole number from {low} to {high} ({setting})")
 
 
+def _is_number(value: Any) -> bool:
+    # Integers are compared as they are: math.isfinite(10**400) raises instead of answering.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
+
+
 def _number(spec: Mapping[str, Any], name: str, high: float, setting: str) -> None:
     value = spec.get(name)
     if value is None:
         return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 < value <= high
-    ):
+    if not _is_number(value) or not 0 < value <= high:
         raise ValueError(f"'{name}' must be a number above 0 and at most {high:g} ({setting})")
 
 
@@ -89,11 +92,13 @@ def _check_url(url: Any) -> None:
     if len(url) > _MAX_URL_CHARS:
         raise ValueError(f"'url' is longer than {_MAX_URL_CHARS} characters")
     try:
-        host = httpx.URL(url).host
-    except httpx.InvalidURL as exc:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
         raise ValueError(f"'url' is not a valid URL: {exc}") from exc
-    if not host:
+    if not parsed.host:
         raise ValueError("'url' names no host")
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise ValueError("'url' names a port outside 1-65535")
 
 
 def _check_headers(headers: Any) -> None:
@@ -151,13 +156,8 @@ class HttpJsonSource:
         timeout = settings.http_json_max_timeout_seconds
         _number(spec, "timeout_seconds", timeout, "COLLECTOR_HTTP_JSON_MAX_TIMEOUT_SECONDS")
         rate = spec.get("rate_limit_per_second")
-        if rate is not None and (
-            isinstance(rate, bool)
-            or not isinstance(rate, int | float)
-            or not math.isfinite(rate)
-            or rate < 0
-        ):
-            raise ValueError("'rate_limit_per_second' must be a number, 0 or more")
+        if rate is not None and (not _is_number(rate) or not 0 <= rate <= _MAX_RATE):
+            raise ValueError(f"'rate_limit_per_second' must be a number from 0 to {_MAX_RATE}")
 
     async def fetch(
         self, spec: Mapping[str, Any], context: SourceContext
@@ -204,7 +204,7 @@ class HttpJsonSource:
                     page += 1
                 elif pagination.get("type") == "next":
                     following = _dig(body, str(pagination.get("next_path", "next")))
-                    url = urljoin(url, following) if isinstance(following, str) else None
+                    url = _next_url(url, following) if isinstance(following, str) else None
                 else:
                     return
 
@@ -229,8 +229,6 @@ class HttpJsonSource:
                 # time: one message, so the errors tell a caller nothing about the network.
                 error = SourceError(f"{url}: {UNREACHABLE}")
                 error.__cause__ = exc
-            except httpx.InvalidURL as exc:  # a next-page URL from the response body
-                raise SourceError(f"{url}: not a valid URL") from exc
             except _Retryable as exc:
                 error = SourceError(str(exc))
             if attempt < retries:
@@ -255,6 +253,16 @@ class HttpJsonSource:
             return json.loads(content)
         except ValueError as exc:
             raise SourceError(f"{url}: the response is not JSON") from exc
+
+
+def _next_url(current: str, following: str) -> str:
+    """The next page's address (the response chose it: it goes through the same checks)."""
+    try:
+        url = urljoin(current, following)
+        httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise SourceError(f"{current}: the next-page URL is not valid") from exc
+    return url
 
 
 class _Retryable(Exception):
