@@ -190,3 +190,22 @@ async def test_next_page_urls_pass_the_policy_too(tmp_path):
             assert pages == [[{"id": path}]]
             assert str(failure.value) == error
     assert hits == ["/items", "/broken"]
+
+
+async def test_values_no_store_can_hold_arrive_escaped(backend, tmp_path):
+    # An API we do not own sends a lone surrogate, a NUL and NaN: the records are kept, readable.
+    page = [{"id": 1, "name": "\ud800 and \u0000", "score": float("nan"), "big": 2**70}]
+    settings = collector_settings(tmp_path, **LOCAL_API)
+    async with JsonApi([page]) as api, collector_app(backend, settings) as (client, _app):
+        body = _discovery(api.url, key="id", pagination={"type": "page"})
+        body["target_collections"] = ["outside"]
+        response = await client.post("/expedition/run", json=body)
+        record = await wait_terminal(client, response.json()["expedition_id"])
+        stored = await client.get("/collections/outside/records/1")
+        history = await client.get("/expedition/history")
+    assert record["status"] == "completed", record["errors"]
+    assert stored.status_code == 200, stored.text
+    assert stored.json()["data"] == {
+        "id": 1, "name": "\\ud800 and \\u0000", "score": "NaN", "big": str(2**70),
+    }  # fmt: skip
+    assert history.status_code == 200

@@ -11,7 +11,7 @@ The caller names the URL, so every request goes through the platform's egress po
 connection, redirects and next-page URLs included) and every unreachable or refused target fails
 with the same message. The caller's numbers are bounded by the settings: a request asking for more
 is refused when it is validated; a stored spec (a schedule made under looser settings) is clamped
-when it runs.
+when it runs. Values in the answers that no store can hold are kept as escaped text.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import httpx
 from conclave.collector.sources.base import SourceContext, SourceError
 from conclave.platform.egress import UNREACHABLE, EgressPolicy, Resolver, guarded_client
 from conclave.platform.egress import system_resolver as _system_resolver
+from conclave.platform.inputs import escape_unsafe, find_unsafe
 from conclave.settings import CollectorSettings
 
 _DEFAULT_RETRIES = 3
@@ -250,9 +251,12 @@ class HttpJsonSource:
                 raise SourceError(f"{url}: HTTP {status}")
             content = await _read_at_most(response, settings.http_json_max_response_bytes, url)
         try:
-            return json.loads(content)
-        except ValueError as exc:
+            document = json.loads(content)
+        except (ValueError, RecursionError) as exc:
             raise SourceError(f"{url}: the response is not JSON") from exc
+        # The API is not ours: text or numbers no store can hold (lone surrogates, NUL, NaN,
+        # integers beyond 64 bits) are kept as readable escapes rather than failing the run.
+        return document if find_unsafe(document) is None else escape_unsafe(document)
 
 
 def _next_url(current: str, following: str) -> str:
