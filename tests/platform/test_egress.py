@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 import httpx
 import pytest
+import trustme
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -114,6 +116,26 @@ async def test_the_connection_goes_to_the_checked_address_with_no_second_lookup(
     assert first.status_code == 200
     assert server.paths == ["/first"]
     assert resolver.lookups == ["rebind.example.test"] * 2  # once per connection
+
+
+async def test_tls_verifies_the_host_name_while_connecting_to_the_checked_address(tmp_path):
+    authority = trustme.CA()
+    certificate = authority.issue_cert("api.example.test")
+    certificate.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    certificate.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    trusted = ssl.create_default_context()
+    authority.configure_trust(trusted)
+    app = Starlette(routes=[Route("/", lambda request: JSONResponse({"tls": True}))])
+    resolver = ScriptedResolver(["127.0.0.1"])
+    policy = EgressPolicy.build(networks="127.0.0.1/32", resolver=resolver)
+    files = {"ssl_certfile": str(tmp_path / "cert.pem"), "ssl_keyfile": str(tmp_path / "key.pem")}
+    async with running_server(app, **files) as url:
+        port = url.rsplit(":", 1)[1]
+        async with guarded_client(policy, timeout=5, max_redirects=0, verify=trusted) as client:
+            named = await client.get(f"https://api.example.test:{port}/")
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await client.get(f"https://other.example.test:{port}/")
+    assert named.json() == {"tls": True}
 
 
 async def test_a_redirect_to_a_refused_address_is_not_followed(server: LocalServer):

@@ -26,6 +26,7 @@ import ipaddress
 import logging
 import re
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -265,7 +266,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         self,
         policy: EgressPolicy,
         *,
-        verify: bool = True,
+        verify: ssl.SSLContext | bool = True,
         limits: httpx.Limits = _POOL_LIMITS,
     ) -> None:
         super().__init__(verify=verify, limits=limits, trust_env=False)
@@ -287,12 +288,14 @@ def guarded_client(
     timeout: float,
     max_redirects: int,
     headers: dict[str, str] | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> httpx.AsyncClient:
     """An HTTP client for caller-steered requests: every connection (redirects included) checked
     by ``policy``; proxies and ``.netrc`` from the environment ignored (a proxy would make the
-    connection, not the policy)."""
+    connection, not the policy). ``verify`` is httpx's: certificates are checked against the
+    host name of the URL, although the socket goes to the address the policy checked."""
     return httpx.AsyncClient(
-        transport=GuardedTransport(policy),
+        transport=GuardedTransport(policy, verify=verify),
         timeout=timeout,
         headers=headers,
         follow_redirects=max_redirects > 0,
