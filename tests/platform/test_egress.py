@@ -161,7 +161,8 @@ async def test_a_refused_address_fails_like_a_closed_port(server: LocalServer):
         "10.1.2.3", "172.16.0.1", "192.168.1.1", "100.64.0.1", "169.254.169.254", "0.0.0.0",
         "224.0.0.1", "255.255.255.255", "240.0.0.1", "198.18.0.1", "::1", "::", "fc00::1",
         "fd00:ec2::254", "fe80::1", "ff02::1", "fec0::1", "::ffff:169.254.169.254",
-        "2002:a9fe:a9fe::1", "64:ff9b::a9fe:a9fe", "64:ff9b:1::1", "2001::1",
+        "2002:a9fe:a9fe::1", "64:ff9b::a9fe:a9fe", "64:ff9b:1::1", "2001::1", "::7f00:1",
+        "::a9fe:a9fe",
     ],
 )  # fmt: skip
 def test_local_private_and_reserved_addresses_are_refused(address: str):

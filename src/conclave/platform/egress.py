@@ -113,9 +113,9 @@ def address_refusal(address: IPAddress) -> str | None:
         ("link-local (cloud metadata)", address.is_link_local),
         ("multicast", address.is_multicast),
         ("private", address.is_private),
-        # Carrier-grade NAT (100.64.0.0/10), 240.0.0.0/4, broadcast, benchmarking, documentation:
-        # not private, not public either.
-        ("reserved", not address.is_global),
+        # Carrier-grade NAT (100.64.0.0/10), 240.0.0.0/4, broadcast, benchmarking, documentation,
+        # IPv4-compatible IPv6 (::a.b.c.d, inside ::/8): not private, not public either.
+        ("reserved", address.is_reserved or not address.is_global),
     )
     return next((reason for reason, hit in checks if hit), None)
 
