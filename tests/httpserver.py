@@ -19,10 +19,13 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def running_server(app: Any, port: int | None = None) -> AsyncIterator[str]:
-    """Serve ``app`` with uvicorn until the block ends; yields its base URL."""
+async def running_server(app: Any, port: int | None = None, **options: Any) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn until the block ends; yields its base URL. ``options`` go to
+    ``uvicorn.Config`` (``ssl_certfile``/``ssl_keyfile`` serve HTTPS)."""
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_config=None, lifespan="on", **options
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -30,7 +33,8 @@ async def running_server(app: Any, port: int | None = None) -> AsyncIterator[str
             task.result()  # surfaces the start-up error
         await asyncio.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}"
+        scheme = "https" if options.get("ssl_certfile") else "http"
+        yield f"{scheme}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         await task

@@ -49,3 +49,15 @@ async def test_schedule_lifecycle_through_the_cli(sqlite_engine, memory_bus, tmp
         removed = await _cli("remove", "nightly-audit", "--server", url)
         assert removed.exit_code == 0, removed.output
         assert "nightly-audit" not in (await _cli("list", "--server", url)).output
+
+
+async def test_remove_names_exactly_one_schedule(sqlite_engine, memory_bus, tmp_path):
+    # ".." is a valid schedule name; it used to turn the request into DELETE /.
+    settings = collector_settings(tmp_path)
+    async with (
+        Platform.open(settings, engine=sqlite_engine, bus=memory_bus) as platform,
+        running_server(create_app(settings, platform=platform)) as url,
+    ):
+        removed = await _cli("remove", "..", "--server", url)
+    assert removed.exit_code == 1
+    assert "HTTP 404 SCHEDULE_NOT_FOUND" in removed.output

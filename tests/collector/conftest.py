@@ -18,6 +18,10 @@ from conclave.settings import CollectorSettings
 from tests.conftest import Backend, eventually, serve_app
 
 TERMINAL = ("completed", "failed", "cancelled")
+# JsonApi listens on loopback, which the egress policy refuses by default: tests that fetch from
+# it allow that one address, the way a deployment allows a local backend on purpose.
+LOCAL_API = {"egress_allow_networks": ["127.0.0.1/32"]}
+LOCAL_API_ENV = {"CONCLAVE_EGRESS_ALLOW_NETWORKS": "127.0.0.1/32"}
 
 
 def collector_settings(data_dir: Path, **overrides: Any) -> CollectorSettings:

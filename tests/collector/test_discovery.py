@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from conclave.collector.events import state_channel
 from tests.collector.conftest import (
+    LOCAL_API,
     JsonApi,
     collector_app,
     collector_settings,
@@ -108,7 +109,7 @@ async def test_file_discovery_runs_to_both_stores_and_emits_events(
 async def test_http_json_source_with_pagination_and_csv(backend, tmp_path) -> None:
     pages = [[{"sku": f"p{n}-{i}", "name": f"item {n} {i}"} for i in range(3)] for n in (1, 2)]
     (inbox(tmp_path) / "more.csv").write_text("sku,name\nc-1,  first  \nc-2,second\n")
-    settings = collector_settings(tmp_path)
+    settings = collector_settings(tmp_path, **LOCAL_API)
     async with JsonApi(pages) as api, collector_app(backend, settings) as (client, _app):
         response = await client.post(
             "/expedition/run",
@@ -139,7 +140,7 @@ async def test_http_json_source_with_pagination_and_csv(backend, tmp_path) -> No
 
 
 async def test_source_returning_garbage_fails_with_the_reason(backend, tmp_path) -> None:
-    settings = collector_settings(tmp_path)
+    settings = collector_settings(tmp_path, **LOCAL_API)
     async with JsonApi([[{"id": 1}]]) as api, collector_app(backend, settings) as (client, _):
         api.garbage = True
         response = await client.post(

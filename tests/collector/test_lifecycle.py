@@ -9,6 +9,7 @@ from conclave.collector import store
 from conclave.collector.events import state_channel
 from conclave.platform.clock import utc_now
 from tests.collector.conftest import (
+    LOCAL_API,
     JsonApi,
     collector_app,
     collector_settings,
@@ -46,7 +47,7 @@ async def test_priorities_order_the_queue(backend, tmp_path) -> None:
 
 
 async def test_cancel_queued_and_running(backend, tmp_path) -> None:
-    settings = collector_settings(tmp_path, worker_concurrency=1)
+    settings = collector_settings(tmp_path, worker_concurrency=1, **LOCAL_API)
     async with (
         JsonApi([[{"id": 1}]] * 50, delay=0.2) as api,
         collector_app(backend, settings) as (client, _app),
@@ -77,7 +78,7 @@ async def test_cancel_queued_and_running(backend, tmp_path) -> None:
 
 
 async def test_time_out_fails_with_a_clear_error(backend, tmp_path) -> None:
-    settings = collector_settings(tmp_path)
+    settings = collector_settings(tmp_path, **LOCAL_API)
     async with (
         JsonApi([[{"id": 1}]] * 50, delay=0.2) as api,
         collector_app(backend, settings) as (client, _app),
@@ -176,7 +177,7 @@ async def test_state_survives_a_restart(backend, tmp_path) -> None:
         "target_collections": ["kept"],
         "parameters": {"sources": [{"type": "file", "path": str(source), "key": "id"}]},
     }
-    settings = collector_settings(tmp_path, worker_concurrency=1)
+    settings = collector_settings(tmp_path, worker_concurrency=1, **LOCAL_API)
     async with JsonApi([[{"id": i}] for i in range(5)], delay=0.2) as api:
         async with collector_app(backend, settings) as (client, _app):
             interrupted = (await client.post("/expedition/run", json=_slow_run(api))).json()

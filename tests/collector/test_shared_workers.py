@@ -17,6 +17,7 @@ from conclave.collector.events import QUEUED, state_channel
 from conclave.collector.listeners import WAKE_GROUP_PREFIX
 from conclave.collector.store.tables import records as collected_records
 from tests.collector.conftest import (
+    LOCAL_API_ENV,
     JsonApi,
     collector_app,
     collector_settings,
@@ -104,7 +105,7 @@ async def test_two_worker_processes_share_20_expeditions(
     ):
         for name in ("w1", "w2"):
             await workers.enter_async_context(
-                worker_process(backend, redis_prefix, tmp_path / name)
+                worker_process(backend, redis_prefix, tmp_path / name, **LOCAL_API_ENV)
             )
         await wait_listening(redis_client, redis_prefix, 2)
         # Keep both workers busy while the 20 are queued, so claims follow priority, not arrival.

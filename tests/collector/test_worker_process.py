@@ -8,6 +8,8 @@ import signal
 import sys
 
 from tests.collector.conftest import (
+    LOCAL_API,
+    LOCAL_API_ENV,
     JsonApi,
     collector_app,
     collector_settings,
@@ -34,6 +36,7 @@ async def test_kill_9_of_a_worker_mid_run(sqlite_engine, memory_bus, tmp_path) -
         "COLLECTOR_POLL_SECONDS": "0.1",
         "COLLECTOR_BRIDGE_CHANNELS": "{}",
         "COLLECTOR_LOAD_ENTRY_POINTS": "false",
+        **LOCAL_API_ENV,
     }
     pages = [[{"id": f"{page}-{i}"} for i in range(5)] for page in range(12)]
     async with JsonApi(pages, delay=0.25) as api:
@@ -53,7 +56,8 @@ async def test_kill_9_of_a_worker_mid_run(sqlite_engine, memory_bus, tmp_path) -
                 await worker.wait()
             assert worker.returncode == -signal.SIGKILL
 
-        async with collector_app(backend, collector_settings(tmp_path)) as (client, _app):
+        settings = collector_settings(tmp_path, **LOCAL_API)
+        async with collector_app(backend, settings) as (client, _app):
             record = await wait_terminal(client, expedition_id, timeout=30)
     assert record["status"] == "completed", record["errors"]
     assert record["attempts"] == 2, record["errors"]

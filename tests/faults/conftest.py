@@ -278,6 +278,8 @@ def _environment(topology: Topology, ports: dict[str, int], qdrant_port: int) ->
         "COLLECTOR_LOAD_ENTRY_POINTS": "false",
         "COLLECTOR_EDGE_API_BASE": f"http://127.0.0.1:{ports['edge']}",
         "COLLECTOR_EDGE_API_TOKEN": TOKEN,
+        # The fault tests' JSON API listens on loopback: allowed on purpose.
+        "CONCLAVE_EGRESS_ALLOW_NETWORKS": "127.0.0.1/32",
         "GRAPH_PORT": str(ports["graph"]),
         "GRAPH_COLLECTOR_URL": f"http://127.0.0.1:{ports['collector']}",
         "GRAPH_COLLECTOR_TOKEN": TOKEN,

@@ -32,6 +32,7 @@ class FakeBackend:
         self.received.append(
             {
                 "path": request.url.path,
+                "raw_path": request.scope["raw_path"].decode(),
                 "query": dict(request.query_params),
                 "conclave_id": request.headers.get("x-conclave-id"),
             }
@@ -72,6 +73,12 @@ tools:
     url: {url}
     path: /reject
     parameters: {{type: object}}
+  - name: fetch_item
+    description: One item by id, the id filling a path segment.
+    url: {url}
+    method: GET
+    path: /items/{{item_id}}
+    parameters: {{type: object, properties: {{item_id: {{type: string}}}}, required: [item_id]}}
   - name: create_thing
     description: Not idempotent, so never retried.
     url: {url}
@@ -130,6 +137,47 @@ async def test_retries_time_out_and_rejection(backend: Backend, backend_server, 
         assert "unknown entity" in refused.json()["detail"]
         statuses = [row.error_code for row in await audit_rows(backend)]
         assert statuses == [None, "BACKEND_FAILED", "BACKEND_TIMEOUT", "BACKEND_REJECTED"]
+
+
+@pytest.mark.parametrize(
+    ("item_id", "raw_path"),
+    [
+        ("..", "/items/%2E%2E"),
+        (".", "/items/%2E"),
+        ("%2e%2e", "/items/%252e%252e"),
+        ("../admin", "/items/..%2Fadmin"),
+        ("a/b", "/items/a%2Fb"),
+        ("x?admin=1", "/items/x%3Fadmin%3D1"),
+        ("x#admin", "/items/x%23admin"),
+    ],
+)
+async def test_a_path_argument_stays_one_segment(
+    backend: Backend, backend_server, tmp_path, item_id: str, raw_path: str
+):
+    fake, url = backend_server
+    settings = await _gateway(backend, url, tmp_path)
+    async with run_gateway(backend, settings) as client:
+        response = await client.post(
+            "/execute", json={"tool": "fetch_item", "args": {"item_id": item_id}}
+        )
+    assert response.status_code == 200, response.text
+    assert [(r["raw_path"], r["query"]) for r in fake.received] == [(raw_path, {})]
+
+
+async def test_an_empty_path_argument_is_refused_before_the_backend(
+    backend: Backend, backend_server, tmp_path
+):
+    fake, url = backend_server
+    settings = await _gateway(backend, url, tmp_path)
+    async with run_gateway(backend, settings) as client:
+        response = await client.post(
+            "/execute", json={"tool": "fetch_item", "args": {"item_id": ""}}
+        )
+    assert response.status_code == 422
+    assert response.json()["code"] == "INVALID_ARGUMENT"
+    assert fake.received == []
+    [row] = await audit_rows(backend)
+    assert row.error_code == "INVALID_ARGUMENT"
 
 
 async def test_breaker_opens_after_repeated_failures(backend: Backend, backend_server, tmp_path):

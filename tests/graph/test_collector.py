@@ -196,6 +196,37 @@ async def test_lookups_carry_the_dispatch_correlation_id(embedded) -> None:
     assert seen and set(seen) == {"corr-lookup-1"}
 
 
+async def test_an_entity_id_stays_one_path_segment_of_the_record_lookup(embedded) -> None:
+    # ".." used to make the graph ask GET /collections/assets (the collection, not a record),
+    # with its service token, and take the answer for a record.
+    paths: list[str] = []
+    stub = FastAPI()
+
+    @stub.get("/{path:path}")
+    async def anything(request: Request, path: str) -> JSONResponse:
+        paths.append(request.scope["raw_path"].decode())
+        if path == "collections":
+            return JSONResponse({"collections": [{"name": "assets"}]})
+        if path == "collections/assets":
+            return JSONResponse({"collection": "assets", "record_key": "not-a-record"})
+        return JSONResponse({"code": "RECORD_NOT_FOUND"}, status_code=404)
+
+    async with (
+        running_server(stub) as url,
+        graph_app(embedded, graph_settings(collector_url=url)) as (graph, _app),
+    ):
+        response = await graph.post(
+            "/dispatch", json={"query": "", "validated_entities": ["..", "a/b?c#d"]}
+        )
+    assert response.status_code == 200, response.text
+    assert sorted(paths) == [
+        "/collections",
+        "/collections/assets/records/%2E%2E",
+        "/collections/assets/records/a%2Fb%3Fc%23d",
+    ]
+    assert "not-a-record" not in response.text
+
+
 async def test_dispatches_sharing_a_graph_run_keep_their_own_correlation_ids(embedded) -> None:
     seen: dict[str, str | None] = {}
     stub = FastAPI()

@@ -9,6 +9,7 @@ import httpx
 import typer
 from rich.console import Console
 
+from conclave.platform.urls import path_segment
 from conclave.settings import CollectorSettings
 
 console = Console()
@@ -98,5 +99,5 @@ def remove(
 ) -> None:
     """Remove a schedule."""
     with _client(server, token) as client:
-        _checked(client.delete(f"/schedules/{name}"))
+        _checked(client.delete(f"/schedules/{path_segment(name)}"))
     console.print(f"schedule [bold]{name}[/bold] removed")

@@ -14,11 +14,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 from conclave.platform.logs import correlation_id_var
+from conclave.platform.urls import path_segment
 from conclave.settings import GraphSettings
 
 # The expedition service caps ``q`` at 2,000 characters; longer queries are cut rather than sent
@@ -80,8 +80,11 @@ class CollectorClient:
         return [item["name"] for item in response.json().get("collections", [])]
 
     async def record(self, collection: str, key: str) -> dict[str, Any] | None:
-        """One record by key, ``None`` when the collection has no such record."""
-        path = f"/collections/{quote(collection, safe='')}/records/{quote(key, safe='')}"
+        """One record by key, ``None`` when the collection has no such record (an empty key
+        names none)."""
+        if not key:
+            return None
+        path = f"/collections/{path_segment(collection)}/records/{path_segment(key)}"
         response = await self._get(path)
         if response.status_code == 404:
             return None
@@ -91,7 +94,7 @@ class CollectorClient:
 
     async def search(self, collection: str, text: str, limit: int) -> list[dict[str, Any]]:
         """Semantic hits (``score`` + ``record``), best first; none when the collection is gone."""
-        path = f"/collections/{quote(collection, safe='')}/search"
+        path = f"/collections/{path_segment(collection)}/search"
         response = await self._get(path, q=text[:_MAX_SEARCH_CHARS], limit=limit)
         if response.status_code == 404:
             return []
@@ -115,7 +118,8 @@ class CollectorClient:
 
 def _fill(template: Any, entity: str) -> Any:
     if isinstance(template, str):
-        return template.replace("{entity_url}", quote(entity, safe="")).replace("{entity}", entity)
+        quoted = path_segment(entity) if entity else ""
+        return template.replace("{entity_url}", quoted).replace("{entity}", entity)
     if isinstance(template, list):
         return [_fill(item, entity) for item in template]
     if isinstance(template, dict):

@@ -128,6 +128,33 @@ class CollectorSettings(CommonSettings):
         description="Collections every authenticated user may read and search (only operators "
         "and internal callers such as the Evidence bridge write them), comma separated.",
     )
+    http_json_max_pages: int = Field(
+        1000,
+        ge=1,
+        alias="COLLECTOR_HTTP_JSON_MAX_PAGES",
+        description="Most pages one `http_json` source may read (its `max_pages` default); a "
+        "request asking for more is refused.",
+    )
+    http_json_max_timeout_seconds: float = Field(
+        60.0,
+        gt=0,
+        alias="COLLECTOR_HTTP_JSON_MAX_TIMEOUT_SECONDS",
+        description="Longest `timeout_seconds` an `http_json` source may ask for (a whole page: "
+        "connect, redirects, headers and body).",
+    )
+    http_json_max_retries: int = Field(
+        5,
+        ge=0,
+        alias="COLLECTOR_HTTP_JSON_MAX_RETRIES",
+        description="Most `retries` an `http_json` source may ask for.",
+    )
+    http_json_max_response_bytes: int = Field(
+        10_485_760,
+        ge=1024,
+        alias="COLLECTOR_HTTP_JSON_MAX_RESPONSE_BYTES",
+        description="Largest page body (after decompression) an `http_json` source reads; a "
+        "larger one fails the source.",
+    )
     bridge_channels: dict[str, str] = Field(
         default_factory=lambda: {"edge_intake.evidence.created": "evidence_ingest"},
         alias="COLLECTOR_BRIDGE_CHANNELS",

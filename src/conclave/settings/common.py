@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import quote
@@ -179,6 +180,27 @@ class CommonSettings(BaseSettings):
     max_json_depth: int = Field(
         32, alias="CONCLAVE_MAX_JSON_DEPTH", description="Deepest nesting accepted in JSON input."
     )
+    egress_allow_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        alias="CONCLAVE_EGRESS_ALLOW_HOSTS",
+        description="Host names (or literal addresses) that requests a caller steers may reach "
+        "although they resolve to a local, private or reserved address, comma separated; "
+        "exact names, compared without case.",
+    )
+    egress_allow_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        alias="CONCLAVE_EGRESS_ALLOW_NETWORKS",
+        description="Networks (CIDR, e.g. 10.20.0.0/16 or fd00:1::/64) that requests a caller "
+        "steers may reach although the egress policy refuses them by default, comma separated.",
+    )
+    egress_max_redirects: int = Field(
+        5,
+        ge=0,
+        le=20,
+        alias="CONCLAVE_EGRESS_MAX_REDIRECTS",
+        description="Redirects a caller-steered request follows (each hop checked by the egress "
+        "policy); 0 follows none.",
+    )
     log_level: str = Field("INFO", alias="CONCLAVE_LOG_LEVEL", description="Logging level.")
     log_format: Literal["json", "text"] = Field(
         "json", alias="CONCLAVE_LOG_FORMAT", description="Structured JSON logs or plain text."
@@ -226,6 +248,16 @@ class CommonSettings(BaseSettings):
 
     _split_excluded_paths = field_validator("otel_excluded_paths", mode="before")(_split_csv)
     _split_role_lists = field_validator("operators", "service_users", mode="before")(_split_csv)
+    _split_egress = field_validator("egress_allow_hosts", "egress_allow_networks", mode="before")(
+        _split_csv
+    )
+
+    @field_validator("egress_allow_networks")
+    @classmethod
+    def _networks_are_cidrs(cls, value: list[str]) -> list[str]:
+        for network in value:
+            ipaddress.ip_network(network, strict=False)  # ValueError names the bad entry
+        return value
 
     def traces_exporters(self) -> tuple[str, ...]:
         """The span exporters the OpenTelemetry settings ask for (``otlp``, ``console``); empty

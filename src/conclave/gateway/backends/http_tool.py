@@ -9,13 +9,13 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.tools import Executor, ToolContext, ToolExecutionError
 from conclave.platform.auth import ACTING_USER_HEADER, acting_user_header_value
+from conclave.platform.urls import path_segment
 
 Fallback = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -50,10 +50,22 @@ def _request_body(call: HttpCall, args: dict[str, Any], used: set[str]) -> dict[
 
 
 def _path(call: HttpCall, args: dict[str, Any]) -> tuple[str, set[str]]:
-    """Fill ``{name}`` placeholders of the path from the arguments (URL-quoted)."""
+    """Fill ``{name}`` placeholders of the path from the arguments, each one exactly one path
+    segment: an argument such as ``..``, ``a/b`` or ``x?y`` cannot reach another endpoint of the
+    backend (which the gateway may call with its service token)."""
     used = {name for name in _PLACEHOLDER.findall(call.path) if name in args}
-    path = _PLACEHOLDER.sub(lambda m: quote(str(args.get(m.group(1), "")), safe=""), call.path)
-    return path, used
+
+    def segment(match: re.Match[str]) -> str:
+        name = match.group(1)
+        try:
+            return path_segment(args.get(name, ""))
+        except ValueError as exc:
+            raise ToolExecutionError(
+                f"Argument {name!r} must be a non-empty text to fill the backend path.",
+                code="INVALID_ARGUMENT", status=422,
+            ) from exc  # fmt: skip
+
+    return _PLACEHOLDER.sub(segment, call.path), used
 
 
 def http_executor(
