@@ -9,7 +9,13 @@ from typing import Any
 import httpx
 
 from conclave.settings import CollectorSettings
-from tests.collector.conftest import TERMINAL, JsonApi, collector_app, collector_settings
+from tests.collector.conftest import (
+    LOCAL_API,
+    TERMINAL,
+    JsonApi,
+    collector_app,
+    collector_settings,
+)
 from tests.conftest import eventually
 
 ANN, BOB, OLGA = (
@@ -114,7 +120,7 @@ async def test_users_list_and_delete_only_their_own_schedules(backend, tmp_path)
 
 
 async def test_collections_are_read_and_written_by_their_owner(backend, tmp_path) -> None:
-    settings = users_settings(tmp_path, shared_collections="public")
+    settings = users_settings(tmp_path, shared_collections="public", **LOCAL_API)
     items = [{"id": "b1", "name": "Old stone bridge"}, {"id": "b2", "name": "Steel bridge"}]
     async with JsonApi([items]) as api, collector_app(backend, settings) as (client, _app):
         # A shared collection is written by operators (and internal callers such as the bridge);

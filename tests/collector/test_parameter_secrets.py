@@ -13,7 +13,7 @@ from conclave.collector.events import REQUESTED
 from conclave.platform.bus.base import Event
 from conclave.platform.db.schema import outbox_events
 from conclave.settings import CollectorSettings
-from tests.collector.conftest import JsonApi, collector_app, wait_terminal
+from tests.collector.conftest import LOCAL_API, JsonApi, collector_app, wait_terminal
 from tests.collector.test_ownership import ANN, OLGA, users_settings
 from tests.conftest import Backend, eventually
 
@@ -22,7 +22,7 @@ SECRET_VALUE = "Bearer s3cr3t-api-key-value"
 
 def secret_settings(data_dir: Path, **overrides: Any) -> CollectorSettings:
     secrets = {"weather": {"value": SECRET_VALUE, "hosts": ["127.0.0.1"]}}
-    return users_settings(data_dir, source_secrets=secrets, **overrides)
+    return users_settings(data_dir, source_secrets=secrets, **LOCAL_API, **overrides)
 
 
 async def published(backend: Backend) -> str:

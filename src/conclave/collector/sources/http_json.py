@@ -27,6 +27,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from conclave.collector.sources.base import SourceContext, SourceError
+from conclave.platform.credentials import is_reference
 from conclave.platform.egress import UNREACHABLE, EgressPolicy, Resolver, guarded_client
 from conclave.platform.egress import system_resolver as _system_resolver
 from conclave.platform.inputs import escape_unsafe, find_unsafe
@@ -114,6 +115,8 @@ def _check_headers(headers: Any) -> None:
     for name, value in headers.items():
         if not _HEADER_NAME.match(name) or name.lower() in _RESERVED_HEADERS:
             raise ValueError(f"'headers' may not set {name[:128]!r}")
+        if is_reference(value):
+            continue  # a named secret: checked against the settings by parameter_secrets
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise ValueError(f"'headers.{name}' must be a string")
         text = str(value)
