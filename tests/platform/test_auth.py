@@ -267,3 +267,10 @@ def test_only_service_principals_may_name_an_acting_user() -> None:
 def test_token_table_refuses_user_ids_that_cannot_be_recorded() -> None:
     with pytest.raises(ValueError, match="not usable"):
         parse_token_table(f"t1={'a' * 257}")
+
+
+def test_naming_oneself_as_the_acting_user_changes_nothing() -> None:
+    # A client that forwards its own caller (the graph dispatching for the token's own user)
+    # needs no service role to say who it is.
+    auth = authenticator(tokens={"tok-ann": "ann"})
+    assert auth.authenticate("Bearer tok-ann", "ann") == auth.authenticate("Bearer tok-ann")

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from conclave.platform.auth import ACTING_USER_HEADER, acting_user_header_value
 from conclave.platform.logs import correlation_id_var
 from conclave.platform.urls import path_segment
 from conclave.settings import GraphSettings
@@ -49,19 +50,23 @@ class CollectorClient:
         self._base = base_url.rstrip("/")
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
 
-    @property
-    def _headers(self) -> dict[str, str]:
+    def _headers(self, user: str | None) -> dict[str, str]:
         # The dispatch's correlation id travels on (the request context holds it), so the
-        # collector's logs and the expeditions this dispatch asks for carry it too.
+        # collector's logs and the expeditions this dispatch asks for carry it too. The
+        # dispatching user travels as the acting user: the collector answers with what that
+        # user may read, not with what the graph's own identity may.
+        headers = dict(self._auth)
         correlation_id = correlation_id_var.get()
-        if correlation_id is None:
-            return self._auth
-        return {**self._auth, "X-Correlation-ID": correlation_id}
+        if correlation_id is not None:
+            headers["X-Correlation-ID"] = correlation_id
+        if user is not None:
+            headers[ACTING_USER_HEADER] = acting_user_header_value(user)
+        return headers
 
-    async def _get(self, path: str, **params: Any) -> httpx.Response:
+    async def _get(self, path: str, user: str | None, **params: Any) -> httpx.Response:
         try:
             response = await self._http.get(
-                self._base + path, params=params or None, headers=self._headers
+                self._base + path, params=params or None, headers=self._headers(user)
             )
         except httpx.HTTPError as exc:
             detail = f"expedition service unreachable ({type(exc).__name__})"
@@ -72,41 +77,45 @@ class CollectorClient:
             raise CollectorUnavailable(f"expedition service error ({response.status_code})")
         return response
 
-    async def collections(self) -> list[str]:
-        """Names of the collections the service holds."""
-        response = await self._get("/collections")
+    async def collections(self, user: str | None = None) -> list[str]:
+        """Names of the collections ``user`` may read."""
+        response = await self._get("/collections", user)
         if response.status_code != 200:
             raise CollectorUnavailable(f"listing collections answered {response.status_code}")
         return [item["name"] for item in response.json().get("collections", [])]
 
-    async def record(self, collection: str, key: str) -> dict[str, Any] | None:
+    async def record(
+        self, collection: str, key: str, user: str | None = None
+    ) -> dict[str, Any] | None:
         """One record by key, ``None`` when the collection has no such record (an empty key
         names none)."""
         if not key:
             return None
         path = f"/collections/{path_segment(collection)}/records/{path_segment(key)}"
-        response = await self._get(path)
+        response = await self._get(path, user)
         if response.status_code == 404:
             return None
         if response.status_code != 200:
             raise CollectorUnavailable(f"record lookup answered {response.status_code}")
         return response.json()  # type: ignore[no-any-return]
 
-    async def search(self, collection: str, text: str, limit: int) -> list[dict[str, Any]]:
+    async def search(
+        self, collection: str, text: str, limit: int, user: str | None = None
+    ) -> list[dict[str, Any]]:
         """Semantic hits (``score`` + ``record``), best first; none when the collection is gone."""
         path = f"/collections/{path_segment(collection)}/search"
-        response = await self._get(path, q=text[:_MAX_SEARCH_CHARS], limit=limit)
+        response = await self._get(path, user, q=text[:_MAX_SEARCH_CHARS], limit=limit)
         if response.status_code == 404:
             return []
         if response.status_code != 200:
             raise CollectorUnavailable(f"search answered {response.status_code}")
         return response.json().get("hits", [])  # type: ignore[no-any-return]
 
-    async def run_discovery(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def run_discovery(self, body: dict[str, Any], user: str | None = None) -> dict[str, Any]:
         """Queue an expedition; the service's 202 body."""
         try:
             response = await self._http.post(
-                self._base + "/expedition/run", json=body, headers=self._headers
+                self._base + "/expedition/run", json=body, headers=self._headers(user)
             )
         except httpx.HTTPError as exc:
             detail = f"expedition service unreachable ({type(exc).__name__})"
@@ -149,7 +158,12 @@ class CollectorLookup:
         self._discovered: dict[str, float] = {}
 
     async def lookup(
-        self, text: str, entities: Sequence[dict[str, Any]], *, correlation_id: str | None = None
+        self,
+        text: str,
+        entities: Sequence[dict[str, Any]],
+        *,
+        correlation_id: str | None = None,
+        user: str | None = None,
     ) -> LookupOutcome:
         """Everything known about ``entities`` and ``text`` within the step's time budget."""
         outcome = LookupOutcome()
@@ -158,7 +172,7 @@ class CollectorLookup:
             return outcome
         try:
             async with asyncio.timeout(self._settings.collector_timeout_seconds):
-                await self._lookup(text, entities, correlation_id, outcome)
+                await self._lookup(text, entities, correlation_id, user, outcome)
         except TimeoutError:
             outcome.degraded = True
             outcome.warnings.append(
@@ -178,9 +192,9 @@ class CollectorLookup:
             outcome.known = None
         return outcome
 
-    async def _collections(self) -> list[str]:
+    async def _collections(self, user: str | None) -> list[str]:
         wanted = self._settings.collector_collections
-        names = wanted or await self._client.collections()
+        names = wanted or await self._client.collections(user)
         return names[: self._settings.collector_max_collections]
 
     async def _lookup(
@@ -188,9 +202,10 @@ class CollectorLookup:
         text: str,
         entities: Sequence[dict[str, Any]],
         correlation_id: str | None,
+        user: str | None,
         outcome: LookupOutcome,
     ) -> None:
-        collections = await self._collections()
+        collections = await self._collections(user)
         gate = asyncio.Semaphore(_PARALLEL_REQUESTS)
 
         async def bounded(call: Any) -> Any:
@@ -199,10 +214,10 @@ class CollectorLookup:
 
         ids = list(dict.fromkeys(entity["id"] for entity in entities))
         pairs = [(entity, name) for entity in ids for name in collections]
-        lookups = [bounded(self._client.record(name, entity)) for entity, name in pairs]
+        lookups = [bounded(self._client.record(name, entity, user)) for entity, name in pairs]
         limit = self._settings.collector_search_limit
         searches = (
-            [bounded(self._client.search(name, text, limit)) for name in collections]
+            [bounded(self._client.search(name, text, limit, user)) for name in collections]
             if text and limit
             else []
         )
@@ -233,10 +248,14 @@ class CollectorLookup:
         outcome.known = known
         unknown = [entity for entity in ids if not known[entity]]
         if unknown and self._settings.discovery_sources:
-            await self._discover(unknown, correlation_id, outcome)
+            await self._discover(unknown, correlation_id, user, outcome)
 
     async def _discover(
-        self, entities: list[str], correlation_id: str | None, outcome: LookupOutcome
+        self,
+        entities: list[str],
+        correlation_id: str | None,
+        user: str | None,
+        outcome: LookupOutcome,
     ) -> None:
         now = time.monotonic()
         cooldown = self._settings.discovery_cooldown_seconds
@@ -252,7 +271,7 @@ class CollectorLookup:
                 "correlation_id": correlation_id,
             }
             try:
-                accepted = await self._client.run_discovery(body)
+                accepted = await self._client.run_discovery(body, user)
             except CollectorUnavailable as exc:
                 outcome.warnings.append(f"collector: discovery for {entity!r} not queued: {exc}")
                 continue

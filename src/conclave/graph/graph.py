@@ -116,7 +116,10 @@ def _collector_node(context: GraphContext) -> _Node:
     async def collector(state: DispatchState) -> dict[str, Any]:
         text = state.get("text", "") if state.get("lookup", True) else ""
         outcome = await context.collector.lookup(
-            text, state.get("entities", []), correlation_id=state.get("correlation_id")
+            text,
+            state.get("entities", []),
+            correlation_id=state.get("correlation_id"),
+            user=state.get("user_id"),
         )
         known = outcome.known
         entities = [

@@ -117,7 +117,7 @@ class Authenticator:
 
         ``acting_user`` is the value of the ``X-Conclave-Acting-User`` header: a principal with
         the ``service`` role becomes that user (with the user's roles from settings); anyone else
-        naming a user is 403 ``ACTING_USER_FORBIDDEN``."""
+        naming another user is 403 ``ACTING_USER_FORBIDDEN`` (naming oneself changes nothing)."""
         if not self._config.enabled:
             # No identities to protect: a caller may name its user, and everyone sees everything.
             user = self._checked_acting_user(acting_user) if acting_user else ANONYMOUS
@@ -125,12 +125,14 @@ class Authenticator:
         principal = self._authenticated(authorization)
         if acting_user is None:
             return principal
+        user = self._checked_acting_user(acting_user)
+        if user == principal.user_id:
+            return principal  # naming oneself acts for no one else
         if SERVICE not in principal.roles:
             raise Forbidden(
                 f"Only service identities may send {ACTING_USER_HEADER}.",
                 code="ACTING_USER_FORBIDDEN",
             )
-        user = self._checked_acting_user(acting_user)
         return Principal(user, principal.method, self._settings_roles(user), principal.user_id)
 
     def acting_user(self, principal: Principal, claimed: str | None) -> str:
