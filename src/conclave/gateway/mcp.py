@@ -3,8 +3,8 @@
 Official ``mcp`` SDK, low-level server, streamable HTTP, stateless (any replica serves any request)
 with JSON responses. ``tools/call`` goes through :meth:`GatewayService.execute` exactly like
 ``POST /execute``: same validation, audit row, event and metrics. Failures a model can act on
-(invalid arguments, tool errors, time-outs) come back as results with ``isError: true``; an unknown
-tool is a JSON-RPC error (``-32602``), after being audited like any other call.
+(invalid arguments, unsafe values, tool errors, time-outs) come back as results with ``isError:
+true``; an unknown tool is a JSON-RPC error (``-32602``), after being audited like any other call.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from mcp import types
@@ -32,6 +33,7 @@ from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.gateway.tools import Tool
 from conclave.platform.auth import Authenticator, Principal
 from conclave.platform.errors import ConclaveError, Unauthorized
+from conclave.platform.inputs import UnsafeInput, escape_text, escape_unsafe, find_unsafe
 from conclave.platform.jsontext import COMPACT
 from conclave.platform.logs import correlation_id_var
 from conclave.platform.middleware import replay_body
@@ -65,15 +67,24 @@ class McpHandlers:
         self, principal: Principal, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         """Run the call through the governance chain; raises ``MCPError`` for an unknown tool."""
+        arguments = params.arguments if params.arguments is not None else {}
+        command = ExecuteCommand(
+            tool=params.name,
+            args=arguments,
+            user_id=principal.user_id,
+            correlation_id=correlation_id_var.get(),
+        )
+        # As POST /execute: a value no store, bus or answer can carry is refused and audited
+        # (escaped), whichever path (fast or SDK) parsed the request.
+        unsafe = find_unsafe({"name": params.name, "arguments": arguments})
         try:
-            outcome = await self._service().execute(
-                ExecuteCommand(
-                    tool=params.name,
-                    args=params.arguments if params.arguments is not None else {},
-                    user_id=principal.user_id,
-                    correlation_id=correlation_id_var.get(),
+            if unsafe is None:
+                outcome = await self._service().execute(command)
+            else:
+                escaped = replace(
+                    command, tool=escape_text(params.name)[:256], args=escape_unsafe(arguments)
                 )
-            )
+                outcome = await self._service().refuse_unsafe(escaped, UnsafeInput(unsafe))
         except ConclaveError as exc:  # refused before the chain: rate limit, store down
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"{exc.code}: {exc.detail}")],

@@ -1,0 +1,165 @@
+"""Worker processes for CPU-bound tools, so a time-out really stops them.
+
+A tool's executor runs on the gateway's event loop, where ``asyncio.timeout`` can only fire at an
+``await``: synchronous work (a big-integer power, a JMESPath evaluation) blocks every other request,
+``/health`` included, until it ends. A tool that declares a ``cpu_executor`` (a synchronous,
+module-level function) is run here instead: in one of a few long-lived child processes, one call at
+a time each. When the call's time-out fires, the child is killed and a fresh one takes its place on
+the next call, so nothing keeps burning CPU after the caller got its 504. As a backstop every child
+arms a real-time timer before each call whose signal ends the process even inside one long C call,
+and exits when its parent goes away (its input pipe closes).
+
+The protocol is private to this module: length-prefixed pickles over the child's stdin and a
+dedicated copy of its stdout (``print`` in a tool goes to stderr). The child is this module run by
+the same interpreter with the parent's import path, so plug-in modules resolve alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pickle
+import signal
+import struct
+import sys
+from typing import Any, BinaryIO
+
+from conclave.gateway.tools import CpuExecutor, ToolContext, ToolExecutionError
+
+_HEADER = struct.Struct("!I")
+# Seconds a child may run past the caller's time-out before its own timer ends it.
+_BACKSTOP_GRACE = 1.0
+_BOOTSTRAP = (
+    "import sys; sys.path[:0] = sys.argv[1:]; from conclave.gateway.workers import serve; serve()"
+)
+
+
+class WorkerLost(RuntimeError):
+    """The worker process died during a call (killed, out of memory, crashed)."""
+
+
+class _Worker:
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(cls) -> _Worker:
+        path = [entry for entry in sys.path if entry]
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _BOOTSTRAP, *path,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        return cls(process)
+
+    async def call(self, request: tuple[Any, ...], max_reply_bytes: int) -> tuple[Any, ...]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        frame = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+        self.process.stdin.write(_HEADER.pack(len(frame)) + frame)
+        try:
+            await self.process.stdin.drain()
+            (length,) = _HEADER.unpack(await self.process.stdout.readexactly(_HEADER.size))
+            if length > max_reply_bytes:
+                raise ToolExecutionError(
+                    f"The tool's result is larger than {max_reply_bytes} bytes.",
+                    code="RESULT_TOO_LARGE", status=422,
+                )  # fmt: skip
+            reply: tuple[Any, ...] = pickle.loads(await self.process.stdout.readexactly(length))
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            raise WorkerLost("the tool's worker process ended during the call") from exc
+        return reply
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+
+
+class WorkerPool:
+    """Up to ``size`` worker processes, started on first use; a call waits for a free one."""
+
+    def __init__(self, size: int, *, max_reply_bytes: int) -> None:
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[_Worker] = []
+        self._ending: set[asyncio.Task[int]] = set()
+        self._max_reply_bytes = max_reply_bytes
+
+    async def run(
+        self,
+        function: CpuExecutor,
+        args: dict[str, Any],
+        context: ToolContext,
+        deadline_seconds: float,
+    ) -> Any:
+        """``function(args, context)`` in a worker. The caller bounds the call with
+        ``asyncio.timeout(deadline_seconds)``; when that fires the worker is killed. The worker
+        also ends itself a little after ``deadline_seconds``, should this process be stuck."""
+        async with self._slots:
+            worker = self._idle.pop() if self._idle else await _Worker.start()
+            try:
+                reply = await worker.call(
+                    (function, args, context, deadline_seconds + _BACKSTOP_GRACE),
+                    self._max_reply_bytes,
+                )
+            except BaseException:
+                # Time-out, cancellation, a lost or oversized answer: its state is unknown.
+                self._retire(worker)
+                raise
+            self._idle.append(worker)
+        kind, *rest = reply
+        if kind == "ok":
+            return rest[0]
+        if kind == "refused":
+            message, code, status = rest
+            raise ToolExecutionError(message, code=code, status=status)
+        raise RuntimeError(f"the tool's function raised {rest[0]}")
+
+    def _retire(self, worker: _Worker) -> None:
+        worker.kill()
+        ending = asyncio.create_task(worker.process.wait())
+        self._ending.add(ending)
+        ending.add_done_callback(self._ending.discard)
+
+    async def close(self) -> None:
+        """Stop every worker."""
+        while self._idle:
+            self._retire(self._idle.pop())
+        if self._ending:
+            await asyncio.gather(*self._ending, return_exceptions=True)
+
+
+def serve() -> None:
+    """The child's loop: read a call, run it, answer, until the parent closes the pipe."""
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a tool's print() must not corrupt the protocol
+    sys.stdout = sys.stderr
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers end
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the backstop timer ends the process
+    requests = sys.stdin.buffer
+    while True:
+        header = requests.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            return  # the parent is gone
+        (length,) = _HEADER.unpack(header)
+        function, args, context, backstop = pickle.loads(requests.read(length))
+        signal.setitimer(signal.ITIMER_REAL, backstop)
+        reply = _call(function, args, context)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _answer(replies, reply)
+
+
+def _call(function: CpuExecutor, args: dict[str, Any], context: ToolContext) -> tuple[Any, ...]:
+    try:
+        return ("ok", function(args, context))
+    except ToolExecutionError as exc:
+        return ("refused", exc.message, exc.code, exc.status)
+    except Exception as exc:  # reported to the parent, which logs it as a tool failure
+        return ("crashed", type(exc).__name__)
+
+
+def _answer(replies: BinaryIO, reply: tuple[Any, ...]) -> None:
+    try:
+        frame = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # a result that cannot cross a process boundary is not JSON either
+        frame = pickle.dumps(("crashed", f"an unpicklable result ({type(exc).__name__})"))
+    replies.write(_HEADER.pack(len(frame)) + frame)
+    replies.flush()
