@@ -272,13 +272,13 @@ class GatewayService:
             # `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` runs the executor in a
             # task of its own, which costs more than most tools. It fires at an `await`, so work
             # that computes runs in a worker process, killed when it fires.
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout) as deadline:
                 if tool.executor is not None:
                     result = await tool.executor(dict(command.args), context)
                 else:
                     assert tool.cpu_executor is not None
                     result = await self._workers.run(
-                        tool.cpu_executor, dict(command.args), context, timeout
+                        tool.cpu_executor, dict(command.args), context, deadline
                     )
         except TimeoutError:
             return await self._finish(

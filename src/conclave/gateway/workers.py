@@ -5,7 +5,9 @@ A tool's executor runs on the gateway's event loop, where ``asyncio.timeout`` ca
 ``/health`` included, until it ends. A tool that declares a ``cpu_executor`` (a synchronous,
 module-level function) is run here instead: in one of a few long-lived child processes, one call at
 a time each. When the call's time-out fires, the child is killed and a fresh one takes its place on
-the next call, so nothing keeps burning CPU after the caller got its 504. As a backstop every child
+the next call, so nothing keeps burning CPU after the caller got its 504. Starting a child (an
+interpreter and its imports, a few hundred milliseconds) is the gateway's cost, not the tool's: the
+call's deadline is moved by that long. As a backstop every child
 arms a real-time timer before each call whose signal ends the process even inside one long C call,
 and exits when its parent goes away (its input pipe closes).
 
@@ -28,8 +30,12 @@ from typing import Any, BinaryIO
 from conclave.gateway.tools import CpuExecutor, ToolContext, ToolExecutionError
 
 _HEADER = struct.Struct("!I")
-# Seconds a child may run past the caller's time-out before its own timer ends it.
-_BACKSTOP_GRACE = 1.0
+# Seconds a child may run past the caller's deadline before its own timer ends it.
+_GRACE = 1.0
+_NO_DEADLINE = 3600.0
+_START_SECONDS = 30.0
+_READY = ("ready",)
+_READY_BYTES = 64
 _BOOTSTRAP = (
     "import sys; sys.path[:0] = sys.argv[1:]; from conclave.gateway.workers import serve; serve()"
 )
@@ -50,22 +56,36 @@ class _Worker:
             sys.executable, "-c", _BOOTSTRAP, *path,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        return cls(process)
+        worker = cls(process)
+        try:
+            await worker._reply(_READY_BYTES)  # it has imported what it needs
+        except BaseException:
+            worker.kill()
+            await process.wait()
+            raise
+        return worker
 
     async def call(self, request: tuple[Any, ...], max_reply_bytes: int) -> tuple[Any, ...]:
-        assert self.process.stdin is not None and self.process.stdout is not None
+        assert self.process.stdin is not None
         frame = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
         self.process.stdin.write(_HEADER.pack(len(frame)) + frame)
         try:
             await self.process.stdin.drain()
+        except ConnectionError as exc:
+            raise WorkerLost("the tool's worker process has ended") from exc
+        return await self._reply(max_reply_bytes)
+
+    async def _reply(self, max_reply_bytes: int) -> tuple[Any, ...]:
+        assert self.process.stdout is not None
+        try:
             (length,) = _HEADER.unpack(await self.process.stdout.readexactly(_HEADER.size))
             if length > max_reply_bytes:
                 raise ToolExecutionError(
-                    f"The tool's result is larger than {max_reply_bytes} bytes.",
+                    f"The tool's result is larger than {max_reply_bytes:,} bytes.",
                     code="RESULT_TOO_LARGE", status=422,
                 )  # fmt: skip
             reply: tuple[Any, ...] = pickle.loads(await self.process.stdout.readexactly(length))
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+        except asyncio.IncompleteReadError as exc:
             raise WorkerLost("the tool's worker process ended during the call") from exc
         return reply
 
@@ -88,17 +108,23 @@ class WorkerPool:
         function: CpuExecutor,
         args: dict[str, Any],
         context: ToolContext,
-        deadline_seconds: float,
+        deadline: asyncio.Timeout,
     ) -> Any:
-        """``function(args, context)`` in a worker. The caller bounds the call with
-        ``asyncio.timeout(deadline_seconds)``; when that fires the worker is killed. The worker
-        also ends itself a little after ``deadline_seconds``, should this process be stuck."""
+        """``function(args, context)`` in a worker, within the caller's ``deadline`` (an
+        ``asyncio.timeout`` scope): when it fires, the worker is killed. Waiting for a free worker
+        counts against the deadline; starting a new one does not. The worker also ends itself a
+        little after the deadline, should this process be stuck."""
+        loop = asyncio.get_running_loop()
         async with self._slots:
-            worker = self._idle.pop() if self._idle else await _Worker.start()
+            if self._idle:
+                worker = self._idle.pop()
+            else:
+                worker = await self._start(deadline)
+            when = deadline.when()
+            backstop = (when - loop.time() if when is not None else _NO_DEADLINE) + _GRACE
             try:
                 reply = await worker.call(
-                    (function, args, context, deadline_seconds + _BACKSTOP_GRACE),
-                    self._max_reply_bytes,
+                    (function, args, context, max(backstop, _GRACE)), self._max_reply_bytes
                 )
             except BaseException:
                 # Time-out, cancellation, a lost or oversized answer: its state is unknown.
@@ -112,6 +138,21 @@ class WorkerPool:
             message, code, status = rest
             raise ToolExecutionError(message, code=code, status=status)
         raise RuntimeError(f"the tool's function raised {rest[0]}")
+
+    async def _start(self, deadline: asyncio.Timeout) -> _Worker:
+        # The deadline is suspended while the worker starts and moved by as long afterwards.
+        loop = asyncio.get_running_loop()
+        when, starting = deadline.when(), loop.time()
+        deadline.reschedule(None)
+        try:
+            async with asyncio.timeout(_START_SECONDS):
+                worker = await _Worker.start()
+        except TimeoutError as exc:
+            raise WorkerLost("a worker process did not start") from exc
+        finally:
+            if when is not None:
+                deadline.reschedule(when + loop.time() - starting)
+        return worker
 
     def _retire(self, worker: _Worker) -> None:
         worker.kill()
@@ -134,6 +175,7 @@ def serve() -> None:
     sys.stdout = sys.stderr
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers end
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the backstop timer ends the process
+    _answer(replies, _READY)
     requests = sys.stdin.buffer
     while True:
         header = requests.read(_HEADER.size)
