@@ -95,8 +95,12 @@ class McpHandlers:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
         if outcome.http_status >= 400:
             detail = outcome.error_message or outcome.error_code or "the call failed"
-            if outcome.errors:
-                fields = "; ".join(f"{e['field']}: {e['message']}" for e in outcome.errors)
+            fields = "; ".join(
+                f"{e['field']}: {e['message']}"
+                for e in outcome.errors or []
+                if f"{e['field']}: {e['message']}" not in detail
+            )
+            if fields:
                 detail = f"{detail} {fields}"
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"{outcome.error_code}: {detail}")],
@@ -165,6 +169,8 @@ class McpEndpoint:
     handlers answer, and the wire format is the SDK's (a test holds the two paths equal). Anything
     else (``initialize``, notifications, batches, GET streams, the 2026 per-request protocol,
     malformed messages, requests its transport-security check refuses) goes to the SDK as is.
+    With the fast path turned off, a plain ``tools/call`` holding an unsafe value is still answered
+    here, so that its refusal is audited like any other.
     """
 
     def __init__(
@@ -190,7 +196,7 @@ class McpEndpoint:
         if self.manager is None:
             raise RuntimeError("the gateway app has not started")
         scope.setdefault("state", {})["principal"] = principal
-        if self._fast_path and scope["method"] == "POST":
+        if scope["method"] == "POST":
             body = await request.body()
             if await self._answer(request, body, principal, send):
                 return
@@ -204,9 +210,13 @@ class McpEndpoint:
         message = _plain_request(request, body)
         if message is None or self.security is None:
             return False
+        request_id, method, params, version = message
+        # Without the fast path, only a call holding an unsafe value is answered here: the SDK's
+        # parser refuses a lone surrogate as a parse error, before the call could be audited.
+        if not self._fast_path and (method != "tools/call" or find_unsafe(params) is None):
+            return False
         if await self.security.validate_request(request, is_post=True) is not None:
             return False
-        request_id, method, params, version = message
         call = None
         if method == "tools/call":
             try:
