@@ -16,6 +16,11 @@ def spin(args: dict[str, Any], _ctx: ToolContext) -> dict[str, Any]:
         pass
 
 
+def die(_args: dict[str, Any], _ctx: ToolContext) -> dict[str, Any]:
+    """End the worker process abruptly, as the kernel's out-of-memory killer would."""
+    os._exit(9)
+
+
 def oversized(args: dict[str, Any], _ctx: ToolContext) -> dict[str, Any]:
     """A result of ``size`` characters."""
     return {"text": "x" * args["size"]}
@@ -36,4 +41,10 @@ OVERSIZED = Tool(
     parameters={"type": "object", "properties": {"size": {"type": "integer"}}},
     annotations={"readOnlyHint": True},
 )
-CPU_TOOLS = (SPIN, OVERSIZED)
+DIE = Tool(
+    name="die",
+    description="Kills its worker process.",
+    cpu_executor=die,
+    annotations={"readOnlyHint": True},
+)
+CPU_TOOLS = (SPIN, OVERSIZED, DIE)

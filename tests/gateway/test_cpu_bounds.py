@@ -96,6 +96,19 @@ async def test_results_over_the_cap_are_neither_stored_nor_returned(backend: Bac
         )
 
 
+async def test_a_worker_that_dies_fails_its_call_only(backend: Backend):
+    async with run_gateway(backend, test_settings(), CPU_TOOLS) as client:
+        died = await client.post("/execute", json={"tool": "die", "args": {}})
+        assert died.status_code == 502 and died.json()["code"] == "TOOL_FAILED"
+        after = await client.post("/execute", json=_evaluate("6 * 7"))
+        assert after.status_code == 200 and after.json()["result"]["value"] == 42
+        rows = await audit_rows(backend)
+        assert [(row.tool_name, row.status) for row in rows] == [
+            ("die", "failed"),
+            ("evaluate_expression", "succeeded"),
+        ]
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -102,6 +102,7 @@ class WorkerPool:
         self._idle: list[_Worker] = []
         self._ending: set[asyncio.Task[int]] = set()
         self._max_reply_bytes = max_reply_bytes
+        self._closed = False
 
     async def run(
         self,
@@ -130,7 +131,10 @@ class WorkerPool:
                 # Time-out, cancellation, a lost or oversized answer: its state is unknown.
                 self._retire(worker)
                 raise
-            self._idle.append(worker)
+            if self._closed:  # the gateway stopped while this call ran
+                self._retire(worker)
+            else:
+                self._idle.append(worker)
         kind, *rest = reply
         if kind == "ok":
             return rest[0]
@@ -162,6 +166,7 @@ class WorkerPool:
 
     async def close(self) -> None:
         """Stop every worker."""
+        self._closed = True
         while self._idle:
             self._retire(self._idle.pop())
         if self._ending:
