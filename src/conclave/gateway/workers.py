@@ -7,9 +7,9 @@ module-level function) is run here instead: in one of a few long-lived child pro
 a time each. When the call's time-out fires, the child is killed and a fresh one takes its place on
 the next call, so nothing keeps burning CPU after the caller got its 504. Starting a child (an
 interpreter and its imports, a few hundred milliseconds) is the gateway's cost, not the tool's: the
-call's deadline is moved by that long. As a backstop every child
-arms a real-time timer before each call whose signal ends the process even inside one long C call,
-and exits when its parent goes away (its input pipe closes).
+call's deadline is moved by that long. As a backstop every child arms a real-time timer before each
+call whose signal ends the process even inside one long C call, and exits when its parent goes
+away (its input pipe closes).
 
 The protocol is private to this module: length-prefixed pickles over the child's stdin and a
 dedicated copy of its stdout (``print`` in a tool goes to stderr). The child is this module run by
@@ -187,15 +187,16 @@ def serve() -> None:
         if len(header) < _HEADER.size:
             return  # the parent is gone
         (length,) = _HEADER.unpack(header)
-        function, args, context, backstop = pickle.loads(requests.read(length))
-        signal.setitimer(signal.ITIMER_REAL, backstop)
-        reply = _call(function, args, context)
+        reply = _call(requests.read(length))
         signal.setitimer(signal.ITIMER_REAL, 0)
         _answer(replies, reply)
 
 
-def _call(function: CpuExecutor, args: dict[str, Any], context: ToolContext) -> tuple[Any, ...]:
+def _call(request: bytes) -> tuple[Any, ...]:
     try:
+        # Unpickling imports the function's module: a plug-in that fails to import fails its call.
+        function, args, context, backstop = pickle.loads(request)
+        signal.setitimer(signal.ITIMER_REAL, backstop)
         return ("ok", function(args, context))
     except ToolExecutionError as exc:
         return ("refused", exc.message, exc.code, exc.status)
