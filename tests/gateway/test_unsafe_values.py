@@ -113,6 +113,26 @@ async def test_unsafe_mcp_arguments_are_refused_and_audited(
     assert result["structuredContent"]["conclave_id"] == row.conclave_id
 
 
+async def test_mcp_request_id_that_cannot_be_answered_is_refused_before_the_call(
+    backend: Backend,
+):
+    settings = test_settings(auth="enabled", api_tokens="tok-ada=ada")
+    async with open_platform(backend, settings) as platform:
+        app = create_app(settings, platform=platform)
+        async with running_server(app) as url, httpx.AsyncClient(headers=MCP_HEADERS) as client:
+            request = {
+                "jsonrpc": "2.0",
+                "id": "\ud800",  # the answer repeats it: it could not be encoded (was a 500)
+                "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"message": "hi"}},
+            }
+            response = await client.post(f"{url}/mcp", content=_json(request),
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == -32700  # the SDK's parse error: nothing ran
+    assert await audit_rows(backend) == []
+
+
 # What a backend (or a plug-in) may answer that no store or answer can carry, and how the call
 # then ends: the same code in the answer and in the audit row.
 BACKEND_ANSWERS: dict[str, tuple[bytes, str, int]] = {

@@ -33,7 +33,13 @@ from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.gateway.tools import Tool
 from conclave.platform.auth import Authenticator, Principal
 from conclave.platform.errors import ConclaveError, Unauthorized
-from conclave.platform.inputs import UnsafeInput, escape_text, escape_unsafe, find_unsafe
+from conclave.platform.inputs import (
+    UnsafeInput,
+    escape_text,
+    escape_unsafe,
+    find_unsafe,
+    text_problem,
+)
 from conclave.platform.jsontext import COMPACT
 from conclave.platform.logs import correlation_id_var
 from conclave.platform.middleware import replay_body
@@ -271,6 +277,8 @@ def _plain_request(request: Request, body: bytes) -> tuple[Any, str, Any, str] |
         return None
     if isinstance(request_id, bool) or not isinstance(request_id, str | int):
         return None
+    if isinstance(request_id, str) and text_problem(request_id) == "lone_surrogate":
+        return None  # the answer repeats the id and could not be encoded: the SDK refuses it
     if method == "tools/call" and isinstance(params, dict):
         return request_id, method, params, version
     if method == "tools/list" and params in (None, {}):
