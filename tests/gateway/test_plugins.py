@@ -51,6 +51,15 @@ async def _noop(_args, _ctx):
                  parameters={"type": "object", "properties": {"a": {"type": "nope"}}}),
             "invalid JSON Schema",
         ),
+        (Tool(name="t", description=""), "exactly one of executor and cpu_executor"),
+        (
+            Tool(name="t", description="", executor=_noop, cpu_executor=lambda _a, _c: {}),
+            "exactly one of executor and cpu_executor",
+        ),
+        (  # a worker process cannot receive a lambda or a closure
+            Tool(name="t", description="", cpu_executor=lambda _a, _c: {}),
+            "cpu_executor must be a function defined at module level",
+        ),
     ],
 )  # fmt: skip
 def test_broken_plugins_fail_at_registration(tool: Tool, message: str):

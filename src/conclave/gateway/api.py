@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -12,8 +13,15 @@ from fastapi.routing import APIRoute
 from conclave import __version__
 from conclave.gateway import store
 from conclave.gateway.formats import render
-from conclave.gateway.models import ExecuteRequest, ExecuteResponse, ToolCall, ToolCatalogue
+from conclave.gateway.models import (
+    CORRELATION_ID_PATTERN,
+    ExecuteRequest,
+    ExecuteResponse,
+    ToolCall,
+    ToolCatalogue,
+)
 from conclave.gateway.service import ExecuteCommand, GatewayService
+from conclave.platform.auth import Principal
 from conclave.platform.bodies import read_model, request_model_schema
 from conclave.platform.clock import rfc3339
 from conclave.platform.errors import NotFound
@@ -23,6 +31,7 @@ from conclave.platform.http import (
     correlation_id,
     health_response,
 )
+from conclave.platform.inputs import UnsafeInput, escape_text, escape_unsafe, text_problem
 from conclave.platform.jsontext import CompactJSONResponse
 
 router = APIRouter()
@@ -91,6 +100,7 @@ async def list_tools(
 
 
 _IDEMPOTENCY_KEY_MAX = 256
+_CORRELATION = re.compile(CORRELATION_ID_PATTERN)
 _EXECUTE_OPENAPI = {
     "requestBody": request_model_schema(ExecuteRequest),
     "parameters": [
@@ -117,7 +127,10 @@ _EXECUTE_OPENAPI = {
         404: {"description": "Unknown tool (audited, heretical)"},
         409: {"description": "Idempotency-Key conflict"},
         413: {"description": "Body too large"},
-        422: {"description": "Invalid arguments or rule violation (audited, heretical)"},
+        422: {
+            "description": "Invalid arguments, an unsafe value (UNSAFE_INPUT), a rule violation "
+            "(audited, heretical) or a result over the cap (RESULT_TOO_LARGE)"
+        },
         503: {"description": "Store unavailable: nothing was executed"},
         504: {"description": "Tool timed out (audited)"},
     },
@@ -129,7 +142,13 @@ async def execute(request: Request) -> Response:
     # documents what it reads.
     state = request.app.state
     principal = state.authenticator.authenticate(request.headers.get("authorization"))
-    body = await read_model(request, ExecuteRequest)
+    try:
+        body = await read_model(request, ExecuteRequest)
+    except UnsafeInput as refusal:
+        command = _refused_call(request, principal, refusal)
+        if command is None:  # not a tool call at all: refused like any malformed request
+            raise
+        raise (await state.gateway.refuse_unsafe(command, refusal)).problem() from None
     idempotency_key = _idempotency_key(request)
     outcome = await state.gateway.execute(
         ExecuteCommand(
@@ -157,6 +176,32 @@ async def execute(request: Request) -> Response:
 EXECUTE_ROUTE = next(r for r in router.routes if isinstance(r, APIRoute) and r.path == "/execute")
 
 
+def _refused_call(
+    request: Request, principal: Principal, refusal: UnsafeInput
+) -> ExecuteCommand | None:
+    """The call a body refused for an unsafe value asked for, with those values escaped, so that
+    it can be audited; ``None`` when the body names no tool. It is never replayed by an
+    ``Idempotency-Key``: nothing ran, and a retry is refused (and audited) again."""
+    document = escape_unsafe(refusal.document)
+    if not isinstance(document, dict):
+        return None
+    tool, args, user_id = document.get("tool"), document.get("args", {}), document.get("user_id")
+    if not isinstance(tool, str) or not tool:
+        return None
+    claimed = document.get("correlation_id")
+    if not (isinstance(claimed, str) and len(claimed) <= 128 and _CORRELATION.match(claimed)):
+        claimed = correlation_id(request)
+    state = request.app.state
+    return ExecuteCommand(
+        tool=tool[:256],
+        args=args,
+        user_id=state.authenticator.acting_user(
+            principal, user_id[:256] if isinstance(user_id, str) else None
+        ),
+        correlation_id=claimed,
+    )
+
+
 def _idempotency_key(request: Request) -> str | None:
     key = request.headers.get("idempotency-key")
     if key is not None and not 1 <= len(key) <= _IDEMPOTENCY_KEY_MAX:
@@ -174,6 +219,9 @@ async def get_call(
     conclave_id: str, platform: CurrentPlatform, principal: CurrentPrincipal, request: Request
 ) -> ToolCall:
     """One audit row of your own calls."""
+    # An id holding NUL names no call, and PostgreSQL refuses it as a query parameter.
+    if text_problem(conclave_id) is not None:
+        raise NotFound(f"No call {escape_text(conclave_id)!r}.", code="CALL_NOT_FOUND")
     row = await store.get_call(platform.engine, conclave_id)
     own = row is not None and (
         row.user_id == principal.user_id or not request.app.state.authenticator.enabled

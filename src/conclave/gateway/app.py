@@ -38,6 +38,7 @@ from conclave.gateway.service import GatewayService
 from conclave.gateway.settle import InterruptedCalls, sweeping
 from conclave.gateway.signals import signals_table_fallback
 from conclave.gateway.tools import Tool
+from conclave.gateway.workers import WorkerPool
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.ratelimit import MemoryRateLimiter, Rate, RateLimiter, RedisRateLimiter
 from conclave.platform.runtime import Platform
@@ -78,9 +79,11 @@ async def _resources(
     limiter: RateLimiter,
     http: httpx.AsyncClient,
     interrupted: InterruptedCalls,
+    workers: WorkerPool,
 ) -> AsyncIterator[None]:
     async with AsyncExitStack() as stack:
         stack.push_async_callback(http.aclose)
+        stack.push_async_callback(workers.close)
         if isinstance(limiter, RedisRateLimiter):
             stack.push_async_callback(limiter.close)
         await stack.enter_async_context(manager.run())
@@ -118,13 +121,19 @@ def create_app(
             limiter, user_rate=Rate.parse(settings.user_rate_limit),
             max_args_bytes=settings.max_args_bytes,
         )  # fmt: skip
+        # Pickled replies a little over the result cap are refused before they are read.
+        workers = WorkerPool(
+            settings.tool_workers, max_reply_bytes=2 * settings.max_result_bytes + 65_536
+        )
         app.state.gateway = GatewayService(
             registry,
             runtime,
             metrics,
             limits,
+            workers,
             default_timeout=settings.tool_timeout_seconds,
             max_depth=settings.max_json_depth,
+            max_result_bytes=settings.max_result_bytes,
         )
         # A session manager runs once: every start of the app gets a new one.
         manager = create_session_manager(mcp_server, allowed_hosts)
@@ -133,7 +142,7 @@ def create_app(
         interrupted = InterruptedCalls(
             registry, runtime, default_timeout=settings.tool_timeout_seconds
         )
-        return _resources(manager, limiter, http, interrupted)
+        return _resources(manager, limiter, http, interrupted, workers)
 
     app = create_service_app(
         service="gateway",

@@ -3,8 +3,8 @@
 Official ``mcp`` SDK, low-level server, streamable HTTP, stateless (any replica serves any request)
 with JSON responses. ``tools/call`` goes through :meth:`GatewayService.execute` exactly like
 ``POST /execute``: same validation, audit row, event and metrics. Failures a model can act on
-(invalid arguments, tool errors, time-outs) come back as results with ``isError: true``; an unknown
-tool is a JSON-RPC error (``-32602``), after being audited like any other call.
+(invalid arguments, unsafe values, tool errors, time-outs) come back as results with ``isError:
+true``; an unknown tool is a JSON-RPC error (``-32602``), after being audited like any other call.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from mcp import types
@@ -32,6 +33,13 @@ from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.gateway.tools import Tool
 from conclave.platform.auth import Authenticator, Principal
 from conclave.platform.errors import ConclaveError, Unauthorized
+from conclave.platform.inputs import (
+    UnsafeInput,
+    escape_text,
+    escape_unsafe,
+    find_unsafe,
+    text_problem,
+)
 from conclave.platform.jsontext import COMPACT
 from conclave.platform.logs import correlation_id_var
 from conclave.platform.middleware import replay_body
@@ -65,15 +73,24 @@ class McpHandlers:
         self, principal: Principal, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         """Run the call through the governance chain; raises ``MCPError`` for an unknown tool."""
+        arguments = params.arguments if params.arguments is not None else {}
+        command = ExecuteCommand(
+            tool=params.name,
+            args=arguments,
+            user_id=principal.user_id,
+            correlation_id=correlation_id_var.get(),
+        )
+        # As POST /execute: a value no store, bus or answer can carry is refused and audited
+        # (escaped), whichever path (fast or SDK) parsed the request.
+        unsafe = find_unsafe({"name": params.name, "arguments": arguments})
         try:
-            outcome = await self._service().execute(
-                ExecuteCommand(
-                    tool=params.name,
-                    args=params.arguments if params.arguments is not None else {},
-                    user_id=principal.user_id,
-                    correlation_id=correlation_id_var.get(),
+            if unsafe is None:
+                outcome = await self._service().execute(command)
+            else:
+                escaped = replace(
+                    command, tool=escape_text(params.name)[:256], args=escape_unsafe(arguments)
                 )
-            )
+                outcome = await self._service().refuse_unsafe(escaped, UnsafeInput(unsafe))
         except ConclaveError as exc:  # refused before the chain: rate limit, store down
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"{exc.code}: {exc.detail}")],
@@ -84,8 +101,12 @@ class McpHandlers:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
         if outcome.http_status >= 400:
             detail = outcome.error_message or outcome.error_code or "the call failed"
-            if outcome.errors:
-                fields = "; ".join(f"{e['field']}: {e['message']}" for e in outcome.errors)
+            fields = "; ".join(
+                f"{e['field']}: {e['message']}"
+                for e in outcome.errors or []
+                if f"{e['field']}: {e['message']}" not in detail
+            )
+            if fields:
                 detail = f"{detail} {fields}"
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"{outcome.error_code}: {detail}")],
@@ -154,6 +175,8 @@ class McpEndpoint:
     handlers answer, and the wire format is the SDK's (a test holds the two paths equal). Anything
     else (``initialize``, notifications, batches, GET streams, the 2026 per-request protocol,
     malformed messages, requests its transport-security check refuses) goes to the SDK as is.
+    With the fast path turned off, a plain ``tools/call`` holding an unsafe value is still answered
+    here, so that its refusal is audited like any other.
     """
 
     def __init__(
@@ -179,7 +202,7 @@ class McpEndpoint:
         if self.manager is None:
             raise RuntimeError("the gateway app has not started")
         scope.setdefault("state", {})["principal"] = principal
-        if self._fast_path and scope["method"] == "POST":
+        if scope["method"] == "POST":
             body = await request.body()
             if await self._answer(request, body, principal, send):
                 return
@@ -193,9 +216,13 @@ class McpEndpoint:
         message = _plain_request(request, body)
         if message is None or self.security is None:
             return False
+        request_id, method, params, version = message
+        # Without the fast path, only a call holding an unsafe value is answered here: the SDK's
+        # parser refuses a lone surrogate as a parse error, before the call could be audited.
+        if not self._fast_path and (method != "tools/call" or find_unsafe(params) is None):
+            return False
         if await self.security.validate_request(request, is_post=True) is not None:
             return False
-        request_id, method, params, version = message
         call = None
         if method == "tools/call":
             try:
@@ -250,6 +277,8 @@ def _plain_request(request: Request, body: bytes) -> tuple[Any, str, Any, str] |
         return None
     if isinstance(request_id, bool) or not isinstance(request_id, str | int):
         return None
+    if isinstance(request_id, str) and text_problem(request_id) == "lone_surrogate":
+        return None  # the answer repeats the id and could not be encoded: the SDK refuses it
     if method == "tools/call" and isinstance(params, dict):
         return request_id, method, params, version
     if method == "tools/list" and params in (None, {}):

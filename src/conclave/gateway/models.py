@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+CORRELATION_ID_PATTERN = r"^[A-Za-z0-9._:/@+=-]+$"
+
 
 class ExecuteRequest(BaseModel):
     """One tool execution."""
@@ -19,7 +21,7 @@ class ExecuteRequest(BaseModel):
     correlation_id: str | None = Field(
         None,
         max_length=128,
-        pattern=r"^[A-Za-z0-9._:/@+=-]+$",
+        pattern=CORRELATION_ID_PATTERN,
         description="Carried into the audit row and the event (defaults to X-Correlation-ID).",
     )
     user_id: str | None = Field(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +27,8 @@ _TITLES = {
     "TOOL_FAILED": "Tool failed",
     "OUTPUT_INVALID": "Tool output broke its schema",
     "ARGS_TOO_LARGE": "Arguments too large",
+    "RESULT_TOO_LARGE": "Result too large",
+    "UNSAFE_INPUT": "Unsafe input value",
 }
 
 
@@ -50,8 +51,11 @@ class Outcome:
 
     def raise_if_failed(self) -> None:
         """Turn a failed outcome into the problem the caller receives."""
-        if self.http_status < 400:
-            return
+        if self.http_status >= 400:
+            raise self.problem()
+
+    def problem(self) -> ConclaveError:
+        """The problem a failed outcome is answered with."""
         code = self.error_code or "TOOL_FAILED"
         error = ConclaveError(
             self.error_message,
@@ -66,7 +70,7 @@ class Outcome:
         )
         error.status = self.http_status
         error.title = _TITLES.get(code, "Tool call failed")
-        raise error
+        return error
 
 
 def request_hash(tool: str, args: Any) -> str:
@@ -75,23 +79,12 @@ def request_hash(tool: str, args: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def json_safe(value: Any) -> Any:
-    # Audit rows and events are JSON: non-finite floats become null (their rule warns about it).
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_safe(v) for v in value]
-    return value
-
-
 def final_values(outcome: Outcome, row: dict[str, Any]) -> dict[str, Any]:
     return {
         "status": outcome.status,
         "orthodoxy_status": outcome.orthodoxy_status,
         "http_status": outcome.http_status,
-        "result": json_safe(outcome.result),
+        "result": outcome.result,  # checked storable by the service
         "warnings": outcome.warnings,
         "error_code": outcome.error_code,
         "error_message": outcome.error_message,

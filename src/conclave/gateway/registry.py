@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 from dataclasses import dataclass, replace
 
@@ -32,6 +33,18 @@ class RegisteredTool:
     output: SchemaCheck | None
 
 
+def _check_executor(tool: Tool) -> None:
+    if (tool.executor is None) == (tool.cpu_executor is None):
+        raise ValueError(f"tool {tool.name!r}: give exactly one of executor and cpu_executor")
+    if tool.cpu_executor is not None:
+        try:  # it crosses to a worker process by reference: a closure or lambda cannot
+            pickle.dumps(tool.cpu_executor)
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            raise ValueError(
+                f"tool {tool.name!r}: cpu_executor must be a function defined at module level"
+            ) from exc
+
+
 class ToolRegistry:
     """Tools by name. Registration checks names and schemas, so a broken plug-in fails at start."""
 
@@ -46,6 +59,7 @@ class ToolRegistry:
             raise ValueError(f"tool name {tool.name!r} must match {_MCP_NAME.pattern}")
         if tool.name in self._tools or tool.name in self._aliases or tool.name in self._alias_tools:
             raise ValueError(f"tool {tool.name!r} is registered twice")
+        _check_executor(tool)
         if tool.parameters.get("type") != "object":
             raise ValueError(f"tool {tool.name!r}: parameters must be a JSON Schema of type object")
         arguments = compile_schema(tool.parameters, where=f"tool {tool.name!r} parameters")

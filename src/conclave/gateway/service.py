@@ -10,7 +10,6 @@ effect ever happens without an audit trail: if that first write fails the call i
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -38,8 +37,10 @@ from conclave.gateway.outcome import (
     request_hash,
 )
 from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
+from conclave.gateway.results import result_problem
 from conclave.gateway.tools import RuleViolation, ToolContext, ToolExecutionError
 from conclave.gateway.validation import depth_exceeds, redact, schema_errors
+from conclave.gateway.workers import WorkerPool
 from conclave.platform.bus.base import Event
 from conclave.platform.clock import utc_now
 from conclave.platform.db.engine import store_errors
@@ -51,12 +52,14 @@ from conclave.platform.errors import (
     Unprocessable,
 )
 from conclave.platform.ids import new_id
+from conclave.platform.inputs import UnsafeInput, escape_text
 from conclave.platform.outbox import outbox_write
 from conclave.platform.runtime import Platform
 
 log = logging.getLogger(__name__)
 
 _FINISH_ATTEMPTS = 4
+_SCHEMA_MISMATCH = "The tool's result does not match its output schema."
 
 
 @dataclass(frozen=True)
@@ -99,16 +102,20 @@ class GatewayService:
         platform: Platform,
         metrics: GatewayMetrics,
         limits: CallLimits,
+        workers: WorkerPool,
         *,
         default_timeout: float,
         max_depth: int,
+        max_result_bytes: int,
     ) -> None:
         self.registry = registry
         self._platform = platform
         self._metrics = metrics
         self._limits = limits
+        self._workers = workers
         self._default_timeout = default_timeout
         self._max_depth = max_depth
+        self._max_result_bytes = max_result_bytes
 
     async def execute(self, command: ExecuteCommand) -> Outcome:
         """Run one call. Returns the outcome; failed outcomes carry their HTTP status."""
@@ -124,19 +131,8 @@ class GatewayService:
         registered = self.registry.resolve(alias.alias.canonical if alias else command.tool)
         if registered is not None:
             await self._limits.admit_tool(registered.tool)
-        schema = (alias.view if alias else registered.tool).parameters if registered else None
         shape = self._shape(command.args)
-        row: dict[str, Any] = {
-            "conclave_id": conclave_id,
-            "tool_name": registered.tool.name if registered else command.tool[:128],
-            "requested_tool": command.tool,
-            "args": self._stored_args(command.args, schema, shape),
-            "user_id": command.user_id,
-            "correlation_id": command.correlation_id,
-            "idempotency_key": command.idempotency_key,
-            "request_hash": fingerprint,
-            "created_at": utc_now(),
-        }
+        row = self._audit_row(command, conclave_id, alias, registered, shape, fingerprint)
         rejection = self._reject(command, registered, alias, shape=shape)
         if rejection is None and alias is not None and registered is not None:
             canonical_args, rejection = _rewrite(alias, registered, command.args)
@@ -161,6 +157,42 @@ class GatewayService:
                     return await self._conflicting_key(command, fingerprint)
             row["_prerecorded"] = prerecorded
             return await self._run(command, registered, row, started)
+
+    async def refuse_unsafe(self, command: ExecuteCommand, refusal: UnsafeInput) -> Outcome:
+        """Audit and answer a call refused for holding a value no store, bus or answer can carry
+        (``refusal``): ``heretical``, 422 ``UNSAFE_INPUT``. ``command`` holds the call with those
+        values escaped (:func:`conclave.platform.inputs.escape_unsafe`); nothing runs."""
+        started = time.perf_counter()
+        await self._limits.admit_user(command.user_id)
+        alias = self.registry.alias(command.tool)
+        registered = self.registry.resolve(alias.alias.canonical if alias else command.tool)
+        shape = self._shape(command.args)
+        row = self._audit_row(command, new_id(), alias, registered, shape, None)
+        return await self._record_rejection(
+            command, row, started, refusal.code, refusal.detail, refusal.errors, refusal.status
+        )
+
+    def _audit_row(
+        self,
+        command: ExecuteCommand,
+        conclave_id: str,
+        alias: RegisteredAlias | None,
+        registered: RegisteredTool | None,
+        shape: tuple[bool, bool],
+        fingerprint: str | None,
+    ) -> dict[str, Any]:
+        schema = (alias.view if alias else registered.tool).parameters if registered else None
+        return {
+            "conclave_id": conclave_id,
+            "tool_name": registered.tool.name if registered else command.tool[:128],
+            "requested_tool": command.tool,
+            "args": self._stored_args(command.args, schema, shape),
+            "user_id": command.user_id,
+            "correlation_id": command.correlation_id,
+            "idempotency_key": command.idempotency_key,
+            "request_hash": fingerprint,
+            "created_at": utc_now(),
+        }
 
     def _shape(self, args: Any) -> tuple[bool, bool]:
         """(nests too deep, too large): measured once per call, used by the checks and the audit."""
@@ -238,9 +270,16 @@ class GatewayService:
         warnings: list[str] = []
         try:
             # `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` runs the executor in a
-            # task of its own, which costs more than most tools.
-            async with asyncio.timeout(timeout):
-                result = await tool.executor(dict(command.args), context)
+            # task of its own, which costs more than most tools. It fires at an `await`, so work
+            # that computes runs in a worker process, killed when it fires.
+            async with asyncio.timeout(timeout) as deadline:
+                if tool.executor is not None:
+                    result = await tool.executor(dict(command.args), context)
+                else:
+                    assert tool.cpu_executor is not None
+                    result = await self._workers.run(
+                        tool.cpu_executor, dict(command.args), context, deadline
+                    )
         except TimeoutError:
             return await self._finish(
                 command, row, started, status=TIMEOUT, orthodoxy=BLESSED, http_status=504,
@@ -263,11 +302,10 @@ class GatewayService:
                 code="TOOL_FAILED", message="The tool failed unexpectedly.",
             )  # fmt: skip
 
-        problem = _output_problem(registered, result)
-        if problem is not None:
+        if registered.output is not None and schema_errors(registered.output, result):
             return await self._finish(
                 command, row, started, status=FAILED, orthodoxy=HERETICAL, http_status=502,
-                code="OUTPUT_INVALID", message=problem,
+                code="OUTPUT_INVALID", message=_SCHEMA_MISMATCH,
             )  # fmt: skip
         try:
             for rule in tool.rules:
@@ -276,9 +314,23 @@ class GatewayService:
                     result = verdict.result
                     warnings.extend(verdict.warnings)
         except RuleViolation as exc:
+            storable = result_problem(result, self._max_result_bytes) is None
             return await self._finish(
                 command, row, started, status=REJECTED, orthodoxy=HERETICAL, http_status=422,
-                code="RULE_VIOLATION", message=str(exc), result=result,
+                code="RULE_VIOLATION", message=str(exc), result=result if storable else None,
+            )  # fmt: skip
+        except Exception:
+            log.exception("tool rule raised", extra={"tool": tool.name})
+            return await self._finish(
+                command, row, started, status=FAILED, orthodoxy=BLESSED, http_status=502,
+                code="TOOL_FAILED", message="A rule of the tool failed unexpectedly.",
+            )  # fmt: skip
+        # After the rules (they may correct a value): what is stored, answered and replayed.
+        problem = result_problem(result, self._max_result_bytes)
+        if problem is not None:
+            return await self._finish(
+                command, row, started, status=FAILED, orthodoxy=HERETICAL,
+                http_status=problem.status, code=problem.code, message=problem.message,
             )  # fmt: skip
         return await self._finish(
             command, row, started, status=SUCCEEDED,
@@ -301,6 +353,10 @@ class GatewayService:
         warnings: list[str] | None = None,
     ) -> Outcome:
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        if message is not None:  # a plug-in's or a backend's words: stored and answered
+            message = escape_text(message)
+        if warnings:
+            warnings = [escape_text(warning) for warning in warnings]
         outcome = Outcome(
             conclave_id=row["conclave_id"], tool=row["tool_name"], status=status,
             orthodoxy_status=orthodoxy, result=result, warnings=warnings or [],
@@ -407,15 +463,3 @@ def _read_only(registered: RegisteredTool) -> bool:
     # pre-record: one commit per call instead of two. If the store is down when it finishes, the
     # caller gets 503 and nothing happened in the world.
     return bool((registered.tool.annotations or {}).get("readOnlyHint"))
-
-
-def _output_problem(registered: RegisteredTool, result: Any) -> str | None:
-    try:
-        json.dumps(result, allow_nan=True)
-    except (TypeError, ValueError):
-        return "The tool returned a value that is not JSON."
-    if registered.output is not None:
-        errors = schema_errors(registered.output, result)
-        if errors:
-            return "The tool's result does not match its output schema."
-    return None

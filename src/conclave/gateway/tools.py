@@ -1,4 +1,4 @@
-"""What a tool is: a schema, an async executor and optional rules.
+"""What a tool is: a schema, an executor and optional rules.
 
 This is the plug-in contract. A plug-in module or entry point provides :class:`Tool` objects::
 
@@ -10,15 +10,20 @@ This is the plug-in contract. A plug-in module or entry point provides :class:`T
     TOOLS = [Tool(name="add", description="Add two numbers.", executor=add, parameters={
         "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
         "required": ["a", "b"], "additionalProperties": False})]
+
+An executor that computes rather than waits (parsing, big numbers, searching a document) is given
+as ``cpu_executor`` instead: a synchronous function defined at module level, which the gateway runs
+in a worker process so that its time-out stops it (see :mod:`conclave.gateway.workers`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from conclave.platform.ratelimit import Rate
+if TYPE_CHECKING:  # worker processes import this module: they need no Redis client
+    from conclave.platform.ratelimit import Rate
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,9 @@ class ToolContext:
 
 
 Executor = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+CpuExecutor = Callable[[dict[str, Any], ToolContext], Any]
+"""A synchronous executor run in a worker process: module-level (it is pickled by reference),
+arguments and result plain JSON values."""
 
 
 @dataclass(frozen=True)
@@ -63,11 +71,13 @@ class ToolExecutionError(Exception):
 
 @dataclass(frozen=True)
 class Tool:
-    """A callable tool. ``parameters`` is a JSON Schema whose root is ``type: object``."""
+    """A callable tool. ``parameters`` is a JSON Schema whose root is ``type: object``. Exactly one
+    of ``executor`` (async, on the event loop: waiting on I/O) and ``cpu_executor`` (synchronous,
+    in a worker process: computing) is given."""
 
     name: str
     description: str
-    executor: Executor
+    executor: Executor | None = None
     parameters: Mapping[str, Any] = field(
         default_factory=lambda: {"type": "object", "properties": {}}
     )
@@ -81,6 +91,7 @@ class Tool:
     """Calls per second for this tool across all users (and replicas, on Redis)."""
     max_concurrency: int | None = None
     """Executions of this tool running at once in one process; more get 429 ``TOOL_BUSY``."""
+    cpu_executor: CpuExecutor | None = None
     unavailable_reason: str | None = None
     """Set when the tool cannot work in this deployment (e.g. its backend is not configured):
     it is left out of the catalogue and its executor answers 503."""

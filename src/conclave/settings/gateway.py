@@ -84,6 +84,20 @@ class GatewaySettings(CommonSettings):
         alias="GATEWAY_MAX_ARGS_BYTES",
         description="Largest arguments object accepted, in bytes of JSON (413 beyond it).",
     )
+    max_result_bytes: int = Field(
+        1_048_576,
+        alias="GATEWAY_MAX_RESULT_BYTES",
+        gt=0,
+        description="Largest tool result stored in the audit row and answered, in bytes of JSON "
+        "(beyond it the call fails with 422 RESULT_TOO_LARGE).",
+    )
+    tool_workers: int = Field(
+        2,
+        alias="GATEWAY_TOOL_WORKERS",
+        ge=1,
+        description="Worker processes running CPU-bound tools (cpu_executor), so their time-out "
+        "stops them; calls beyond this many wait for a free worker.",
+    )
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["127.0.0.1:*", "localhost:*", "[::1]:*"],
         alias="GATEWAY_MCP_ALLOWED_HOSTS",
