@@ -7,10 +7,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conclave.platform.errors import ConclaveError
+from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.logs import request_id_var
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ def problem(
     errors: list[dict[str, Any]] | None = None,
     extra: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
-) -> JSONResponse:
+) -> CompactJSONResponse:
     """Build a problem+json response."""
     body: dict[str, Any] = {
         "type": _TYPE_BASE + code.lower().replace("_", "-"),
@@ -55,10 +55,12 @@ def problem(
         body["errors"] = errors
     if extra:
         body.update({k: v for k, v in extra.items() if k not in body})
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+    return CompactJSONResponse(
+        body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers
+    )
 
 
-def error_response(error: ConclaveError, instance: str | None = None) -> JSONResponse:
+def error_response(error: ConclaveError, instance: str | None = None) -> CompactJSONResponse:
     """Render a :class:`ConclaveError`."""
     return problem(
         error.status,
@@ -76,12 +78,12 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(str(part) for part in loc)
 
 
-async def _on_conclave_error(request: Request, exc: Exception) -> JSONResponse:
+async def _on_conclave_error(request: Request, exc: Exception) -> CompactJSONResponse:
     assert isinstance(exc, ConclaveError)
     return error_response(exc, request.url.path)
 
 
-async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+async def _on_validation_error(request: Request, exc: Exception) -> CompactJSONResponse:
     assert isinstance(exc, RequestValidationError)
     raw = exc.errors()
     if any(error.get("type") == "json_invalid" for error in raw):
@@ -100,7 +102,7 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
     )  # fmt: skip
 
 
-async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
+async def _on_http_error(request: Request, exc: Exception) -> CompactJSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and "parsing the body" in str(exc.detail):
         # FastAPI's own JSON parsing failed in a way it does not classify (e.g. nesting so deep
@@ -118,7 +120,7 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     )  # fmt: skip
 
 
-def internal_error(path: str, exc: BaseException) -> JSONResponse:
+def internal_error(path: str, exc: BaseException) -> CompactJSONResponse:
     """Log ``exc`` and render the generic 500 problem (the exception's text stays in the log)."""
     log.error("unhandled error", exc_info=exc, extra={"path": path})
     return problem(
@@ -126,7 +128,7 @@ def internal_error(path: str, exc: BaseException) -> JSONResponse:
     )
 
 
-async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+async def _on_unexpected(request: Request, exc: Exception) -> CompactJSONResponse:
     return internal_error(request.url.path, exc)
 
 
