@@ -14,7 +14,7 @@ from conclave.collector.events import REQUESTED
 from conclave.collector.models import ExpeditionCreate
 from conclave.collector.store.tables import expeditions
 from conclave.platform.bus.base import dead_letter_channel
-from tests.collector.conftest import collector_app, collector_settings
+from tests.collector.conftest import collector_app, collector_settings, wait_terminal
 from tests.conftest import REDIS_URL, Backend, eventually
 
 JSON = {"content-type": "application/json"}
@@ -154,3 +154,45 @@ async def test_a_bus_request_holding_an_unsafe_value_is_dead_lettered(
             assert await _stored_count(backend.engine) == 1
     finally:
         await raw.aclose()
+
+
+async def test_collected_items_holding_unsafe_values_are_kept_escaped(backend, tmp_path) -> None:
+    """A file or an API we do not own may hold anything: the run completes, the items are stored
+    escaped, their vectors are written, and reading them back works."""
+    source = tmp_path / "items.jsonl"
+    source.write_text(
+        '{"id": "ok", "title": "plain apple"}\n'
+        '{"id": "bad", "title": "broken \\ud800 pear", "score": NaN, "big": 1e400}\n'
+        '{"id": "nul", "title": "a\\u0000b", "n": 99999999999999999999}\n'
+    )
+    async with collector_app(backend, collector_settings(tmp_path)) as (client, _app):
+        body = {
+            "expedition_type": "discovery",
+            "target_collections": ["things"],
+            "parameters": {"sources": [{"type": "file", "path": str(source), "key": "id"}]},
+        }
+        accepted = (await client.post("/expedition/run", json=body)).json()
+        record = await wait_terminal(client, accepted["expedition_id"])
+        assert record["status"] == "completed", record["errors"]
+        assert record["results"]["records"]["inserted"] == 3
+
+        bad = (await client.get("/collections/things/records/bad")).json()
+        assert bad["data"] == {
+            "id": "bad",
+            "title": "broken \\ud800 pear",
+            "score": "NaN",
+            "big": "Infinity",
+        }
+        nul = (await client.get("/collections/things/records/nul")).json()
+        assert nul["data"] == {"id": "nul", "title": "a\\u0000b", "n": "99999999999999999999"}
+
+        async def indexed() -> Any:
+            listing = (await client.get("/collections")).json()["collections"]
+            return [c for c in listing if c["name"] == "things" and c["vectors"] == 3]
+
+        await eventually(indexed, timeout=15)
+        audit = await client.post(
+            "/expedition/run", json={"expedition_type": "audit", "target_collections": ["things"]}
+        )
+        audited = await wait_terminal(client, audit.json()["expedition_id"])
+        assert audited["status"] == "completed", audited["errors"]
