@@ -295,7 +295,7 @@ async def test_redis_entries_keep_any_content_and_order(
         Event.from_fields(fields) for index, (_, fields) in enumerate(entries) if index != with_nul
     ]
     assert read == [e for index, e in enumerate(sent) if index != with_nul]
-    with pytest.raises(ValueError, match="unsafe value at payload.text: nul"):
+    with pytest.raises(ValueError, match=r"unsafe value at payload\.text: nul"):
         Event.from_fields(entries[with_nul][1])
 
 
