@@ -3,6 +3,8 @@ one anyway (stored before the boundary refused it) never fails a list or a read.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from conclave.collector.events import REQUESTED
 from conclave.collector.models import ExpeditionCreate
 from conclave.collector.store.tables import expeditions
 from conclave.platform.bus.base import dead_letter_channel
+from conclave.platform.embedding import HashingEmbedder
 from tests.collector.conftest import collector_app, collector_settings, wait_terminal
 from tests.conftest import REDIS_URL, Backend, eventually
 
@@ -196,3 +199,47 @@ async def test_collected_items_holding_unsafe_values_are_kept_escaped(backend, t
         )
         audited = await wait_terminal(client, audit.json()["expedition_id"])
         assert audited["status"] == "completed", audited["errors"]
+
+
+class Utf8Embedder(HashingEmbedder):
+    """The lexical embedder, reading its texts as UTF-8 as a model's tokenizer or an embedding
+    API does (the built-in one only looks at word characters, and never meets a surrogate)."""
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return super().embed([text.encode("utf-8").decode("utf-8") for text in texts])
+
+
+async def test_a_stored_record_holding_a_lone_surrogate_does_not_block_the_vectors(
+    backend, tmp_path
+) -> None:
+    """The indexer writes vectors in batches: one record stored before the checks, whose text
+    cannot be encoded, failed every batch it was in, so no vector was written for anyone."""
+    now = datetime.now(UTC)
+
+    def record(key: str, data: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "collection": "things", "record_key": key, "content_hash": key * 8, "data": data,
+            "source": "earlier", "expedition_id": None, "correlation_id": None,
+            "vector_pending": True, "created_at": now, "updated_at": now,
+        }  # fmt: skip
+
+    settings = collector_settings(tmp_path, embedder=f"{__name__}:{Utf8Embedder.__name__}")
+    async with collector_app(backend, settings) as (client, _app):
+        async with backend.engine.begin() as connection:
+            await store.upsert_records(
+                connection,
+                [record("before", {"t": "plain"}), record("broken", {"t": "x\ud800\x00y"}),
+                 record("after", {"t": "plain too"})],
+            )  # fmt: skip
+
+        async def indexed() -> Any:
+            listing = (await client.get("/collections")).json()["collections"]
+            return [c for c in listing if c["name"] == "things" and c["vectors"] == 3]
+
+        await eventually(indexed, timeout=15)
+        found = (await client.get("/collections/things/search", params={"q": "plain"})).json()
+        assert {hit["record"]["record_key"] for hit in found["hits"]} == {
+            "before",
+            "after",
+            "broken",
+        }
