@@ -7,6 +7,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp
 
@@ -156,7 +157,7 @@ def platform_lifespan(
     return lifespan
 
 
-async def health_response(platform: Platform, service: str, **extra: Any) -> CompactJSONResponse:
+async def health_response(platform: Platform, service: str, **extra: Any) -> JSONResponse:
     """The standard health body: each dependency's status; 503 when one is down."""
     checks = await platform.check()
     healthy = all(check["status"] == "up" for check in checks.values())

@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conclave.platform.errors import ConclaveError
@@ -40,7 +41,7 @@ def problem(
     errors: list[dict[str, Any]] | None = None,
     extra: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
-) -> CompactJSONResponse:
+) -> JSONResponse:
     """Build a problem+json response."""
     body: dict[str, Any] = {
         "type": _TYPE_BASE + code.lower().replace("_", "-"),
@@ -60,7 +61,7 @@ def problem(
     )
 
 
-def error_response(error: ConclaveError, instance: str | None = None) -> CompactJSONResponse:
+def error_response(error: ConclaveError, instance: str | None = None) -> JSONResponse:
     """Render a :class:`ConclaveError`."""
     return problem(
         error.status,
@@ -78,12 +79,12 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(str(part) for part in loc)
 
 
-async def _on_conclave_error(request: Request, exc: Exception) -> CompactJSONResponse:
+async def _on_conclave_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ConclaveError)
     return error_response(exc, request.url.path)
 
 
-async def _on_validation_error(request: Request, exc: Exception) -> CompactJSONResponse:
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     raw = exc.errors()
     if any(error.get("type") == "json_invalid" for error in raw):
@@ -102,7 +103,7 @@ async def _on_validation_error(request: Request, exc: Exception) -> CompactJSONR
     )  # fmt: skip
 
 
-async def _on_http_error(request: Request, exc: Exception) -> CompactJSONResponse:
+async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and "parsing the body" in str(exc.detail):
         # FastAPI's own JSON parsing failed in a way it does not classify (e.g. nesting so deep
@@ -120,7 +121,7 @@ async def _on_http_error(request: Request, exc: Exception) -> CompactJSONRespons
     )  # fmt: skip
 
 
-def internal_error(path: str, exc: BaseException) -> CompactJSONResponse:
+def internal_error(path: str, exc: BaseException) -> JSONResponse:
     """Log ``exc`` and render the generic 500 problem (the exception's text stays in the log)."""
     log.error("unhandled error", exc_info=exc, extra={"path": path})
     return problem(
@@ -128,7 +129,7 @@ def internal_error(path: str, exc: BaseException) -> CompactJSONResponse:
     )
 
 
-async def _on_unexpected(request: Request, exc: Exception) -> CompactJSONResponse:
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return internal_error(request.url.path, exc)
 
 

@@ -101,10 +101,11 @@ def _in_query(scope: Scope) -> UnsafeValue | None:
 
 
 def _in_headers(scope: Scope) -> UnsafeValue | None:
-    for name, value in scope.get("headers", ()):
-        if b"\x00" in value:
-            return UnsafeValue(("header", name.decode("latin-1")), "nul")
-    return None
+    headers = scope.get("headers", ())
+    if b"\x00" not in b"".join([value for _name, value in headers]):  # one scan, usually
+        return None
+    name = next(name for name, value in headers if b"\x00" in value)
+    return UnsafeValue(("header", name.decode("latin-1")), "nul")
 
 
 async def _in_body(request: Request) -> UnsafeValue | None:
