@@ -18,6 +18,7 @@ from conclave.collector import store
 from conclave.collector.metrics import CollectorMetrics
 from conclave.collector.semantic import SemanticMemory, VectorRecord, embedding_text
 from conclave.platform.db.engine import is_store_down
+from conclave.platform.inputs import escape_text
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,15 @@ class VectorIndexer:
         rows = await store.pending_vectors(self._engine, self._batch_size)
         if not rows:
             return 0
+        # A record stored before text was checked may hold a lone surrogate: an embedder
+        # encodes its text, and one such record would fail its whole batch, every time.
         items = [
-            VectorRecord(row.collection, row.record_key, row.content_hash, embedding_text(row.data))
+            VectorRecord(
+                row.collection, row.record_key, row.content_hash,
+                escape_text(embedding_text(row.data)),
+            )
             for row in rows
-        ]
+        ]  # fmt: skip
         await self._memory.upsert(items)
         await store.mark_indexed(
             self._engine, [(i.collection, i.key, i.content_hash) for i in items]

@@ -7,11 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
+from pydantic_core import PydanticSerializationError
 
 from conclave.graph.models import DispatchRequest, DispatchResponse, GraphHealth
 from conclave.graph.service import DispatchCommand, DispatchService
 from conclave.platform.bodies import read_model, request_model_schema
 from conclave.platform.http import correlation_id
+from conclave.platform.jsontext import CompactJSONResponse
 
 router = APIRouter()
 
@@ -66,7 +68,12 @@ async def dispatch(request: Request) -> Response:
         correlation_id=body.correlation_id or correlation_id(request) or None,
     )
     response = await state.graph.dispatch(command)
-    return Response(response.model_dump_json(), media_type="application/json")
+    try:
+        text = response.model_dump_json()
+    except PydanticSerializationError:
+        # A collector answer held text JSON cannot carry (a lone surrogate): answered escaped.
+        return CompactJSONResponse(response.model_dump(mode="json"))
+    return Response(text, media_type="application/json")
 
 
 DISPATCH_ROUTE = next(r for r in router.routes if isinstance(r, APIRoute) and r.path == "/dispatch")

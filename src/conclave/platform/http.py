@@ -21,10 +21,12 @@ from conclave.platform.auth import (
 )
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.fast_lane import ServiceApp
+from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.metrics import Reading, ServiceMetrics
 from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from conclave.platform.outbox import OutboxRelay
 from conclave.platform.problems import install_problem_handlers
+from conclave.platform.request_values import refuse_unsafe_values
 from conclave.platform.runtime import Platform
 from conclave.platform.tracing import Tracing
 from conclave.settings import CommonSettings
@@ -86,7 +88,13 @@ def create_service_app(
     **fastapi_kwargs: Any,
 ) -> ServiceApp:
     """A FastAPI app with Conclave's cross-cutting behaviour installed; routes are added after.
-    ``tracing`` defaults to what the settings configure (off unless OpenTelemetry is set up)."""
+    ``tracing`` defaults to what the settings configure (off unless OpenTelemetry is set up).
+
+    Every route refuses unsafe values in its path, query, headers and body (422
+    ``UNSAFE_INPUT``, :mod:`conclave.platform.request_values`) and answers JSON with
+    :class:`CompactJSONResponse`, which escapes a stored value JSON text cannot carry instead of
+    failing. A class set explicitly, not left to the default, is what makes FastAPI render through
+    it (its own default encodes response models in pydantic's core, where such a value fails)."""
     tracing = tracing or Tracing.from_settings(settings, service)
 
     def edge(inner: ASGIApp) -> ASGIApp:
@@ -101,6 +109,8 @@ def create_service_app(
         lifespan=_flushing(lifespan, tracing),
         telemetry=tracing.fastapi_telemetry(),
         edge=None if tracing.enabled else edge,
+        dependencies=[Depends(refuse_unsafe_values), *fastapi_kwargs.pop("dependencies", ())],
+        default_response_class=fastapi_kwargs.pop("default_response_class", CompactJSONResponse),
         **fastapi_kwargs,
     )
     app.state.service = service
@@ -199,7 +209,7 @@ async def health_response(platform: Platform, service: str, **extra: Any) -> JSO
     warnings = platform.warnings()
     if warnings:
         body["warnings"] = warnings
-    return JSONResponse(body, status_code=200 if healthy else 503)
+    return CompactJSONResponse(body, status_code=200 if healthy else 503)
 
 
 async def platform_of(request: Request) -> Platform:

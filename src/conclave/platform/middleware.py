@@ -14,7 +14,7 @@ from conclave.platform.logs import correlation_id_var, request_id_var
 from conclave.platform.metrics import ServiceMetrics
 from conclave.platform.problems import PROBLEM_MEDIA_TYPE, internal_error
 
-_SAFE_ID = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
+_SAFE_ID = re.compile(r"[A-Za-z0-9._:/@+=-]{1,128}")
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -26,7 +26,7 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 def _clean_id(value: str | None) -> str | None:
     # Ids come from clients and end up in logs and events: accept only short, plain tokens.
-    return value if value is not None and _SAFE_ID.match(value) else None
+    return value if value is not None and _SAFE_ID.fullmatch(value) else None
 
 
 def replay_body(body: bytes, receive: Receive) -> Receive:

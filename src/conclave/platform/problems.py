@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conclave.platform.errors import ConclaveError
+from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.logs import request_id_var
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,9 @@ def problem(
         body["errors"] = errors
     if extra:
         body.update({k: v for k, v in extra.items() if k not in body})
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+    return CompactJSONResponse(
+        body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers
+    )
 
 
 def error_response(error: ConclaveError, instance: str | None = None) -> JSONResponse:

@@ -8,6 +8,7 @@ from typing import Any
 from conclave.collector.agents.context import ExpeditionContext, ExpeditionFailed
 from conclave.collector.parameter_secrets import resolve_headers
 from conclave.collector.sources.base import SourceContext, SourceError, label
+from conclave.platform.inputs import escape_unsafe, find_unsafe
 
 
 class Tracker:
@@ -19,7 +20,13 @@ class Tracker:
         self._context = context
 
     async def track(self, spec: Mapping[str, Any]) -> AsyncIterator[tuple[str, list[Any]]]:
-        """Yield ``(source label, batch of raw items)``; a failing source fails the run."""
+        """Yield ``(source label, batch of raw items)``; a failing source fails the run.
+
+        An item holding a value no store, bus or response can carry (a lone surrogate, NUL,
+        NaN, an integer beyond 64 bits: a JSON API or a file we do not own may hold any) is
+        yielded with those values escaped (:func:`~conclave.platform.inputs.escape_unsafe`):
+        it is data to keep, but as it is it would fail its hash, its row or its vector, and
+        with them the whole run, every later audit of the collection, or a list that shows it."""
         source = self._context.sources.get(str(spec.get("type")))
         if source is None:
             raise ExpeditionFailed(f"unknown source type {spec.get('type')!r}")
@@ -33,6 +40,10 @@ class Tracker:
         context = SourceContext(settings, self._context.correlation_id)
         try:
             async for batch in source.fetch(spec, context):
-                yield where, batch
+                yield where, [_storable(item) for item in batch]
         except SourceError as exc:
             raise ExpeditionFailed(f"source {where} failed: {exc}", code=exc.code) from exc
+
+
+def _storable(item: Any) -> Any:
+    return item if find_unsafe(item) is None else escape_unsafe(item)

@@ -12,6 +12,7 @@ from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.errors import Unavailable
 from conclave.platform.ids import new_id
+from conclave.platform.inputs import find_unsafe
 from conclave.platform.jsontext import COMPACT
 from conclave.platform.logs import correlation_id_var
 
@@ -40,10 +41,17 @@ class Event:
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, str]) -> Event:
-        """Rebuild an event from stream fields; ``ValueError``/``KeyError`` when malformed."""
+        """Rebuild an event from stream fields; ``ValueError``/``KeyError`` when malformed,
+        including when a field or the payload holds a value no store or bus can carry (anyone
+        who can write to a stream can put one there: such an entry is dead-lettered, never
+        handled, so it cannot become a row that fails every later read or publish)."""
         payload = json.loads(fields["payload"])
         if not isinstance(payload, dict):
             raise ValueError("payload is not a JSON object")
+        envelope = {name: value for name, value in fields.items() if name != "payload"}
+        finding = find_unsafe(payload, ("payload",)) or find_unsafe(envelope)
+        if finding is not None:
+            raise ValueError(f"unsafe value at {finding.field}: {finding.kind}")
         return cls(
             channel=fields["channel"],
             payload=payload,

@@ -112,6 +112,11 @@ class RedisStreamsBus:
         self._redis: Redis = Redis.from_url(
             url,
             decode_responses=True,
+            # Anyone who can write to a stream can write bytes that are not UTF-8: strict decoding
+            # would fail the whole read (stopping the consumer on that entry for good). Decoded
+            # with surrogate escapes, such an entry is refused as unsafe (Event.from_fields) and
+            # dead-lettered with its bytes as they were.
+            encoding_errors="surrogateescape",
             socket_connect_timeout=2,
             socket_timeout=(_READ_BLOCK_MS / 1000) + 5,
             health_check_interval=15,
