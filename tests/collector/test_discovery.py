@@ -159,20 +159,11 @@ async def test_source_returning_garbage_fails_with_the_reason(backend, tmp_path)
         assert events[-1].payload["expedition_id"] == record["expedition_id"]
 
 
-async def test_source_items_no_store_can_keep_are_rejected_and_the_rest_collected(
-    backend, tmp_path
-) -> None:
-    # A source's data is outside input too: one lone surrogate used to fail the whole run with
-    # INTERNAL_ERROR (and a 5,000-digit number or deep nesting crashed the reader).
-    lines = [
-        '{"id": "ok", "title": "fine"}',
-        '{"id": "s", "title": "\\ud800"}',
-        '{"\\udfff": 1, "id": "k"}',
-        '{"id": "n", "title": "a\\u0000b"}',
-        '{"id": "f", "v": 1e999}',
-        '{"id": "i", "v": 99999999999999999999}',
-        '{"id": "d", "v": ' + "[" * 100 + "]" * 100 + "}",
-    ]
+async def test_items_nested_too_deep_are_rejected_and_the_rest_collected(backend, tmp_path) -> None:
+    # A source's data is outside input too: deep nesting crashed the reader, a 5,000-digit number
+    # too. (Items holding lone surrogates, NUL or non-finite numbers are kept escaped:
+    # tests/collector/test_unsafe_values.py.)
+    lines = ['{"id": "ok", "title": "fine"}', '{"id": "d", "v": ' + "[" * 100 + "]" * 100 + "}"]
     (inbox(tmp_path) / "mixed.jsonl").write_text("\n".join(lines) + "\n")
     (inbox(tmp_path) / "huge.jsonl").write_text('{"id": "h", "v": ' + "9" * 5000 + "}\n")
     async with collector_app(backend, collector_settings(tmp_path)) as (client, _app):
@@ -187,14 +178,7 @@ async def test_source_items_no_store_can_keep_are_rejected_and_the_rest_collecte
         assert record["status"] == "completed", record["errors"]
         results = record["results"]
         assert results["records"]["inserted"] == 1
-        assert results["rejections"] == [
-            "item 1: title: Text holds a lone surrogate (not a Unicode scalar value).",
-            "item 2: \\udfff: Text holds a lone surrogate (not a Unicode scalar value).",
-            "item 3: title: Text holds a NUL character.",
-            "item 4: v: Numbers must be finite (no NaN, Infinity or overflowing exponents).",
-            "item 5: v: Integers must fit in 64 bits.",
-            "item 6: nested deeper than 64 levels",
-        ]
+        assert results["rejections"] == ["item 1: nested deeper than 64 levels"]
         assert (await client.get("/collections/default/records/ok")).status_code == 200
 
         accepted = await client.post(

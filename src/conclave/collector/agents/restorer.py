@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conclave.collector.agents.context import content_hash
-from conclave.platform.inputs import escape_text, find_unsafe
 
 _MAX_KEY = 256
 MAX_DEPTH = 64
@@ -78,11 +77,6 @@ class Restorer:
                 continue
             if _deeper_than(item, MAX_DEPTH):
                 result.rejected.append(f"item {index}: nested deeper than {MAX_DEPTH} levels")
-                continue
-            unsafe = find_unsafe(item)
-            if unsafe is not None:
-                where = escape_text(unsafe.field) or "(the item)"
-                result.rejected.append(f"item {index}: {where}: {unsafe.message}")
                 continue
             data = _normalize(item)
             for name, default in self._defaults.items():
