@@ -80,10 +80,11 @@ async def test_unsafe_tool_name_is_audited_escaped(backend: Backend):
         assert (row.requested_tool, row.orthodoxy_status) == ("ec\\ud800ho", "heretical")
 
 
-async def test_call_id_holding_nul_is_not_found(backend: Backend):
+async def test_call_id_holding_nul_is_refused(backend: Backend):
     async with run_gateway(backend, test_settings()) as client:
         response = await client.get("/calls/a%00b")  # was a 500 on PostgreSQL
-        assert response.status_code == 404 and response.json()["code"] == "CALL_NOT_FOUND"
+        assert response.status_code == 422 and response.json()["code"] == "UNSAFE_INPUT"
+        assert response.json()["errors"][0]["field"] == "path.conclave_id"
 
 
 @pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "sdk"])
