@@ -104,7 +104,7 @@ async def upload(
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
     signature: Annotated[str | None, Header(alias="X-Conclave-Signature")] = None,
     timestamp: Annotated[str | None, Header(alias="X-Conclave-Timestamp")] = None,
-    nonce: Annotated[str | None, Header(alias="X-Conclave-Nonce", max_length=128)] = None,
+    nonce: Annotated[str | None, Header(alias="X-Conclave-Nonce")] = None,
 ) -> UploadResponse:
     """Upload one or more files of a media type; each becomes an immutable Evidence Pack."""
     length = request.headers.get("content-length")
