@@ -1,9 +1,10 @@
 """Streaming multipart/form-data reader for uploads.
 
 The body is parsed as it arrives: file parts go straight into temporary blobs (hashed on the way,
-refused with 413 the moment one passes its limit), small form fields are kept in memory with a cap
-on each field's size and on the number of parts, counted part by part (a cap on distinct names let
-a million same-name parts through). Form fields must be UTF-8 without NUL (422 ``UNSAFE_INPUT``).
+refused with 413 the moment one passes its limit); the form fields the caller names are kept in
+memory, each within its own limit, UTF-8 without NUL (422 ``UNSAFE_INPUT``) and sent once; other
+fields are skipped unread (still bounded in size). Every non-file part counts towards
+:data:`MAX_FIELDS`: a cap on distinct names let a million same-name parts through.
 For signed requests the SHA-256 of the raw body is computed too; only for them, as it is a second
 hash pass over every byte (about 0.7 s of CPU per 512 MiB).
 """
@@ -27,9 +28,7 @@ from conclave.platform.errors import (
 from conclave.platform.inputs import decode_checked
 
 MAX_FIELD_BYTES = 1024 * 1024
-"""Ceiling of a field given its own limit (``field_limits``), e.g. ``metadata``."""
-MAX_TEXT_FIELD_BYTES = 1024
-"""Limit of every other field: ids and keys, all far shorter."""
+"""Largest field skipped unread (one the caller did not name)."""
 MAX_FIELDS = 32
 """Most non-file parts in one upload, each part counted."""
 
@@ -85,12 +84,14 @@ class _Receiver:
         self._max_files = max_files
         self._field_limits = field_limits
         self._field_count = 0
-        self._field_limit = MAX_TEXT_FIELD_BYTES
+        self._field_limit = MAX_FIELD_BYTES
+        self._field_size = 0
         self._header_name = b""
         self._header_value = b""
         self._disposition = b""
         self._content_type = b""
-        self._field: bytearray | None = None
+        self._field: bytearray | None = None  # a named field being read
+        self._skipping = False  # a field nobody asked for, skipped unread
         self._field_name = ""
         self._blob: TempBlob | None = None
 
@@ -114,6 +115,7 @@ class _Receiver:
     def _part_begin(self) -> None:
         self._disposition = self._content_type = b""
         self._field = None
+        self._skipping = False
         self._blob = None
 
     def _header_end(self) -> None:
@@ -145,24 +147,31 @@ class _Receiver:
             self._field_count += 1
             if self._field_count > MAX_FIELDS:
                 raise PayloadTooLarge(f"At most {MAX_FIELDS} form fields.", code="TOO_MANY_FIELDS")
-            raw_name = options.get(b"name", b"")
-            self._field_name = decode_checked(raw_name, ("form", "(field name)"))
-            if self._field_name in self.upload.fields:
+            self._field_name = name
+            self._field_size = 0
+            limit = self._field_limits.get(name)
+            if limit is None:
+                self._field_limit = MAX_FIELD_BYTES
+                self._skipping = True
+                return
+            if name in self.upload.fields:
                 # Which copy would win differs between parsers, proxies and inspectors: refused.
                 raise Unprocessable(
-                    f"Form field {self._field_name!r} is sent more than once.",
+                    f"Form field {name!r} is sent more than once.",
                     code="DUPLICATE_FIELD",
-                    errors=[{"field": self._field_name, "message": "repeated"}],
+                    errors=[{"field": name, "message": "repeated"}],
                 )
-            self._field_limit = self._field_limits.get(self._field_name, MAX_TEXT_FIELD_BYTES)
+            self._field_limit = limit
             self._field = bytearray()
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
         if self._blob is not None:
             self._blob.write(data[start:end])
-        elif self._field is not None:
-            self._field += data[start:end]
-            if len(self._field) > self._field_limit:
+        elif self._field is not None or self._skipping:
+            if self._field is not None:
+                self._field += data[start:end]
+            self._field_size += end - start
+            if self._field_size > self._field_limit:
                 raise PayloadTooLarge(
                     f"Form field {self._field_name!r} exceeds {self._field_limit} bytes.",
                     code="FIELD_TOO_LARGE",
@@ -187,8 +196,8 @@ async def read_upload(
     hash_body: bool = False,
 ) -> Upload:
     """Receive a multipart body; temporary files are deleted again if anything goes wrong.
-    ``field_limits`` gives named fields a size limit of their own (others get
-    :data:`MAX_TEXT_FIELD_BYTES`). With ``hash_body`` the raw body's SHA-256 is in
+    ``field_limits`` names the fields to keep and their size limits (others are skipped,
+    within :data:`MAX_FIELD_BYTES`). With ``hash_body`` the raw body's SHA-256 is in
     ``body_sha256`` (for signature checks)."""
     receiver = _Receiver(blobs, max_file_bytes, max_files, field_limits or {})
     parser = MultipartParser(boundary, receiver.callbacks())  # type: ignore[arg-type]

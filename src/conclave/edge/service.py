@@ -35,6 +35,9 @@ from conclave.platform.runtime import Platform
 from conclave.settings import EdgeSettings
 
 RATE_WINDOW = timedelta(minutes=5)
+TEXT_FIELDS = ("correlation_id", "sampling_policy_ref", "idempotency_key")
+"""Form fields besides ``metadata`` and the files; any other field is skipped unread."""
+MAX_TEXT_FIELD_BYTES = 1024  # the ids are at most 256 characters
 ERROR_WINDOW = timedelta(hours=1)
 _ERROR_RETENTION = timedelta(days=7)
 _PRUNE_EVERY_SECONDS = 600.0
@@ -102,7 +105,10 @@ class IntakeService:
         self.limits = upload_limits(settings.max_upload_bytes)
         # Beyond the setting (but under the ceiling) ``metadata`` is read whole and refused with
         # the specific METADATA_TOO_LARGE; the ceiling stops it early with FIELD_TOO_LARGE.
-        self.field_limits = {"metadata": max(settings.max_metadata_bytes, MAX_FIELD_BYTES)}
+        self.field_limits = {
+            "metadata": max(settings.max_metadata_bytes, MAX_FIELD_BYTES),
+            **dict.fromkeys(TEXT_FIELDS, MAX_TEXT_FIELD_BYTES),
+        }
         self.secrets = signing.parse_secret_table(settings.device_secrets.get_secret_value())
         self._last_prune = 0.0
 
