@@ -110,10 +110,16 @@ class DeadlineProtocol(HttpToolsProtocol):
             self._timer = None
         super().connection_lost(exc)
 
+    # The parser callbacks below run for every request: they call the base class directly (no
+    # ``super()`` lookup) and do no more than note the time.
     def data_received(self, data: bytes) -> None:
-        if self._phase == _CLOSING:
+        phase = self._phase
+        if phase == _CLOSING:
             return
-        super().data_received(data)
+        if phase == _BODY:
+            self._body_received += len(data)
+            self._last_read = self.loop.time()
+        HttpToolsProtocol.data_received(self, data)
         if self._phase == _DONE or self.transport.is_closing():
             return
         due = self._due()
@@ -126,13 +132,13 @@ class DeadlineProtocol(HttpToolsProtocol):
             self._arm()
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        HttpToolsProtocol.on_message_begin(self)
         if self._phase == _DONE:  # a new request on a kept-alive connection
             self._phase = _HEADERS
             self._phase_started = self.loop.time()
 
     def on_headers_complete(self) -> None:
-        super().on_headers_complete()
+        HttpToolsProtocol.on_headers_complete(self)
         if self.parser.should_upgrade():
             self._phase = _DONE  # a WebSocket: no longer an HTTP request
             return
@@ -140,13 +146,8 @@ class DeadlineProtocol(HttpToolsProtocol):
         self._phase_started = self._last_read = self.loop.time()
         self._body_received = 0
 
-    def on_body(self, body: bytes) -> None:
-        super().on_body(body)
-        self._body_received += len(body)
-        self._last_read = self.loop.time()
-
     def on_message_complete(self) -> None:
-        super().on_message_complete()
+        HttpToolsProtocol.on_message_complete(self)
         self._phase = _DONE
 
     def _due(self) -> float | None:
