@@ -189,7 +189,8 @@ class DeadlineProtocol(HttpToolsProtocol):
         if self._phase == _BODY:
             code = "BODY_TIMEOUT"
             detail = "The request body did not arrive in time; the connection is closed."
-            answer = cycle is not None and not cycle.response_started
+            # A queued pipelined request must not answer in the middle of the one before it.
+            answer = cycle is not None and not cycle.response_started and not self.pipeline
             if cycle is not None:
                 cycle.scope.setdefault("extensions", {})[_READ_TIMEOUT_KEY] = {"code": code}
                 # The application sees the client gone: it stops reading and drops what it got,
