@@ -148,3 +148,16 @@ async def test_unsafe_upload_headers_are_refused(embedded, tmp_path, header: str
         assert response.json()["code"] == "UNSAFE_INPUT"
         assert response.json()["errors"][0]["field"] == f"header.{header}"
     assert await _packs(embedded) == 0
+
+
+async def test_evidence_ids_with_nul_are_refused_not_sent_to_the_store(
+    backend: Backend, tmp_path
+) -> None:
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        for suffix in ("", "/verify", "/content"):
+            unsafe = await client.get(f"/api/edge-intake/evidence/%00abc{suffix}")
+            assert unsafe.status_code == 422, unsafe.text
+            assert unsafe.json()["code"] == "UNSAFE_INPUT"
+            unknown = await client.get(f"/api/edge-intake/evidence/{'a' * 300}{suffix}")
+            assert unknown.status_code == 404
+            assert unknown.json()["code"] == "EVIDENCE_NOT_FOUND"
