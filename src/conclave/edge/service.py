@@ -35,12 +35,12 @@ from conclave.platform.runtime import Platform
 from conclave.settings import EdgeSettings
 
 RATE_WINDOW = timedelta(minutes=5)
-TEXT_FIELDS = ("correlation_id", "sampling_policy_ref", "idempotency_key")
-"""Form fields besides ``metadata`` and the files; any other field is skipped unread."""
-MAX_TEXT_FIELD_BYTES = 1024  # the ids are at most 256 characters
 ERROR_WINDOW = timedelta(hours=1)
 _ERROR_RETENTION = timedelta(days=7)
 _PRUNE_EVERY_SECONDS = 600.0
+TEXT_FIELDS = ("correlation_id", "sampling_policy_ref", "idempotency_key")
+"""Form fields besides ``metadata`` and the files; any other field is skipped unread."""
+MAX_TEXT_FIELD_BYTES = 1024  # the ids are at most 256 characters
 
 
 @dataclass(frozen=True)
@@ -322,7 +322,7 @@ class IntakeService:
         # Keyed on the canonical signature, which covers body, timestamp and nonce: every spelling
         # of one captured request is the same key, and no two honest requests share one.
         with store_errors():
-            fresh = await store.use_nonce(self.engine, device, signature)
+            fresh = await store.use_signature(self.engine, device, signature)
         if not fresh:
             raise Unauthorized("This signed request was already used.", code="REPLAYED_REQUEST")
 
