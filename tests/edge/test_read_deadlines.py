@@ -24,8 +24,8 @@ from tests.edge import samples
 from tests.edge.conftest import edge_settings
 
 HEADER_SECONDS = 0.5
-BODY_IDLE_SECONDS = 1.5
-BODY_SECONDS = 1.0
+BODY_IDLE_SECONDS = 1.0
+BODY_SECONDS = 2.0
 MIN_RATE = 2000  # bytes per second
 # "Cut off soon after the deadline", generous for a loaded 2-core CI machine; and not before it
 # (the server's clock for a connection starts a moment before the client's does).
@@ -183,10 +183,10 @@ async def test_uploads_at_a_fair_rate_are_not_cut(embedded: Backend, tmp_path: P
     )
 
     async def paced() -> AsyncIterator[bytes]:
-        # ~10 KB/s for about 2 s: longer than BODY_SECONDS, well above MIN_RATE.
+        # ~7 KB/s for about 3 s: longer than BODY_SECONDS, well above MIN_RATE.
         for start in range(0, len(body), 2000):
             yield body[start : start + 2000]
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.3)
 
     async with (
         served(embedded, _settings(tmp_path)) as port,
