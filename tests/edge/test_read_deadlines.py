@@ -113,7 +113,9 @@ def _temp_files(data_dir: Path) -> list[Path]:
     return list((data_dir / "blobs" / "tmp").glob("*.part"))
 
 
-async def test_dripped_and_missing_headers_are_cut_off(embedded: Backend, tmp_path: Path) -> None:
+async def test_dripped_missing_and_huge_headers_are_cut_off(
+    embedded: Backend, tmp_path: Path
+) -> None:
     async with served(embedded, _settings(tmp_path)) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         opened = time.monotonic()
@@ -133,11 +135,22 @@ async def test_dripped_and_missing_headers_are_cut_off(embedded: Backend, tmp_pa
         assert HEADER_SECONDS * 0.8 <= closed - opened < HEADER_SECONDS + SLACK
         assert _problem(answer)["code"] == "HEADER_TIMEOUT"
 
+        # Headers far larger than any client needs are refused as soon as they pass the cap,
+        # however fast they come.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        huge = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"a" * 1000) for i in range(1000))
+        writer.write(b"GET /health HTTP/1.1\r\nHost: edge\r\n" + huge)
+        answer, _closed = await _answer(reader)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+        assert json.loads(answer.partition(b"\r\n\r\n")[2])["code"] == "HEADERS_TOO_LARGE"
+
         # A kept-alive connection serves request after request, each in time, for longer than
-        # the header deadline.
+        # the header deadline; headers of a normal size pass.
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             for _ in range(4):
-                assert (await client.get("/health")).status_code == 200
+                response = await client.get("/health", headers={"X-Big": "b" * 16_000})
+                assert response.status_code == 200
                 await asyncio.sleep(HEADER_SECONDS / 2)
 
 

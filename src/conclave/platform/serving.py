@@ -1,12 +1,14 @@
-"""How every service is served: uvicorn, with read deadlines on each connection.
+"""How every service is served: uvicorn, with read deadlines and a header size cap.
 
 uvicorn bounds only the idle time between two requests (keep-alive). A client may take as long as
 it likes over a request's headers, or send its body one byte a second, and hold a connection (for
-the edge, a temporary upload file too) for ever: the "slowloris" attack. :class:`DeadlineProtocol`,
+the edge, a temporary upload file too) for ever: the "slowloris" attack. Nor does it bound the
+size of the headers (ten megabytes of them are read and kept). :class:`DeadlineProtocol`,
 uvicorn's httptools protocol with a per-connection timer, bounds both halves of a request:
 
 * headers: the request line and headers must be complete ``header_seconds`` after the connection
-  opened (for the first request) or after the request's first byte (on a kept-alive connection);
+  opened (for the first request) or after the request's first byte (on a kept-alive connection),
+  and within ``max_header_bytes`` (431 ``HEADERS_TOO_LARGE``);
 * body: no pause between two pieces longer than ``body_idle_seconds``, and the whole body within
   ``body_seconds`` plus one second per ``body_min_bytes_per_second`` bytes received. A large
   upload on a decent link is never cut; a dripped body is, at whatever size.
@@ -32,7 +34,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from conclave.settings import CommonSettings
 
 _HEADERS, _BODY, _DONE, _CLOSING = "headers", "body", "done", "closing"
-# After a 408 the connection reads (and drops) what the client still sends for this long before
+# After a refusal the connection reads (and drops) what the client still sends for this long before
 # closing: closing with unread bytes makes the kernel send a reset, which can destroy the answer
 # before the client reads it ("lingering close", as nginx does).
 LINGER_SECONDS = 2.0
@@ -40,22 +42,25 @@ _READ_TIMEOUT_KEY = "conclave.read_timeout"
 
 
 @dataclass(frozen=True)
-class ReadDeadlines:
-    """How long a client may take to send a request (see the module's docstring)."""
+class ReadLimits:
+    """How long a client may take to send a request, and how large its headers may be (see the
+    module's docstring)."""
 
     header_seconds: float
     body_idle_seconds: float
     body_seconds: float
     body_min_bytes_per_second: float
+    max_header_bytes: int
 
     @classmethod
-    def from_settings(cls, settings: CommonSettings) -> ReadDeadlines:
-        """The deadlines the settings configure."""
+    def from_settings(cls, settings: CommonSettings) -> ReadLimits:
+        """The limits the settings configure."""
         return cls(
             header_seconds=settings.header_timeout_seconds,
             body_idle_seconds=settings.body_idle_timeout_seconds,
             body_seconds=settings.body_timeout_seconds,
             body_min_bytes_per_second=settings.body_min_bytes_per_second,
+            max_header_bytes=settings.max_header_bytes,
         )
 
 
@@ -67,18 +72,28 @@ def read_timeout_of(scope: dict[str, Any] | Any) -> str | None:
     return code if isinstance(code, str) else None
 
 
-def _timeout_response(code: str, detail: str) -> bytes:
+_REFUSALS = {
+    "HEADER_TIMEOUT": (408, "Request Timeout", "The request headers did not arrive in time."),
+    "BODY_TIMEOUT": (408, "Request Timeout", "The request body did not arrive in time."),
+    "HEADERS_TOO_LARGE": (
+        431, "Request Header Fields Too Large", "The request headers exceed the size limit.",
+    ),
+}  # fmt: skip
+
+
+def _refusal(code: str) -> bytes:
+    status, reason, detail = _REFUSALS[code]
     body = json.dumps(
         {
             "type": "https://conclave.dev/problems/" + code.lower().replace("_", "-"),
-            "title": "Request timeout",
-            "status": 408,
-            "detail": detail,
+            "title": reason,
+            "status": status,
+            "detail": detail + " The connection is closed.",
             "code": code,
         }
     ).encode()
     head = (
-        "HTTP/1.1 408 Request Timeout\r\n"
+        f"HTTP/1.1 {status} {reason}\r\n"
         "content-type: application/problem+json\r\n"
         f"content-length: {len(body)}\r\n"
         "connection: close\r\n\r\n"
@@ -87,10 +102,10 @@ def _timeout_response(code: str, detail: str) -> bytes:
 
 
 class DeadlineProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with header and body read deadlines; build one for a set of
-    deadlines with :func:`deadline_protocol`."""
+    """uvicorn's httptools protocol with header and body read deadlines and a header size cap;
+    build one for a set of limits with :func:`deadline_protocol`."""
 
-    deadlines: ClassVar[ReadDeadlines]
+    limits: ClassVar[ReadLimits]
 
     # One timer per connection, armed lazily: it is set only when a read leaves a request
     # incomplete, and when it fires it either expires the request or re-arms itself for the
@@ -101,6 +116,7 @@ class DeadlineProtocol(HttpToolsProtocol):
         self._phase = _HEADERS
         self._phase_started = self.loop.time()
         self._last_read = self._phase_started
+        self._header_bytes = 0
         self._body_received = 0
         self._arm()
 
@@ -119,8 +135,15 @@ class DeadlineProtocol(HttpToolsProtocol):
         if phase == _BODY:
             self._body_received += len(data)
             self._last_read = self.loop.time()
+        elif phase == _HEADERS:
+            self._header_bytes += len(data)
         HttpToolsProtocol.data_received(self, data)
         if self._phase == _DONE or self.transport.is_closing():
+            return
+        # Still in the headers: every byte counted is a header byte (the parser keeps them all
+        # until the headers end). Checked after the read, so at most one read beyond the cap.
+        if self._phase == _HEADERS and self._header_bytes > self.limits.max_header_bytes:
+            self._refuse("HEADERS_TOO_LARGE")
             return
         due = self._due()
         timer = self._timer
@@ -136,6 +159,7 @@ class DeadlineProtocol(HttpToolsProtocol):
         if self._phase == _DONE:  # a new request on a kept-alive connection
             self._phase = _HEADERS
             self._phase_started = self.loop.time()
+            self._header_bytes = 0
 
     def on_headers_complete(self) -> None:
         HttpToolsProtocol.on_headers_complete(self)
@@ -151,13 +175,13 @@ class DeadlineProtocol(HttpToolsProtocol):
         self._phase = _DONE
 
     def _due(self) -> float | None:
-        deadlines = self.deadlines
+        limits = self.limits
         if self._phase == _HEADERS:
-            return self._phase_started + deadlines.header_seconds
+            return self._phase_started + limits.header_seconds
         if self._phase == _BODY:
-            earned = self._body_received / deadlines.body_min_bytes_per_second
-            whole = self._phase_started + deadlines.body_seconds + earned
-            return min(self._last_read + deadlines.body_idle_seconds, whole)
+            earned = self._body_received / limits.body_min_bytes_per_second
+            whole = self._phase_started + limits.body_seconds + earned
+            return min(self._last_read + limits.body_idle_seconds, whole)
         return None
 
     def _arm(self) -> None:
@@ -182,13 +206,12 @@ class DeadlineProtocol(HttpToolsProtocol):
         elif now < due:
             self._timer = self.loop.call_at(due, self._on_timer)
         else:
-            self._expire()
+            self._refuse("BODY_TIMEOUT" if self._phase == _BODY else "HEADER_TIMEOUT")
 
-    def _expire(self) -> None:
+    def _refuse(self, code: str) -> None:
+        """Answer ``code`` (unless a response is under way) and close the connection."""
         cycle = self.cycle
         if self._phase == _BODY:
-            code = "BODY_TIMEOUT"
-            detail = "The request body did not arrive in time; the connection is closed."
             # A queued pipelined request must not answer in the middle of the one before it.
             answer = cycle is not None and not cycle.response_started and not self.pipeline
             if cycle is not None:
@@ -198,22 +221,23 @@ class DeadlineProtocol(HttpToolsProtocol):
                 cycle.disconnected = True
                 cycle.message_event.set()
         else:
-            code = "HEADER_TIMEOUT"
-            detail = "The request headers did not arrive in time; the connection is closed."
             answer = cycle is None or cycle.response_complete
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not answer or not self.transport.can_write_eof():
             self.transport.close()
             return
-        self.transport.write(_timeout_response(code, detail))
+        self.transport.write(_refusal(code))
         self.transport.write_eof()
         self._phase = _CLOSING
         self._timer = self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
 
-def deadline_protocol(deadlines: ReadDeadlines) -> type[DeadlineProtocol]:
-    """A :class:`DeadlineProtocol` class enforcing ``deadlines`` (uvicorn builds one instance per
+def deadline_protocol(limits: ReadLimits) -> type[DeadlineProtocol]:
+    """A :class:`DeadlineProtocol` class enforcing ``limits`` (uvicorn builds one instance per
     connection from the class it is given)."""
-    return type("DeadlineProtocol", (DeadlineProtocol,), {"deadlines": deadlines})
+    return type("DeadlineProtocol", (DeadlineProtocol,), {"limits": limits})
 
 
 def server_config(
@@ -226,7 +250,7 @@ def server_config(
         app,
         host=host,
         port=port,
-        http=deadline_protocol(ReadDeadlines.from_settings(settings)),
+        http=deadline_protocol(ReadLimits.from_settings(settings)),
         timeout_keep_alive=settings.keep_alive_seconds,
         log_config=None,
         access_log=False,

@@ -148,6 +148,12 @@ class CommonSettings(BaseSettings):
         "connection's opening (or the request's first byte on a kept-alive connection); the "
         "connection is then answered 408 and closed.",
     )
+    max_header_bytes: int = Field(
+        65_536,
+        ge=1024,
+        alias="CONCLAVE_MAX_HEADER_BYTES",
+        description="Largest request line plus headers accepted (431, connection closed).",
+    )
     body_idle_timeout_seconds: float = Field(
         30.0,
         gt=0,
