@@ -54,10 +54,6 @@ class NotFound(ConclaveError):
     status, code, title = 404, "NOT_FOUND", "Not found"
 
 
-class RequestTimeout(ConclaveError):
-    status, code, title = 408, "REQUEST_TIMEOUT", "Request timeout"
-
-
 class Conflict(ConclaveError):
     status, code, title = 409, "CONFLICT", "Conflict"
 
