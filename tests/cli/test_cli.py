@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -69,6 +70,7 @@ def test_up_starts_all_four_services_embedded(tmp_path):
     env.update(
         CONCLAVE_DATA_DIR=str(tmp_path), GATEWAY_PORT=str(gateway),
         COLLECTOR_API_PORT=str(collector), GRAPH_PORT=str(graph), EDGE_PORT=str(edge),
+        CONCLAVE_HEADER_TIMEOUT_SECONDS="1",
     )  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "conclave.cli.main", "up"], env=env,
@@ -112,6 +114,8 @@ def test_up_starts_all_four_services_embedded(tmp_path):
                   "parameters": {"sources": [{"type": "file", "path": "../conclave.db"}]}},
         )  # fmt: skip
         assert refused.json()["code"] == "FILE_REFUSED"
+        for port in (gateway, collector, graph, edge):
+            assert _header_timeout(port) == "HEADER_TIMEOUT"
     finally:
         process.terminate()
         output, _ = process.communicate(timeout=30)
@@ -119,3 +123,15 @@ def test_up_starts_all_four_services_embedded(tmp_path):
     assert "auth: off" in text
     assert "file source inbox" in text
     assert process.returncode == 0, text[-2000:]
+
+
+def _header_timeout(port: int) -> str:
+    """Start a request and never finish its headers: the server must answer 408 and close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: conclave\r\n")
+        answer = b""
+        while chunk := sock.recv(4096):  # until the server closes
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer[:200]
+    return str(json.loads(body)["code"])

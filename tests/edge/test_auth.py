@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import secrets
 import time
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 
+from conclave.edge.store import evidence_packs
 from conclave.platform.signing import sign
 from tests.conftest import Backend
 from tests.edge import samples
@@ -29,14 +33,28 @@ def _body() -> tuple[bytes, str]:
 
 def _signed_headers(secret: str, body: bytes, content_type: str, **override: str) -> dict:
     timestamp = override.pop("timestamp", str(int(time.time())))
+    nonce = override.pop("nonce", secrets.token_hex(16))
     digest = hashlib.sha256(body).hexdigest()
     return {
         "Authorization": "Bearer tok-cam1",
         "Content-Type": content_type,
         "X-Conclave-Timestamp": timestamp,
-        "X-Conclave-Signature": sign(secret, digest, timestamp),
+        "X-Conclave-Nonce": nonce,
+        "X-Conclave-Signature": sign(secret, digest, timestamp, nonce),
         **override,
     }
+
+
+async def _pack_count(backend: Backend) -> int:
+    async with backend.engine.connect() as connection:
+        return int(
+            (
+                await connection.execute(select(func.count()).select_from(evidence_packs))
+            ).scalar_one()
+        )
+
+
+SIGNING = {"auth": "enabled", "api_tokens": "tok-cam1=cam-1", "device_secrets": "cam-1=s3cret"}
 
 
 async def test_bearer_tokens_and_signatures(embedded, tmp_path) -> None:
@@ -104,3 +122,55 @@ async def test_bearer_tokens_and_signatures(embedded, tmp_path) -> None:
             headers=_signed_headers("s3cret", body, content_type),
         )
         assert tampered.json()["code"] == "INVALID_SIGNATURE"
+
+
+async def test_spellings_of_one_captured_signature_are_one_replay(
+    backend: Backend, tmp_path
+) -> None:
+    body, content_type = _body()
+    url = "/api/edge-intake/image"
+    captured = _signed_headers("s3cret", body, content_type)
+    signature = captured["X-Conclave-Signature"]
+    spellings = [signature.upper(), f"sha256={signature}", f"SHA256={signature.upper()}",
+                 f" sha256={signature} "]  # fmt: skip
+    async with edge_app(backend, edge_settings(tmp_path, **SIGNING)) as (client, _app):
+        original = await client.post(url, content=body, headers=captured)
+        assert original.status_code == 200, original.text
+        # Sent at once, as an attacker would: the replay key must hold under a race too.
+        replays = await asyncio.gather(
+            *(
+                client.post(url, content=body, headers={**captured, "X-Conclave-Signature": s})
+                for s in spellings
+            )
+        )
+        for replay in replays:
+            assert replay.status_code == 401, replay.text
+            assert replay.json()["code"] == "REPLAYED_REQUEST"
+    assert await _pack_count(backend) == 1
+
+
+async def test_signed_uploads_need_a_nonce(embedded, tmp_path) -> None:
+    body, content_type = _body()
+    url = "/api/edge-intake/image"
+    timestamp = str(int(time.time()))
+    digest = hashlib.sha256(body).hexdigest()
+    without = {
+        "Authorization": "Bearer tok-cam1",
+        "Content-Type": content_type,
+        "X-Conclave-Timestamp": timestamp,
+        "X-Conclave-Signature": sign("s3cret", digest, timestamp),
+    }
+    async with edge_app(embedded, edge_settings(tmp_path, **SIGNING)) as (client, _app):
+        missing = await client.post(url, content=body, headers=without)
+        assert missing.status_code == 401
+        assert missing.json()["code"] == "NONCE_REQUIRED"
+        for nonce in ("short", "x" * 129, "spaces in the nonce!", "colons:are:not:allowed"):
+            headers = _signed_headers("s3cret", body, content_type, nonce=nonce)
+            bad = await client.post(url, content=body, headers=headers)
+            assert bad.status_code == 401, nonce
+            assert bad.json()["code"] == "INVALID_NONCE", (nonce, bad.json())
+        not_hex = await client.post(
+            url, content=body, headers={**without, "X-Conclave-Signature": "sha256=zz"}
+        )
+        assert not_hex.json()["code"] == "INVALID_SIGNATURE"
+    assert await _pack_count(embedded) == 0

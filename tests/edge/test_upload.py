@@ -146,3 +146,25 @@ async def test_each_file_part_is_one_pack_and_a_replay_creates_nothing(
         assert events["count"] == 2
         pipeline = (await client.get("/api/edge-intake/pipeline")).json()
         assert pipeline["total_events"] == 2
+
+
+async def test_text_no_store_can_carry_in_a_parsed_file_is_escaped(backend: Backend, tmp_path):
+    # A valid GeoJSON file whose geometry types (echoed in the extracted facts as keys) are a lone
+    # surrogate and NUL: the pack is stored and published with them escaped, never a 500.
+    features = [
+        {"type": "Feature", "geometry": {"type": kind, "coordinates": [1, 2]}}
+        for kind in ("\ud800", "x\x00y")
+    ]
+    document = json.dumps({"type": "FeatureCollection", "features": features}).encode()
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        response = await client.post("/api/edge-intake/geo", **form(("odd.geojson", document)))
+        assert response.status_code == 200, response.text
+        evidence_id = response.json()["evidence_ids"][0]
+        pack = (await client.get(f"/api/edge-intake/evidence/{evidence_id}")).json()
+        assert pack["extracted"]["geometry_types"] == {"\\ud800": 1, "xy": 1}
+
+        async def published() -> list:
+            return await backend.bus.read(CHANNEL)
+
+        (event,) = await eventually(published)
+        assert event.payload["extracted"]["geometry_types"] == {"\\ud800": 1, "xy": 1}

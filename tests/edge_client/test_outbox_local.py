@@ -46,6 +46,10 @@ def test_enqueue_refuses_bad_envelopes_and_stores_nothing(tmp_path) -> None:
         Envelope("image", str(tmp_path / "media")),
         Envelope("image", good.source_uri, metadata=[1, 2]),  # type: ignore[arg-type]
         Envelope("image", good.source_uri, metadata={"x": float("nan")}),
+        # What the server refuses as UNSAFE_INPUT never waits in the outbox.
+        Envelope("image", good.source_uri, metadata={"note": "\ud800"}),
+        Envelope("image", good.source_uri, metadata={"note": "a\x00b"}),
+        Envelope("image", good.source_uri, metadata={"count": 2**64}),
         Envelope("image", "https://example.org/a.png"),
         Envelope("image", good.source_uri, correlation_id="no spaces allowed"),
     ]

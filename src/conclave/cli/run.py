@@ -19,6 +19,7 @@ from conclave.cli.services import SERVICES, ServiceName, load_settings
 from conclave.platform.auth import parse_token_table
 from conclave.platform.logs import configure_logging
 from conclave.platform.runtime import Platform
+from conclave.platform.serving import server_config
 from conclave.settings import CollectorSettings, CommonSettings, GatewaySettings
 
 console = Console(stderr=True)
@@ -80,15 +81,11 @@ def serve(
     configure_logging(settings.log_level, settings.log_format)
     app = SERVICES[service].create_app(settings)
     tune_garbage_collector()
-    uvicorn.run(
-        app,
-        host=bind,
-        port=port or settings.port,
-        log_config=None,
-        access_log=False,
-        proxy_headers=True,
-        server_header=False,
-    )
+    config = server_config(app, settings, host=bind, port=port or settings.port, proxy_headers=True)
+    server = uvicorn.Server(config)
+    server.run()
+    if not server.started:  # the port was taken, the app failed to start: as uvicorn.run does
+        raise typer.Exit(3)
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -121,10 +118,7 @@ async def _run_all(host: str, common: GatewaySettings) -> None:
             if isinstance(settings, CollectorSettings):
                 inbox = settings.resolved_file_inbox()
             app = spec.create_app(settings, platform=platform)
-            config = uvicorn.Config(
-                app, host=host, port=settings.port, log_config=None, access_log=False,
-                server_header=False, lifespan="on",
-            )  # fmt: skip
+            config = server_config(app, settings, host=host, port=settings.port, lifespan="on")
             servers.append(_EmbeddedServer(config))
             table.add_row(name.value, f"http://{host}:{settings.port}", spec.description)
         console.print(table)

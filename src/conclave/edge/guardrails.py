@@ -1,4 +1,5 @@
-"""Checks an upload passes before anything is stored: metadata, coordinates, names, ids."""
+"""Checks an upload passes before anything is stored: metadata, coordinates, names, ids, and
+values no store, bus or response can carry (422 ``UNSAFE_INPUT``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import unicodedata
 from typing import Any
 
 from conclave.platform.errors import Unprocessable
+from conclave.platform.inputs import INT_MAX, UnsafeInput, UnsafeValue, check_safe, text_problem
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,256}$")
@@ -33,8 +35,24 @@ def sanitize_filename(raw: str) -> str:
     return name or "upload"
 
 
-def _refuse_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not valid JSON")
+def _non_finite(token: str) -> float:
+    # ``NaN`` and ``Infinity`` are not JSON; decoded as the floats they name, they are refused
+    # below with the same answer as ``1e309`` (which the decoder turns into infinity itself).
+    return float(token)
+
+
+def _bounded_int(digits: str) -> int:
+    # More digits than any 64-bit integer has: refused as out of range below, without converting
+    # (or failing on) thousands of digits.
+    return int(digits) if len(digits) <= 20 else INT_MAX + 1
+
+
+def check_upload_headers(headers: dict[str, str | None]) -> None:
+    """:class:`UnsafeInput` when an upload header holds text no store can keep (NUL)."""
+    for name, value in headers.items():
+        kind = text_problem(value) if value else None
+        if kind is not None:
+            raise UnsafeInput(UnsafeValue(("header", name), kind))
 
 
 def _depth(value: Any) -> int:
@@ -80,7 +98,7 @@ def parse_metadata(raw: str | None, *, max_bytes: int, max_depth: int) -> dict[s
     if len(raw.encode()) > max_bytes:
         raise Unprocessable(f"metadata exceeds {max_bytes} bytes.", code="METADATA_TOO_LARGE")
     try:
-        value = json.loads(raw, parse_constant=_refuse_constant)
+        value = json.loads(raw, parse_constant=_non_finite, parse_int=_bounded_int)
     except (ValueError, RecursionError) as exc:
         raise Unprocessable(
             "metadata is not valid JSON.",
@@ -93,6 +111,7 @@ def parse_metadata(raw: str | None, *, max_bytes: int, max_depth: int) -> dict[s
             code="INVALID_METADATA",
             errors=[{"field": "metadata", "message": f"got {type(value).__name__}"}],
         )
+    check_safe(value, ("metadata",))
     if _depth(value) > max_depth:
         raise Unprocessable(
             f"metadata nests deeper than {max_depth} levels.", code="INVALID_METADATA"

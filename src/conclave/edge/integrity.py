@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sqlalchemy.engine import Row
@@ -11,11 +12,19 @@ from conclave.edge import store
 from conclave.edge.blobs import BlobStore
 from conclave.edge.chain import GENESIS, chain_hash
 from conclave.platform.errors import NotFound
+from conclave.platform.inputs import UnsafeInput, UnsafeValue, text_problem
+
+# Evidence ids are the UUIDs this service issues: anything else cannot name a pack, and is not
+# sent to the store (PostgreSQL refuses NUL in a query parameter with an error, not a miss).
+_EVIDENCE_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 async def pack_or_404(engine: AsyncEngine, evidence_id: str) -> Row[Any]:
-    """The Evidence Pack ``evidence_id``, or a 404."""
-    row = await store.get_pack(engine, evidence_id[:64])
+    """The Evidence Pack ``evidence_id``, or a 404 (422 ``UNSAFE_INPUT`` for NUL)."""
+    kind = text_problem(evidence_id)
+    if kind is not None:
+        raise UnsafeInput(UnsafeValue(("path", "evidence_id"), kind))
+    row = await store.get_pack(engine, evidence_id) if _EVIDENCE_ID.match(evidence_id) else None
     if row is None:
         raise NotFound(f"No Evidence Pack {evidence_id[:64]!r}.", code="EVIDENCE_NOT_FOUND")
     return row

@@ -1,7 +1,10 @@
 """Streaming multipart/form-data reader for uploads.
 
 The body is parsed as it arrives: file parts go straight into temporary blobs (hashed on the way,
-refused with 413 the moment one passes its limit), small form fields are kept in memory with a cap.
+refused with 413 the moment one passes its limit); the form fields the caller names are kept in
+memory, each within its own limit, UTF-8 without NUL (422 ``UNSAFE_INPUT``) and sent once; other
+fields are skipped unread (still bounded in size). Every non-file part counts towards
+:data:`MAX_FIELDS`: a cap on distinct names let a million same-name parts through.
 For signed requests the SHA-256 of the raw body is computed too; only for them, as it is a second
 hash pass over every byte (about 0.7 s of CPU per 512 MiB).
 """
@@ -9,17 +12,25 @@ hash pass over every byte (about 0.7 s of CPU per 512 MiB).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 
 from conclave.edge.blobs import BlobStore, TempBlob
-from conclave.platform.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from conclave.platform.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    Unprocessable,
+    UnsupportedMediaType,
+)
+from conclave.platform.inputs import decode_checked
 
 MAX_FIELD_BYTES = 1024 * 1024
+"""Largest field skipped unread (one the caller did not name)."""
 MAX_FIELDS = 32
+"""Most non-file parts in one upload, each part counted."""
 
 
 @dataclass
@@ -61,18 +72,26 @@ class _Receiver:
     """Callbacks of the multipart parser; builds an :class:`Upload`."""
 
     def __init__(
-        self, blobs: BlobStore, max_file_bytes: int, max_files: int, max_field_bytes: int
+        self,
+        blobs: BlobStore,
+        max_file_bytes: int,
+        max_files: int,
+        field_limits: Mapping[str, int],
     ) -> None:
         self.upload = Upload()
         self._blobs = blobs
         self._max_file_bytes = max_file_bytes
         self._max_files = max_files
-        self._max_field_bytes = max_field_bytes
+        self._field_limits = field_limits
+        self._field_count = 0
+        self._field_limit = MAX_FIELD_BYTES
+        self._field_size = 0
         self._header_name = b""
         self._header_value = b""
         self._disposition = b""
         self._content_type = b""
-        self._field: bytearray | None = None
+        self._field: bytearray | None = None  # a named field being read
+        self._skipping = False  # a field nobody asked for, skipped unread
         self._field_name = ""
         self._blob: TempBlob | None = None
 
@@ -96,6 +115,7 @@ class _Receiver:
     def _part_begin(self) -> None:
         self._disposition = self._content_type = b""
         self._field = None
+        self._skipping = False
         self._blob = None
 
     def _header_end(self) -> None:
@@ -124,19 +144,36 @@ class _Receiver:
                 )
             )
         else:
-            if len(self.upload.fields) >= MAX_FIELDS:
+            self._field_count += 1
+            if self._field_count > MAX_FIELDS:
                 raise PayloadTooLarge(f"At most {MAX_FIELDS} form fields.", code="TOO_MANY_FIELDS")
-            self._field = bytearray()
             self._field_name = name
+            self._field_size = 0
+            limit = self._field_limits.get(name)
+            if limit is None:
+                self._field_limit = MAX_FIELD_BYTES
+                self._skipping = True
+                return
+            if name in self.upload.fields:
+                # Which copy would win differs between parsers, proxies and inspectors: refused.
+                raise Unprocessable(
+                    f"Form field {name!r} is sent more than once.",
+                    code="DUPLICATE_FIELD",
+                    errors=[{"field": name, "message": "repeated"}],
+                )
+            self._field_limit = limit
+            self._field = bytearray()
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
         if self._blob is not None:
             self._blob.write(data[start:end])
-        elif self._field is not None:
-            self._field += data[start:end]
-            if len(self._field) > self._max_field_bytes:
+        elif self._field is not None or self._skipping:
+            if self._field is not None:
+                self._field += data[start:end]
+            self._field_size += end - start
+            if self._field_size > self._field_limit:
                 raise PayloadTooLarge(
-                    f"Form field {self._field_name!r} exceeds {self._max_field_bytes} bytes.",
+                    f"Form field {self._field_name!r} exceeds {self._field_limit} bytes.",
                     code="FIELD_TOO_LARGE",
                 )
 
@@ -144,7 +181,8 @@ class _Receiver:
         if self._blob is not None:
             self._blob.close()
         elif self._field is not None:
-            self.upload.fields[self._field_name] = self._field.decode("utf-8", "replace")
+            name = self._field_name
+            self.upload.fields[name] = decode_checked(bytes(self._field), ("form", name))
 
 
 async def read_upload(
@@ -154,12 +192,14 @@ async def read_upload(
     *,
     max_file_bytes: int,
     max_files: int,
-    max_field_bytes: int = MAX_FIELD_BYTES,
+    field_limits: Mapping[str, int] | None = None,
     hash_body: bool = False,
 ) -> Upload:
     """Receive a multipart body; temporary files are deleted again if anything goes wrong.
-    With ``hash_body`` the raw body's SHA-256 is in ``body_sha256`` (for signature checks)."""
-    receiver = _Receiver(blobs, max_file_bytes, max_files, max_field_bytes)
+    ``field_limits`` names the fields to keep and their size limits (others are skipped,
+    within :data:`MAX_FIELD_BYTES`). With ``hash_body`` the raw body's SHA-256 is in
+    ``body_sha256`` (for signature checks)."""
+    receiver = _Receiver(blobs, max_file_bytes, max_files, field_limits or {})
     parser = MultipartParser(boundary, receiver.callbacks())  # type: ignore[arg-type]
     body_hash = hashlib.sha256() if hash_body else None
     upload = receiver.upload

@@ -13,7 +13,13 @@ from typing import Any
 
 from conclave.edge import store
 from conclave.edge.blobs import BlobStore
-from conclave.edge.guardrails import idempotency_key, optional_id, parse_metadata, sanitize_filename
+from conclave.edge.guardrails import (
+    check_upload_headers,
+    idempotency_key,
+    optional_id,
+    parse_metadata,
+    sanitize_filename,
+)
 from conclave.edge.media import MEDIA_TYPES, media_type_or_404, upload_limits
 from conclave.edge.metrics import EdgeMetrics
 from conclave.edge.multipart import MAX_FIELD_BYTES, Upload, boundary_of, read_upload
@@ -32,6 +38,9 @@ RATE_WINDOW = timedelta(minutes=5)
 ERROR_WINDOW = timedelta(hours=1)
 _ERROR_RETENTION = timedelta(days=7)
 _PRUNE_EVERY_SECONDS = 600.0
+TEXT_FIELDS = ("correlation_id", "sampling_policy_ref", "idempotency_key")
+"""Form fields besides ``metadata`` and the files; any other field is skipped unread."""
+MAX_TEXT_FIELD_BYTES = 1024  # the ids are at most 256 characters
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,16 @@ class UploadCommand:
     signature: str | None = None
     timestamp: str | None = None
     nonce: str | None = None
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A signed upload's checked headers (canonical signature, nonce) and the device's secret."""
+
+    secret: str
+    value: str
+    nonce: str
+    timestamp: str
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,12 @@ class IntakeService:
         self.parsers = parsers
         self.metrics = metrics
         self.limits = upload_limits(settings.max_upload_bytes)
+        # Beyond the setting (but under the ceiling) ``metadata`` is read whole and refused with
+        # the specific METADATA_TOO_LARGE; the ceiling stops it early with FIELD_TOO_LARGE.
+        self.field_limits = {
+            "metadata": max(settings.max_metadata_bytes, MAX_FIELD_BYTES),
+            **dict.fromkeys(TEXT_FIELDS, MAX_TEXT_FIELD_BYTES),
+        }
         self.secrets = signing.parse_secret_table(settings.device_secrets.get_secret_value())
         self._last_prune = 0.0
 
@@ -118,14 +143,29 @@ class IntakeService:
 
     async def _upload(self, command: UploadCommand) -> UploadResult:
         media_type = media_type_or_404(command.media_type)
+        check_upload_headers(
+            {
+                "Idempotency-Key": command.idempotency_key,
+                "X-Conclave-Signature": command.signature,
+                "X-Conclave-Timestamp": command.timestamp,
+                "X-Conclave-Nonce": command.nonce,
+            }
+        )
         device = command.principal.user_id
         secret = self.secrets.get(device) if command.principal.method != "none" else None
-        signed = secret is not None or self.settings.require_signature
-        if signed:
+        signature: Signature | None = None
+        if secret is not None or self.settings.require_signature:
             if secret is None or not command.signature:
                 raise Unauthorized("This device must sign its uploads.", code="SIGNATURE_REQUIRED")
+            signature = Signature(
+                secret=secret,
+                value=signing.canonical_signature(command.signature),
+                nonce=signing.check_nonce(command.nonce),
+                timestamp=command.timestamp or "",
+            )
             window = self.settings.signature_window_seconds
             signing.check_timestamp(command.timestamp, time.time(), window)
+        signed = signature is not None
         key = idempotency_key(command.idempotency_key)
         if key is not None and not signed:
             # Fast path: a retry of a completed upload is answered before its body is read.
@@ -148,15 +188,16 @@ class IntakeService:
             self.blobs,
             max_file_bytes=limit,
             max_files=self.settings.max_files_per_request,
+            field_limits=self.field_limits,
             hash_body=signed,
         )
         try:
-            if signed and secret is not None and command.signature:
+            if signature is not None:
                 signing.verify(
-                    secret, upload.body_sha256, command.timestamp or "", command.signature,
-                    command.nonce,
+                    signature.secret, upload.body_sha256, signature.timestamp, signature.value,
+                    signature.nonce,
                 )  # fmt: skip
-                await self._use_nonce(device, command.nonce or command.signature)
+                await self._use_signature(device, signature.value)
             return await self._ingest(media_type, command, upload, device, key)
         finally:
             upload.discard()
@@ -277,9 +318,11 @@ class IntakeService:
             correlation_id=pack["correlation_id"],
         )
 
-    async def _use_nonce(self, device: str, nonce: str) -> None:
+    async def _use_signature(self, device: str, signature: str) -> None:
+        # Keyed on the canonical signature, which covers body, timestamp and nonce: every spelling
+        # of one captured request is the same key, and no two honest requests share one.
         with store_errors():
-            fresh = await store.use_nonce(self.engine, device, nonce[:128])
+            fresh = await store.use_signature(self.engine, device, signature)
         if not fresh:
             raise Unauthorized("This signed request was already used.", code="REPLAYED_REQUEST")
 

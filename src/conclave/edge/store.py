@@ -101,7 +101,8 @@ intake_errors = Table(
     Index("ix_edge_intake_errors_occurred_at", "occurred_at"),
 )
 
-# Signatures (or nonces) already accepted, so a signed request cannot be replayed.
+# Canonical signatures already accepted (column ``nonce`` for history: it once held the nonce),
+# so a signed request cannot be replayed.
 request_nonces = Table(
     "edge_request_nonces",
     metadata,
@@ -307,12 +308,15 @@ async def prune(engine: AsyncEngine, *, errors_before: datetime, nonces_before: 
         )
 
 
-async def use_nonce(engine: AsyncEngine, device_id: str, nonce: str) -> bool:
-    """Record ``nonce`` for ``device_id``; ``False`` when it was used before (a replay)."""
+async def use_signature(engine: AsyncEngine, device_id: str, signature: str) -> bool:
+    """Record a canonical ``signature`` for ``device_id``; ``False`` when it was used before
+    (a replay)."""
     try:
         async with engine.begin() as connection:
             await connection.execute(
-                request_nonces.insert().values(device_id=device_id, nonce=nonce, seen_at=utc_now())
+                request_nonces.insert().values(
+                    device_id=device_id, nonce=signature, seen_at=utc_now()
+                )
             )
     except IntegrityError:
         return False

@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from conclave.edge_client.errors import InvalidEnvelope
+from conclave.platform.inputs import find_unsafe
 
 SOURCE_TYPES = ("document", "image", "audio", "video", "cad", "landscape", "geo")
 # The server refuses other correlation ids with a 422; refusing them here keeps a bad item out
@@ -131,6 +132,11 @@ def check_metadata(metadata: Any) -> None:
         raise InvalidEnvelope(f"metadata is not valid JSON: {exc}.") from exc
     if not all(isinstance(key, str) for key in metadata):
         raise InvalidEnvelope("metadata keys must be strings.")
+    # What the server refuses (422 UNSAFE_INPUT) is refused here, at enqueue: a queued upload
+    # that can only ever be refused would wait in the outbox for nothing.
+    finding = find_unsafe(metadata, ("metadata",))
+    if finding is not None:
+        raise InvalidEnvelope(f"{finding.field}: {finding.message}")
 
 
 def parse_metadata(raw: str | None) -> dict[str, Any]:

@@ -35,6 +35,7 @@ class UnsafeValue:
 
     location: tuple[str | int, ...]
     kind: str  # "lone_surrogate" | "nul" | "non_finite_number" | "integer_out_of_range"
+    # | "invalid_utf8" (raw bytes, from :func:`decode_checked`)
 
     @property
     def field(self) -> str:
@@ -52,6 +53,7 @@ _MESSAGES = {
     "nul": "Text holds a NUL character.",
     "non_finite_number": "Numbers must be finite (no NaN, Infinity or overflowing exponents).",
     "integer_out_of_range": "Integers must fit in 64 bits.",
+    "invalid_utf8": "Text is not valid UTF-8.",
 }
 
 
@@ -130,6 +132,19 @@ def loads_checked(body: bytes | str, prefix: tuple[str | int, ...] = ("body",)) 
     document = json.loads(body)
     check_safe(document, prefix)
     return document
+
+
+def decode_checked(raw: bytes, location: tuple[str | int, ...]) -> str:
+    """``raw`` (a form field, say) decoded as UTF-8; :class:`UnsafeInput` when it is not UTF-8
+    (``invalid_utf8``: encoded surrogates included, so no lone surrogate gets through) or holds
+    NUL. Decoding with replacement instead would store a silently altered value."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UnsafeInput(UnsafeValue(location, "invalid_utf8")) from None
+    if "\x00" in text:
+        raise UnsafeInput(UnsafeValue(location, "nul"))
+    return text
 
 
 def escape_text(text: str) -> str:

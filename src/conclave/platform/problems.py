@@ -9,10 +9,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from conclave.platform.errors import ConclaveError
 from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.logs import request_id_var
+from conclave.platform.serving import read_timeout_of
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +131,18 @@ def internal_error(path: str, exc: BaseException) -> JSONResponse:
     )
 
 
+async def _on_client_gone(request: Request, exc: Exception) -> JSONResponse:
+    # The client went away mid-body, or the server closed on it at a read deadline: no one will
+    # read this answer, but the HTTP metrics record it, and it is no server fault (no 500, no
+    # error log for every slow or vanished client).
+    timeout = read_timeout_of(request.scope)
+    if timeout is not None:
+        detail = "The request did not arrive in time; the connection was closed."
+        return problem(408, timeout, "Request timeout", detail, instance=request.url.path)
+    detail = "The client went away before its request arrived."
+    return problem(400, "CLIENT_DISCONNECTED", "Bad request", detail, instance=request.url.path)
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return internal_error(request.url.path, exc)
 
@@ -138,4 +152,5 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ConclaveError, _on_conclave_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(ClientDisconnect, _on_client_gone)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -1,16 +1,27 @@
-"""HMAC-SHA256 request signatures: ``hex(HMAC(secret, "<sha256 of body>:<timestamp>[:<nonce>]"))``.
+"""HMAC-SHA256 request signatures: ``hex(HMAC(secret, "<sha256 of body>:<timestamp>:<nonce>"))``.
 
 Used by the edge service to authenticate device uploads on top of bearer tokens. The timestamp is
 Unix seconds; a request is accepted only inside a window around the server's clock, and the caller
-stores each accepted signature (or nonce) to refuse replays within that window.
+stores each accepted canonical signature to refuse replays within that window.
+
+A signature header has several spellings that verify alike (upper or lower case hex, with or
+without a ``sha256=`` prefix, padded with spaces). :func:`canonical_signature` reduces them to one,
+and both the check and the replay key use that one: keyed on the raw header, each spelling of one
+captured request was a "new" request.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 
 from conclave.platform.errors import Unauthorized
+
+_HEX_SIGNATURE = re.compile(r"^[0-9a-f]{64}$")
+# A nonce is a client's random token (the SDK sends 32 hex digits); 16 characters is the least
+# that can be random enough, and the store's replay column holds 128.
+_NONCE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,128}$")
 
 
 def signing_message(body_sha256: str, timestamp: str, nonce: str | None = None) -> bytes:
@@ -36,13 +47,40 @@ def check_timestamp(timestamp: str | None, now: float, window_seconds: float) ->
         )
 
 
+def canonical_signature(header: str) -> str:
+    """The one spelling of a signature header: 64 lower-case hex digits without a prefix.
+    :class:`Unauthorized` (``INVALID_SIGNATURE``) when the header is not a SHA-256 HMAC at all."""
+    text = header.strip().lower().removeprefix("sha256=")
+    if not _HEX_SIGNATURE.match(text):
+        raise Unauthorized(
+            "X-Conclave-Signature must be 64 hex digits (optionally prefixed 'sha256=').",
+            code="INVALID_SIGNATURE",
+        )
+    return text
+
+
+def check_nonce(nonce: str | None) -> str:
+    """The request's nonce; :class:`Unauthorized` when it is missing (``NONCE_REQUIRED``) or is
+    not 16-128 characters of ``A-Z a-z 0-9 . _ ~ + / = -`` (``INVALID_NONCE``)."""
+    if not nonce:
+        raise Unauthorized(
+            "Signed uploads must carry a fresh X-Conclave-Nonce.", code="NONCE_REQUIRED"
+        )
+    if not _NONCE.match(nonce):
+        raise Unauthorized(
+            "X-Conclave-Nonce must be 16-128 characters of A-Z a-z 0-9 . _ ~ + / = -.",
+            code="INVALID_NONCE",
+        )
+    return nonce
+
+
 def verify(
     secret: str, body_sha256: str, timestamp: str, signature: str, nonce: str | None = None
 ) -> None:
-    """Raise :class:`Unauthorized` unless ``signature`` signs this body, time and nonce."""
+    """Raise :class:`Unauthorized` unless ``signature`` (canonical, from
+    :func:`canonical_signature`) signs this body, time and nonce."""
     expected = sign(secret, body_sha256, timestamp, nonce)
-    given = signature.strip().removeprefix("sha256=").lower()
-    if not hmac.compare_digest(expected, given):
+    if not hmac.compare_digest(expected, signature):
         raise Unauthorized("The request signature does not match.", code="INVALID_SIGNATURE")
 
 

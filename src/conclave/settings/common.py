@@ -201,6 +201,50 @@ class CommonSettings(BaseSettings):
         description="Redirects a caller-steered request follows (each hop checked by the egress "
         "policy); 0 follows none.",
     )
+    # Read deadlines of the HTTP server (``conclave serve`` and ``conclave up``): a client that
+    # sends its request slowly must not hold a connection (and a temporary upload file) for as
+    # long as it likes.
+    header_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        alias="CONCLAVE_HEADER_TIMEOUT_SECONDS",
+        description="Longest a request's line and headers may take to arrive, from the "
+        "connection's opening (or the request's first byte on a kept-alive connection); the "
+        "connection is then answered 408 and closed.",
+    )
+    max_header_bytes: int = Field(
+        65_536,
+        ge=1024,
+        alias="CONCLAVE_MAX_HEADER_BYTES",
+        description="Largest request line plus headers accepted (431, connection closed).",
+    )
+    body_idle_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        alias="CONCLAVE_BODY_IDLE_TIMEOUT_SECONDS",
+        description="Longest pause between two pieces of a request body (408, connection closed).",
+    )
+    body_timeout_seconds: float = Field(
+        60.0,
+        gt=0,
+        alias="CONCLAVE_BODY_TIMEOUT_SECONDS",
+        description="Time a request body may take beyond what CONCLAVE_BODY_MIN_BYTES_PER_SECOND "
+        "earns it: a body must arrive within this many seconds plus one second per that many "
+        "bytes received (408, connection closed).",
+    )
+    body_min_bytes_per_second: int = Field(
+        4096,
+        gt=0,
+        alias="CONCLAVE_BODY_MIN_BYTES_PER_SECOND",
+        description="Slowest average rate a long request body may arrive at: each such amount of "
+        "bytes received extends the body deadline by one second.",
+    )
+    keep_alive_seconds: int = Field(
+        5,
+        gt=0,
+        alias="CONCLAVE_KEEP_ALIVE_SECONDS",
+        description="How long an idle kept-alive connection stays open between two requests.",
+    )
     log_level: str = Field("INFO", alias="CONCLAVE_LOG_LEVEL", description="Logging level.")
     log_format: Literal["json", "text"] = Field(
         "json", alias="CONCLAVE_LOG_FORMAT", description="Structured JSON logs or plain text."
