@@ -35,6 +35,12 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # Nothing listens on the discard port: calls to "backends" are refused at once, locally.
 CLOSED_URL = "http://127.0.0.1:9"
 SERVICES = ("gateway", "collector", "graph", "edge")
+# Each app configuration the generated suites cover: the four services, plus the gateway in
+# finance mode, which serves the ``/v1/finance`` routes.
+CONFIGURATIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    **{service: (service, {}) for service in SERVICES},
+    "finance": ("gateway", {"mcp_domain": "finance"}),
+}
 
 
 def _common(data_dir: Path, **overrides: Any) -> dict[str, Any]:
