@@ -1,21 +1,33 @@
-"""The hostile-value matrix: one request per (operation, field, hostile value), generated from a
+"""The hostile-value matrix: one request per (operation, place, hostile value), generated from a
 service's own OpenAPI document.
 
-For every operation, a *base request* is built from the schema (required fields only, with
-defaults, enum members, examples or a plausible value); each case then puts one hostile value into
-one place and leaves everything else as the base has it:
+For every operation a *base request* is built from the schema (required members only, each from
+its default, example, first enum member, :data:`PLAUSIBLE` or a value fitting its type and
+pattern); each case then puts one hostile value in one place and leaves the rest as the base has
+it. The places:
 
-* every string, number and untyped field of a JSON body (nested objects and array items too, and
-  one extra text and number member in every free-form object), and a hostile *key* in every
-  object; the values are raw JSON text, so a lone surrogate travels as the escape ``"\\ud800"``
-  exactly as an attacker's client sends it;
-* every text field of a multipart form (a field documented as JSON gets the JSON values inside an
-  object);
-* every query, path and header parameter, percent-encoded (``%00``, ``%ED%A0%80``, ``%FF``) or as
-  hostile number text.
+* every string, number and untyped member of a JSON body, nested objects and array items
+  included, plus one extra text and one extra number member in every free-form object, and a
+  hostile *key* in every object; values travel as raw JSON text, so a lone surrogate is the
+  escape ``"\ud800"`` an attacker's client sends;
+* every text field of a multipart form; a field documented as JSON gets the JSON values inside
+  an object;
+* every query, path and header parameter: percent-encoded bytes (``%00``, ``%ED%A0%80``, ``%FF``)
+  or hostile number text; raw bytes in headers.
 
-Each hostile value carries what the service must answer (:class:`Expect`); see ``docs`` of
-:data:`EXPECTATIONS`.
+What each value must get back (:class:`Expect`):
+
+* lone surrogates, NUL, ``NaN``/``Infinity``/``1e309`` and integers beyond 64 bits anywhere in a
+  JSON body (keys too): 422 ``UNSAFE_INPUT``, whatever else is wrong with the body, because the
+  boundary refuses them before schema validation;
+* a 5,000-digit integer (CPython refuses to parse it) and bytes that are not UTF-8 in a JSON
+  body: 400 ``MALFORMED_JSON``, or 422 ``UNSAFE_INPUT`` (``ED A0 80`` decodes, as Python's JSON
+  reader allows, to a lone surrogate);
+* unsafe values in a form field (and in the JSON a form field carries), NUL in a path, hostile
+  numbers in a path or query: a 4xx problem, with the route's own code;
+* values that are harmless once decoded (``1e-400`` underflows to 0; invalid UTF-8 in a query,
+  path or form field decodes to U+FFFD; header bytes decode as Latin-1; NUL in a query filter):
+  anything but a server error.
 """
 
 from __future__ import annotations
@@ -52,14 +64,14 @@ class Expect(enum.Enum):
     UNSAFE_INPUT = "422 UNSAFE_INPUT"
     UNSAFE_OR_MALFORMED = "400 MALFORMED_JSON or 422 UNSAFE_INPUT"
     CLIENT_ERROR = "a 4xx problem"
-    NO_SERVER_ERROR = "a 4xx problem or the base request's own status"
+    NO_SERVER_ERROR = "no server error (a 502-504 only where the base request gets it too)"
 
 
+# The exact (status, code) pairs accepted; the other expectations accept any 4xx code.
 EXPECTATIONS = {
     Expect.UNSAFE_INPUT: ((422, "UNSAFE_INPUT"),),
     Expect.UNSAFE_OR_MALFORMED: ((400, "MALFORMED_JSON"), (422, "UNSAFE_INPUT")),
 }
-"""The exact (status, code) pairs accepted; the other expectations accept any 4xx code."""
 
 
 @dataclass(frozen=True)
@@ -277,9 +289,13 @@ def _branch_slots(
     elif kind == "array":
         items = schema.get("items", {})
         for path, slot_kind, build in slots(schemas, items, defs, name, depth + 1):
-            yield (0, *path), slot_kind, (lambda value, build=build: [build(value)])
+            yield (0, *path), slot_kind, _in_list(build)
     elif kind in ("string", "integer", "number", "any"):
         yield (), "number" if kind == "integer" else kind, (lambda value: value)
+
+
+def _in_list(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: [build(value)]
 
 
 def _object_slots(
@@ -412,7 +428,8 @@ def _operation(
     cases: list[Case] = []
     for parameter in parameters:
         key = (parameter["in"], parameter["name"])
-        kind = _kind(_branches(schemas.resolve(parameter.get("schema", {}), {}))[0])
+        kind = _kind((_branches(schemas.resolve(parameter.get("schema", {}), {})) or [{}])[0])
+        hostile: tuple[Hostile, ...]
         if parameter["in"] == "header":
             hostile = HEADER_VALUES
         elif kind in ("integer", "number"):
