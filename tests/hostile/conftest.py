@@ -103,6 +103,12 @@ def embedded(sqlite_engine: Any, memory_bus: Any) -> Backend:
     return Backend("embedded", sqlite_engine, memory_bus)
 
 
+@pytest.fixture
+def production(postgres_engine: Any, redis_bus: Any) -> Backend:
+    """PostgreSQL and Redis, as deployed: NUL and un-encodable text fail there, not in SQLite."""
+    return Backend("production", postgres_engine, redis_bus)
+
+
 def expired_jwt() -> str:
     """A JWT correctly signed for these apps whose ``exp`` has passed."""
     now = int(time.time())

@@ -1,19 +1,22 @@
 """Every hostile value in every field of every operation: a clean 4xx, and events keep flowing.
 
-The cases come from each running app's own ``/openapi.json`` (and, for the gateway's
-``/execute``, its tool catalogue), so a new route or field is covered without touching this file
-(:mod:`tests.hostile.value_matrix` says how they are generated and what each must get back).
+The cases come from each running app's own ``/openapi.json`` (and, for tool calls, the tool
+catalogue the app serves next to them), so a new route, field or tool is covered without touching
+this file (:mod:`tests.hostile.value_matrix` says how they are generated and what each must get
+back).
 
 The apps run the production topology: PostgreSQL and Redis, the service under test plus a
-gateway and a collector replica over the same store and bus, as deployed. After each operation's
-cases two things are checked, because one request once stopped event delivery for every service
-(an event the bus could not encode, retried for ever at the head of the outbox):
+gateway and a collector replica over the same store and bus, as deployed. Besides each answer,
+three things are checked, because one request once stopped event delivery for every service (an
+event the bus could not encode, retried for ever at the head of the outbox):
 
-* every event the cases committed reached the bus (none left behind, none quarantined: the
-  boundary must refuse what cannot be published before anything is written);
-* canary events still arrive: a governed ``echo`` call (an event handed straight to the relay)
-  and a queued expedition (an event the relay finds by polling the outbox, the path a poison row
-  blocks).
+* after each operation's cases, every event they committed reached the bus (none left behind,
+  none quarantined: the boundary must refuse what cannot be published before anything is
+  written);
+* after each operation's cases, canary events still arrive: a governed ``echo`` call (an event
+  handed straight to the relay) and a queued expedition (an event the relay finds by polling the
+  outbox, the path a poison row blocks);
+* after all cases, every read answers as it did before: no stored value breaks it for everyone.
 
 Every failure names the configuration, operation, place and value; all are collected and reported
 together, so one run lists every group that fails.
@@ -47,12 +50,6 @@ from tests.hostile.value_matrix import EXPECTATIONS, Case, Expect, Operation, Re
 # How long an event committed by a case may take to reach the bus, and a canary to arrive:
 # the relay polls every 50 ms here, so this is seconds of slack for a loaded 2-core machine.
 DELIVERY_SECONDS = 3.0
-
-
-@pytest.fixture
-def production(postgres_engine: Any, redis_bus: Any) -> Backend:
-    """PostgreSQL and Redis, as deployed: NUL and un-encodable text fail there, not in SQLite."""
-    return Backend("production", postgres_engine, redis_bus)
 
 
 @dataclass
