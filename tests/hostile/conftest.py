@@ -35,6 +35,12 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # Nothing listens on the discard port: calls to "backends" are refused at once, locally.
 CLOSED_URL = "http://127.0.0.1:9"
 SERVICES = ("gateway", "collector", "graph", "edge")
+# Each app configuration the generated suites cover: the four services, plus the gateway in
+# finance mode, which serves the ``/v1/finance`` routes.
+CONFIGURATIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    **{service: (service, {}) for service in SERVICES},
+    "finance": ("gateway", {"mcp_domain": "finance"}),
+}
 
 
 def _common(data_dir: Path, **overrides: Any) -> dict[str, Any]:
@@ -95,6 +101,12 @@ async def hostile_app(
 def embedded(sqlite_engine: Any, memory_bus: Any) -> Backend:
     """Hostile input is refused before the store matters: SQLite and the in-process bus."""
     return Backend("embedded", sqlite_engine, memory_bus)
+
+
+@pytest.fixture
+def production(postgres_engine: Any, redis_bus: Any) -> Backend:
+    """PostgreSQL and Redis, as deployed: NUL and un-encodable text fail there, not in SQLite."""
+    return Backend("production", postgres_engine, redis_bus)
 
 
 def expired_jwt() -> str:

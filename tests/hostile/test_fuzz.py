@@ -35,7 +35,7 @@ from schemathesis.python import asgi
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from conclave.edge.media import MEDIA_TYPES
-from tests.hostile.conftest import AUTH, SERVICES, build_app, service_settings
+from tests.hostile.conftest import AUTH, CONFIGURATIONS, build_app, service_settings
 
 # ``CONCLAVE_FUZZ_EXAMPLES`` raises the budget for a deeper run on demand.
 MAX_EXAMPLES = int(os.environ.get("CONCLAVE_FUZZ_EXAMPLES", "25"))
@@ -44,14 +44,6 @@ GATEWAY_TOOLS = ("echo", "evaluate_expression", "json_query", "current_time")
 # Waiting for an expedition is behaviour, not input handling, and the fuzzing collector runs no
 # workers: a generated ``wait_seconds`` of minutes would only burn the budget.
 MAX_WAIT_SECONDS = 0.2
-
-
-# Each app configuration fuzzed: the four services, plus the gateway in finance mode, which
-# serves the ``/v1/finance`` routes.
-CONFIGURATIONS: dict[str, tuple[str, dict[str, Any]]] = {
-    **{service: (service, {}) for service in SERVICES},
-    "finance": ("gateway", {"mcp_domain": "finance"}),
-}
 
 
 def _app(name: str, data_dir: Path) -> FastAPI:
