@@ -175,7 +175,7 @@ class Canary:
             await self._arrives("handed", GATEWAY_CHANNEL, "conclave_id", conclave_id, after,
                                 findings)  # fmt: skip
         if "polled" not in self.blocked:
-            run = {"expedition_type": "audit"}
+            run = {"expedition_type": "audit", "target_collections": ["canary"]}
             response = await self.collector.post("/expedition/run", json=run, headers=AUTH)
             assert response.status_code == 202, response.text
             expedition_id = response.json()["expedition_id"]

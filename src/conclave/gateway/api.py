@@ -31,7 +31,13 @@ from conclave.platform.http import (
     correlation_id,
     health_response,
 )
-from conclave.platform.inputs import UnsafeInput, escape_text, escape_unsafe, text_problem
+from conclave.platform.inputs import (
+    UnsafeInput,
+    check_safe,
+    escape_text,
+    escape_unsafe,
+    text_problem,
+)
 from conclave.platform.jsontext import CompactJSONResponse
 
 router = APIRouter()
@@ -191,19 +197,21 @@ def _refused_call(
     claimed = document.get("correlation_id")
     if not (isinstance(claimed, str) and len(claimed) <= 128 and _CORRELATION.match(claimed)):
         claimed = correlation_id(request)
-    state = request.app.state
-    return ExecuteCommand(
-        tool=tool[:256],
-        args=args,
-        user_id=state.authenticator.acting_user(
-            principal, user_id[:256] if isinstance(user_id, str) else None
-        ),
-        correlation_id=claimed,
-    )
+    if refusal.finding.location[:2] == ("body", "user_id"):
+        # The claimed user is the unsafe value: the call is the principal's, refused for it.
+        acting = principal.user_id
+    else:
+        claimed_user = user_id[:256] if isinstance(user_id, str) else None
+        acting = request.app.state.authenticator.acting_user(principal, claimed_user)
+    return ExecuteCommand(tool=tool[:256], args=args, user_id=acting, correlation_id=claimed)
 
 
 def _idempotency_key(request: Request) -> str | None:
     key = request.headers.get("idempotency-key")
+    if key is not None:
+        # Servers refuse NUL in headers, but an app served in-process (or behind a proxy that
+        # passes it) receives it: the store would refuse the key after the tool ran.
+        check_safe(key, ("header", "Idempotency-Key"))
     if key is not None and not 1 <= len(key) <= _IDEMPOTENCY_KEY_MAX:
         error = {
             "loc": ("header", "Idempotency-Key"),
