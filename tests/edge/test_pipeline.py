@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from conclave.platform.bus.base import Event
+from conclave.platform.bus.entry import PublishRefused, Refusal
 from conclave.platform.bus.memory import MemoryBus
 from conclave.platform.errors import BusUnavailable
 from tests.conftest import Backend, eventually
@@ -87,3 +88,29 @@ async def test_events_survive_a_bus_outage_and_show_in_pipeline(sqlite_engine, t
         assert unknown.status_code == 404
         metrics = (await client.get("/metrics")).text
         assert 'conclave_edge_evidence_packs_total{media_type="geo"} 2.0' in metrics
+
+
+class RefusingBus(MemoryBus):
+    """The in-process bus refusing every event for a lasting reason of its own."""
+
+    async def publish(self, events: Sequence[Event]) -> None:
+        refusals = [Refusal(event.event_id, "refused by the bus", lasting=True) for event in events]
+        raise PublishRefused(refusals)
+
+
+async def test_a_quarantined_event_is_shown_as_such_not_as_pending(sqlite_engine, tmp_path) -> None:
+    bus = RefusingBus(claim_idle_seconds=0.5)
+    backend = Backend("embedded", sqlite_engine, bus)
+    async with edge_app(backend, edge_settings(tmp_path), bus=bus) as (client, _app):
+        response = await client.post("/api/edge-intake/image", **form(("b.png", samples.png())))
+        assert response.status_code == 200, response.text
+
+        async def set_aside() -> dict:
+            figures = (await client.get("/api/edge-intake/pipeline")).json()
+            return figures if figures["quarantined_outbox"] == 1 else {}
+
+        figures = await eventually(set_aside)
+        assert (figures["pending_outbox"], figures["retrying_outbox"]) == (0, 0)
+        [event] = (await client.get("/api/edge-intake/events")).json()["events"]
+        assert event["delivery"]["status"] == "quarantined"
+        assert "refused by the bus" in event["delivery"]["last_error"]

@@ -175,8 +175,14 @@ def _event(row: Any) -> IntakeEvent:
         }
     else:
         published = row.published_at is not None
+        if published:
+            status = "published"
+        elif row.quarantined_at is not None:
+            status = "quarantined"  # set aside by the relay: `conclave outbox list` shows why
+        else:
+            status = "retrying" if row.attempts else "pending"
         delivery = {
-            "status": "published" if published else ("retrying" if row.attempts else "pending"),
+            "status": status,
             "attempts": row.attempts,
             "published_at": rfc3339(row.published_at) if published else None,
             "last_error": row.last_error,

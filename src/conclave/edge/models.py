@@ -44,7 +44,7 @@ class EvidencePack(BaseModel):
 class Delivery(BaseModel):
     """Where an event stands in the outbox."""
 
-    status: Literal["published", "pending", "retrying"]
+    status: Literal["published", "pending", "retrying", "quarantined"]
     attempts: int | None
     published_at: str | None
     last_error: str | None

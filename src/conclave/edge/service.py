@@ -369,6 +369,7 @@ class IntakeService:
             "by_type": by_type,
             "pending_outbox": figures["pending"],
             "retrying_outbox": figures["failing"],
+            "quarantined_outbox": figures["quarantined"],
             "last_event_at": rfc3339(last) if last else None,
             "last_errors": [
                 {

@@ -225,6 +225,7 @@ async def list_events(
             outbox_events.c.attempts,
             outbox_events.c.last_error,
             outbox_events.c.published_at,
+            outbox_events.c.quarantined_at,
             outbox_events.c.event_id.label("outbox_event_id"),
         )
         .select_from(
@@ -272,13 +273,17 @@ async def pipeline_figures(
         unpublished = and_(
             outbox_events.c.channel == CHANNEL, outbox_events.c.published_at.is_(None)
         )
+        quarantined = outbox_events.c.quarantined_at.is_not(None)
         pending = await connection.scalar(
-            select(func.count()).select_from(outbox_events).where(unpublished)
+            select(func.count()).select_from(outbox_events).where(unpublished, ~quarantined)
         )
         failing = await connection.scalar(
             select(func.count())
             .select_from(outbox_events)
-            .where(unpublished, outbox_events.c.attempts > 0)
+            .where(unpublished, ~quarantined, outbox_events.c.attempts > 0)
+        )
+        set_aside = await connection.scalar(
+            select(func.count()).select_from(outbox_events).where(unpublished, quarantined)
         )
     return {
         "by_type": by_type,
@@ -288,6 +293,7 @@ async def pipeline_figures(
         "last_errors": last_errors,
         "pending": int(pending or 0),
         "failing": int(failing or 0),
+        "quarantined": int(set_aside or 0),
     }
 
 
