@@ -84,7 +84,9 @@ async def test_unusable_cron_expressions_are_a_422_and_store_nothing(backend, tm
             )
             assert response.status_code == 422, (cron, response.text)
             assert response.headers["content-type"].startswith("application/problem+json")
-            if cron:  # an empty cron is refused by the request model already
+            if "\x00" in cron:  # refused at the boundary, before the cron is looked at
+                assert response.json()["code"] == "UNSAFE_INPUT", cron
+            elif cron:  # an empty cron is refused by the request model already
                 assert response.json()["code"] == "INVALID_CRON", cron
         never = await client.post(
             "/schedules", json={"name": "x", "cron": "0 0 30 2 *", "expedition_type": "audit"}

@@ -17,7 +17,7 @@ from conclave.collector.models import ExpeditionCreate
 from conclave.collector.store.tables import expeditions
 from conclave.platform.bus.base import dead_letter_channel
 from conclave.platform.embedding import HashingEmbedder
-from tests.collector.conftest import collector_app, collector_settings, wait_terminal
+from tests.collector.conftest import collector_app, collector_settings, inbox, wait_terminal
 from tests.conftest import REDIS_URL, Backend, eventually
 
 JSON = {"content-type": "application/json"}
@@ -162,7 +162,7 @@ async def test_a_bus_request_holding_an_unsafe_value_is_dead_lettered(
 async def test_collected_items_holding_unsafe_values_are_kept_escaped(backend, tmp_path) -> None:
     """A file or an API we do not own may hold anything: the run completes, the items are stored
     escaped, their vectors are written, and reading them back works."""
-    source = tmp_path / "items.jsonl"
+    source = inbox(tmp_path) / "items.jsonl"
     source.write_text(
         '{"id": "ok", "title": "plain apple"}\n'
         '{"id": "bad", "title": "broken \\ud800 pear", "score": NaN, "big": 1e400}\n'
