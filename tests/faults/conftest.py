@@ -255,6 +255,9 @@ def _environment(topology: Topology, ports: dict[str, int], qdrant_port: int) ->
         "CONCLAVE_SEMANTIC_MEMORY_URL": f"http://127.0.0.1:{qdrant_port}",
         "CONCLAVE_DATA_DIR": str(topology.data_dir),
         "CONCLAVE_API_TOKENS": f"{TOKEN}={USER}",
+        # The fault suite tests outages, not per-user access: its one user is an operator, so
+        # reads answer for the whole deployment as they did before collections had owners.
+        "CONCLAVE_OPERATORS": USER,
         "CONCLAVE_OUTBOX_POLL_SECONDS": "0.2",
         "CONCLAVE_OUTBOX_MAX_BACKOFF_SECONDS": "0.5",
         "CONCLAVE_LOG_LEVEL": "WARNING",
