@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
 from sqlalchemy import select
 
 from conclave.collector.events import REQUESTED
@@ -16,6 +18,7 @@ from conclave.settings import CollectorSettings
 from tests.collector.conftest import LOCAL_API, JsonApi, collector_app, wait_terminal
 from tests.collector.test_ownership import ANN, OLGA, users_settings
 from tests.conftest import Backend, eventually
+from tests.httpserver import running_server
 
 SECRET_VALUE = "Bearer s3cr3t-api-key-value"
 
@@ -85,6 +88,18 @@ async def test_literal_credentials_are_refused(backend, tmp_path) -> None:
                   "parameters": {"auth": {"user": "ann", "password": "literal-token"}}}  # fmt: skip
         refused = await client.post("/expedition/run", json=nested, headers=ANN)
         assert refused.json()["code"] == "SECRET_IN_PARAMETERS"
+        # A credential in the URL itself: user info, or a query parameter named like one.
+        for url in (
+            api.url.replace("http://", "http://ann:literal-token@") + "/data",
+            f"{api.url}/data?api_key=literal-token",
+            f"{api.url}/data?page=1&access_token=literal-token",
+        ):
+            body = api.discovery("weather")
+            body["parameters"]["sources"][0]["url"] = url
+            refused = await client.post("/expedition/run", json=body, headers=ANN)
+            assert refused.status_code == 422, (url, refused.text)
+            assert refused.json()["code"] == "SECRET_IN_PARAMETERS"
+            assert "literal-token" not in refused.text
 
         history = await client.get("/expedition/history", headers=OLGA)
         assert history.json()["expeditions"] == []
@@ -156,6 +171,33 @@ async def test_secret_does_not_follow_a_next_link_to_another_host(backend, tmp_p
         client.headers.update(ANN)
         record = await wait_terminal(client, run.json()["expedition_id"], timeout=20)
         assert record["status"] == "failed"
-        assert "another host" in record["errors"][-1]["message"]
+        assert "another origin" in record["errors"][-1]["message"]
         assert api.headers[0]["authorization"] == SECRET_VALUE
         assert elsewhere.requests == 0
+
+
+async def test_secret_does_not_follow_a_redirect_to_another_origin(backend, tmp_path) -> None:
+    # httpx drops `Authorization` on a cross-origin redirect, but not `X-Api-Key` and its kind:
+    # the source refuses the hop itself while its spec sets headers.
+    redirector = FastAPI()
+    async with (
+        JsonApi([[{"id": "x1"}]]) as elsewhere,
+        running_server(redirector) as redirect_url,
+        collector_app(backend, secret_settings(tmp_path)) as (client, _app),
+    ):
+
+        @redirector.get("/{path:path}")
+        async def away() -> RedirectResponse:
+            return RedirectResponse(elsewhere.url, status_code=302)
+
+        body = elsewhere.discovery("weather")
+        source = body["parameters"]["sources"][0]
+        source["url"] = f"{redirect_url}/data"
+        source["headers"] = {"X-Api-Key": {"secret": "weather"}}
+        run = await client.post("/expedition/run", json=body, headers=ANN)
+        assert run.status_code == 202, run.text
+        client.headers.update(ANN)
+        record = await wait_terminal(client, run.json()["expedition_id"], timeout=20)
+        assert record["status"] == "failed"
+        assert "own origin only" in record["errors"][-1]["message"]
+        assert elsewhere.requests == 0  # the secret never left for the other origin

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from conclave.platform.credentials import is_credential_key, is_reference
 from conclave.platform.errors import Unprocessable
@@ -84,8 +84,23 @@ def _credential_literals(document: Any, location: tuple[str, ...]) -> Iterator[s
                 stack.append(((*where, str(key)), item, sensitive or is_credential_key(key)))
         elif isinstance(value, list):
             stack.extend(((*where, str(i)), item, sensitive) for i, item in enumerate(value))
-        elif sensitive and isinstance(value, str) and value:
+        elif isinstance(value, str) and value and (sensitive or _url_holds_credentials(value)):
             yield ".".join(where)
+
+
+def _url_holds_credentials(text: str) -> bool:
+    """Whether ``text`` is a URL carrying a credential: user info (``user:pass@``) or a query
+    parameter named like one (``?api_key=…``); such a URL would be stored and shown as it is."""
+    if "://" not in text[:16]:
+        return False
+    try:
+        parsed = urlsplit(text)
+        if parsed.username or parsed.password:
+            return True
+        names = [name for name, _ in parse_qsl(parsed.query, keep_blank_values=False)]
+    except ValueError:
+        return False  # not a URL this check can read: the source's own validation refuses it
+    return any(is_credential_key(name) for name in names)
 
 
 def _references(

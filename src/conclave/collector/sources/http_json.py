@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import httpx
 
@@ -65,8 +65,26 @@ def _dig(document: Any, path: str | None) -> Any:
     return document
 
 
-def _host(url: str) -> str | None:
-    return urlsplit(url).hostname
+def _origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
+    parsed = httpx.URL(str(url))
+    return parsed.scheme, parsed.host, parsed.port
+
+
+class _OriginOnly:
+    """A request hook refusing any hop (a redirect) away from the spec's origin while the spec
+    sets headers: they may hold a resolved secret, bound to the spec's host. httpx itself drops
+    only ``Authorization`` on a cross-origin redirect, not ``X-Api-Key`` and its kind."""
+
+    def __init__(self, url: str) -> None:
+        self._origin = _origin(url)
+
+    async def __call__(self, request: httpx.Request) -> None:
+        if _origin(request.url) != self._origin:
+            raise _CrossOrigin(f"{request.url}: the spec's headers are for its own origin only")
+
+
+class _CrossOrigin(Exception):
+    pass
 
 
 def _integer(spec: Mapping[str, Any], name: str, low: int, high: int, setting: str) -> None:
@@ -193,6 +211,8 @@ class HttpJsonSource:
         client = guarded_client(
             policy, timeout=timeout, max_redirects=settings.egress_max_redirects, headers=headers
         )
+        if spec.get("headers"):
+            client.event_hooks = {"request": [_OriginOnly(str(spec["url"]))], "response": []}
         async with client:
             for number in range(max_pages):
                 if url is None:
@@ -213,9 +233,13 @@ class HttpJsonSource:
                 elif pagination.get("type") == "next":
                     following = _dig(body, str(pagination.get("next_path", "next")))
                     url = _next_url(url, following) if isinstance(following, str) else None
-                    if url is not None and spec.get("headers") and _host(url) != _host(spec["url"]):
-                        # The headers (a resolved secret among them) are for the spec's host only.
-                        raise SourceError(f"{url}: the next page is on another host")
+                    if (
+                        url is not None
+                        and spec.get("headers")
+                        and _origin(url) != _origin(str(spec["url"]))
+                    ):
+                        # The headers (a resolved secret among them) are for the spec's origin.
+                        raise SourceError(f"{url}: the next page is on another origin")
                 else:
                     return
 
@@ -242,6 +266,8 @@ class HttpJsonSource:
                 error.__cause__ = exc
             except _Retryable as exc:
                 error = SourceError(str(exc))
+            except _CrossOrigin as exc:
+                raise SourceError(str(exc)) from exc
             if attempt < retries:
                 await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
         raise error
