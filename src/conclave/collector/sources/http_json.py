@@ -30,7 +30,6 @@ from conclave.collector.sources.base import SourceContext, SourceError
 from conclave.platform.credentials import is_reference
 from conclave.platform.egress import UNREACHABLE, EgressPolicy, Resolver, guarded_client
 from conclave.platform.egress import system_resolver as _system_resolver
-from conclave.platform.inputs import escape_unsafe, find_unsafe
 from conclave.settings import CollectorSettings
 
 _DEFAULT_RETRIES = 3
@@ -290,9 +289,9 @@ class HttpJsonSource:
             document = json.loads(content)
         except (ValueError, RecursionError) as exc:
             raise SourceError(f"{url}: the response is not JSON") from exc
-        # The API is not ours: text or numbers no store can hold (lone surrogates, NUL, NaN,
-        # integers beyond 64 bits) are kept as readable escapes rather than failing the run.
-        return document if find_unsafe(document) is None else escape_unsafe(document)
+        # Values no store can hold (lone surrogates, NUL, NaN, integers beyond 64 bits) are the
+        # Tracker's to escape, for every source alike.
+        return document
 
 
 def _next_url(current: str, following: str) -> str:
