@@ -1,8 +1,9 @@
 """The catalogue in the three function-calling formats, with stable wire names.
 
 OpenAI and Anthropic accept names matching ``^[a-zA-Z0-9_-]{1,64}$``; MCP accepts dots and up to 128
-characters. A tool whose name breaks a format's rule gets a stable alias in that format (derived
-from the name, so every replica computes the same one), and ``/execute`` accepts the alias.
+characters, but MCP clients forward tool names to model providers, so MCP gets the same alias. A
+tool whose name breaks the rule gets a stable alias (derived from the name, so every replica
+computes the same one), and ``/execute`` and MCP ``tools/call`` accept the alias.
 """
 
 from __future__ import annotations
@@ -45,13 +46,14 @@ def render(tool: Tool, fmt: Format) -> dict[str, Any]:
             "input_schema": dict(tool.parameters),
         }
     entry: dict[str, Any] = {
-        "name": tool.name,
+        "name": wire_name(tool.name),
         "description": tool.description,
         "inputSchema": dict(tool.parameters),
     }
     if tool.title:
         entry["title"] = tool.title
-    if tool.output_schema:
+    if tool.output_schema and tool.output_schema.get("type") == "object":
+        # MCP structured content is an object: a schema for anything else cannot be declared.
         entry["outputSchema"] = dict(tool.output_schema)
     if tool.annotations:
         entry["annotations"] = dict(tool.annotations)

@@ -29,8 +29,14 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from conclave import __version__
+from conclave.gateway.formats import render
+from conclave.gateway.mcp_refusals import json_rpc_refusals, unsupported_version
+from conclave.gateway.mcp_versions import (
+    SUPPORTED_VERSIONS,
+    call_result_fields_too_new,
+    tool_for_version,
+)
 from conclave.gateway.service import ExecuteCommand, GatewayService
-from conclave.gateway.tools import Tool
 from conclave.platform.auth import Authenticator, Principal
 from conclave.platform.errors import ConclaveError, Unauthorized
 from conclave.platform.inputs import (
@@ -49,28 +55,23 @@ MCP_PATH = "/mcp"
 log = logging.getLogger(__name__)
 
 
-def _mcp_tool(tool: Tool) -> types.Tool:
-    return types.Tool(
-        name=tool.name,
-        title=tool.title,
-        description=tool.description,
-        input_schema=dict(tool.parameters),
-        output_schema=dict(tool.output_schema) if tool.output_schema else None,
-        annotations=types.ToolAnnotations(**tool.annotations) if tool.annotations else None,
-    )
-
-
 class McpHandlers:
-    """What ``tools/list`` and ``tools/call`` answer, for the SDK's server and the fast path."""
+    """What ``tools/list`` and ``tools/call`` answer, for the SDK's server and the fast path,
+    shaped for the protocol ``version`` the request negotiated (see :mod:`mcp_versions`)."""
 
     def __init__(self, service: Callable[[], GatewayService]) -> None:
         self._service = service
 
-    def list_tools(self) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[_mcp_tool(t) for t in self._service().registry.tools()])
+    def list_tools(self, version: str) -> types.ListToolsResult:
+        # The entries of GET /tools?format=mcp: wire aliases for names model providers refuse.
+        tools = [
+            tool_for_version(render(tool, "mcp"), version)
+            for tool in self._service().registry.tools()
+        ]
+        return types.ListToolsResult.model_validate({"tools": tools}, by_name=False)
 
     async def call_tool(
-        self, principal: Principal, params: types.CallToolRequestParams
+        self, principal: Principal, params: types.CallToolRequestParams, version: str
     ) -> types.CallToolResult:
         """Run the call through the governance chain; raises ``MCPError`` for an unknown tool."""
         arguments = params.arguments if params.arguments is not None else {}
@@ -92,11 +93,7 @@ class McpHandlers:
                 )
                 outcome = await self._service().refuse_unsafe(escaped, UnsafeInput(unsafe))
         except ConclaveError as exc:  # refused before the chain: rate limit, store down
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=f"{exc.code}: {exc.detail}")],
-                structured_content={"code": exc.code, **exc.extra},
-                is_error=True,
-            )
+            return _error_result(f"{exc.code}: {exc.detail}", {**exc.extra, "code": exc.code})
         if outcome.error_code == "UNKNOWN_TOOL":
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
         if outcome.http_status >= 400:
@@ -108,17 +105,19 @@ class McpHandlers:
             )
             if fields:
                 detail = f"{detail} {fields}"
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=f"{outcome.error_code}: {detail}")],
-                structured_content={
-                    "conclave_id": outcome.conclave_id,
-                    "code": outcome.error_code,
-                    "orthodoxy_status": outcome.orthodoxy_status,
-                },
-                is_error=True,
-            )
+            conclave = {
+                "conclave_id": outcome.conclave_id,
+                "code": outcome.error_code,
+                "orthodoxy_status": outcome.orthodoxy_status,
+            }
+            return _error_result(f"{outcome.error_code}: {detail}", conclave)
         text = json.dumps(outcome.result, ensure_ascii=False)
+        # The chain checked the result against the tool's output schema (after its rules too),
+        # and only an object schema is declared over MCP (formats.render): an object result is
+        # valid structured content; anything else travels as text only.
         structured = outcome.result if isinstance(outcome.result, dict) else None
+        if "structuredContent" in call_result_fields_too_new(version):
+            structured = None
         meta = {
             "conclave_id": outcome.conclave_id,
             "orthodoxy_status": outcome.orthodoxy_status,
@@ -131,16 +130,29 @@ class McpHandlers:
         )
 
 
+def _error_result(text: str, conclave: dict[str, Any]) -> types.CallToolResult:
+    """An ``isError`` result every client accepts: the details go in the text and in ``_meta``.
+
+    Never ``structuredContent``: the TypeScript SDK checks it against the tool's output schema even
+    on errors, and an error's fields do not match a success's schema."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        is_error=True,
+        _meta={"conclave": conclave},
+    )
+
+
 def create_mcp_server(handlers: McpHandlers) -> Server[Any]:
     """An MCP server (the SDK's low-level server) answering with ``handlers``."""
 
     async def list_tools(
-        _ctx: Any, _params: types.PaginatedRequestParams | None
+        ctx: Any, _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return handlers.list_tools()
+        return handlers.list_tools(ctx.protocol_version)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        return await handlers.call_tool(ctx.request.scope["state"]["principal"], params)
+        principal = ctx.request.scope["state"]["principal"]
+        return await handlers.call_tool(principal, params, ctx.protocol_version)
 
     return Server(
         "conclave-gateway",
@@ -202,12 +214,17 @@ class McpEndpoint:
         if self.manager is None:
             raise RuntimeError("the gateway app has not started")
         scope.setdefault("state", {})["principal"] = principal
+        version = request.headers.get("mcp-protocol-version")
+        if version is not None and version not in SUPPORTED_VERSIONS:
+            # The SDK would route it to the 2026 entry, which words it as a missing envelope.
+            await unsupported_version(version)(scope, receive, send)
+            return
         if scope["method"] == "POST":
             body = await request.body()
             if await self._answer(request, body, principal, send):
                 return
             receive = replay_body(body, receive)
-        await self.manager.handle_request(scope, receive, send)
+        await self.manager.handle_request(scope, receive, json_rpc_refusals(send))
 
     async def _answer(
         self, request: Request, body: bytes, principal: Principal, send: Send
@@ -232,9 +249,9 @@ class McpEndpoint:
         # From here the call runs exactly once, whatever happens next.
         try:
             if call is None:
-                result: Any = self._handlers.list_tools()
+                result: Any = self._handlers.list_tools(version)
             else:
-                result = await self._handlers.call_tool(principal, call)
+                result = await self._handlers.call_tool(principal, call, version)
             dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             # The SDK's own sieve: what this protocol version's result schema holds.
             dumped = methods.serialize_server_result(method, version, dumped)

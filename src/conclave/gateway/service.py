@@ -307,6 +307,7 @@ class GatewayService:
                 command, row, started, status=FAILED, orthodoxy=HERETICAL, http_status=502,
                 code="OUTPUT_INVALID", message=_SCHEMA_MISMATCH,
             )  # fmt: skip
+        checked = result
         try:
             for rule in tool.rules:
                 verdict = rule(command.args, result)
@@ -324,6 +325,15 @@ class GatewayService:
             return await self._finish(
                 command, row, started, status=FAILED, orthodoxy=BLESSED, http_status=502,
                 code="TOOL_FAILED", message="A rule of the tool failed unexpectedly.",
+            )  # fmt: skip
+        if (
+            result is not checked
+            and registered.output is not None
+            and schema_errors(registered.output, result)
+        ):  # a rule's correction must still be what the tool declares (MCP clients check it)
+            return await self._finish(
+                command, row, started, status=FAILED, orthodoxy=HERETICAL, http_status=502,
+                code="OUTPUT_INVALID", message=_SCHEMA_MISMATCH,
             )  # fmt: skip
         # After the rules (they may correct a value): what is stored, answered and replayed.
         problem = result_problem(result, self._max_result_bytes)

@@ -39,11 +39,30 @@ class BadRequest(ConclaveError):
 
 
 class Unauthorized(ConclaveError):
+    """401 with an RFC 6750 challenge. A token that was presented and refused (code
+    ``INVALID_TOKEN`` or ``TOKEN_EXPIRED``) gets ``error="invalid_token"``, which tells a client
+    (MCP Inspector, the TypeScript SDK) that its bearer token is wrong rather than that it should
+    start an interactive OAuth flow; a request without a bearer token gets no error code (RFC
+    6750 §3.1)."""
+
     status, code, title = 401, "UNAUTHORIZED", "Unauthorized"
 
     def __init__(self, detail: str | None = None, **kwargs: Any) -> None:
-        kwargs.setdefault("headers", {"WWW-Authenticate": 'Bearer realm="conclave"'})
         super().__init__(detail, **kwargs)
+        if "WWW-Authenticate" not in self.headers:
+            self.headers["WWW-Authenticate"] = bearer_challenge(self.code, self.detail)
+
+
+_REFUSED_TOKEN_CODES = frozenset({"INVALID_TOKEN", "TOKEN_EXPIRED"})
+
+
+def bearer_challenge(code: str, detail: str) -> str:
+    """The ``WWW-Authenticate`` value of a 401 with ``code``."""
+    if code not in _REFUSED_TOKEN_CODES:
+        return 'Bearer realm="conclave"'
+    # error_description allows printable ASCII except '"' and '\\' (RFC 6750 §3).
+    description = "".join(c if " " <= c <= "~" and c not in '"\\' else "'" for c in detail)
+    return f'Bearer realm="conclave", error="invalid_token", error_description="{description}"'
 
 
 class Forbidden(ConclaveError):

@@ -1,0 +1,81 @@
+"""Transport refusals at ``/mcp`` as JSON-RPC errors a client can parse.
+
+The SDK's transport answers some refusals (a wrong ``Content-Type``, a Host or Origin its
+DNS-rebinding guard refuses, the 2026-07-28 entry's 405/406) as plain text or an empty body with no
+content type. A client reads a JSON-RPC error out of any non-2xx answer it can parse, so every such
+refusal is rewritten to ``{"jsonrpc": "2.0", "id": null, "error": {...}}`` (``application/json``)
+with the same HTTP status and the SDK's words as the message.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from mcp import types
+from mcp_types.jsonrpc import UNSUPPORTED_PROTOCOL_VERSION
+from starlette.datastructures import MutableHeaders
+from starlette.responses import Response
+from starlette.types import Message, Send
+
+from conclave.gateway.mcp_versions import SUPPORTED_VERSIONS
+from conclave.platform.jsontext import COMPACT
+
+_MAX_MESSAGE_BYTES = 1024  # the SDK's refusals are one line; never buffer more than that
+
+
+def unsupported_version(requested: str) -> Response:
+    """400 for an ``MCP-Protocol-Version`` this server does not speak, naming the ones it does
+    (the 2026-07-28 ``UnsupportedProtocolVersionError`` shape, for every revision)."""
+    shown = requested[:64]
+    message = (
+        f"Unsupported MCP-Protocol-Version {shown!r}: this server supports "
+        f"{', '.join(SUPPORTED_VERSIONS)}."
+    )
+    error = {
+        "code": UNSUPPORTED_PROTOCOL_VERSION,
+        "message": message,
+        "data": {"supported": list(SUPPORTED_VERSIONS), "requested": shown},
+    }
+    return Response(_error_body(error), status_code=400, media_type="application/json")
+
+
+def json_rpc_refusals(send: Send) -> Send:
+    """``send`` with every non-JSON error answer (status >= 400) rewritten as a JSON-RPC error."""
+    held: Message | None = None
+    text = b""
+
+    async def sending(message: Message) -> None:
+        nonlocal held, text
+        if message["type"] == "http.response.start" and message["status"] >= 400:
+            headers = MutableHeaders(raw=list(message.get("headers", [])))
+            if "json" not in headers.get("content-type", ""):
+                held = message
+                return
+        if held is None or message["type"] != "http.response.body":
+            await send(message)
+            return
+        text = (text + message.get("body", b""))[:_MAX_MESSAGE_BYTES]
+        if message.get("more_body", False):
+            return
+        status = held["status"]
+        reason = text.decode("utf-8", "replace").strip() or _phrase(status)
+        body = _error_body({"code": types.INVALID_REQUEST, "message": reason})
+        headers = MutableHeaders(raw=list(held.get("headers", [])))
+        headers["content-type"] = "application/json"
+        headers["content-length"] = str(len(body))
+        await send({**held, "headers": headers.raw})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+        held = None
+
+    return sending
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return f"HTTP {status}"
+
+
+def _error_body(error: dict[str, object]) -> bytes:
+    return COMPACT.encode({"jsonrpc": "2.0", "id": None, "error": error}).encode()
