@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from conclave.gateway.formats import wire_name
 from tests.conftest import Backend
 from tests.gateway.conftest import GatewayClient
 
@@ -53,7 +54,9 @@ async def test_anthropic_and_mcp_formats(backend: Backend, gateway: GatewayClien
         assert echo["inputSchema"]["type"] == "object"
         assert echo["outputSchema"]["required"] == ["message"]
         assert echo["annotations"]["readOnlyHint"] is True
-        assert "billing.count" in {t["name"] for t in mcp}  # MCP keeps the dotted name
+        # MCP clients forward names to model providers: MCP lists the same alias as the others.
+        assert all(STRICT.match(t["name"]) for t in mcp)
+        assert wire_name("billing.count") in {t["name"] for t in mcp}
 
         bad = await client.get("/tools", params={"format": "xml"})
         assert bad.status_code == 422 and bad.json()["code"] == "VALIDATION_FAILED"

@@ -111,7 +111,8 @@ async def test_unsafe_mcp_arguments_are_refused_and_audited(
     (row,) = await audit_rows(backend)
     assert (row.user_id, row.status, row.orthodoxy_status) == ("ada", "rejected", "heretical")
     assert (row.error_code, row.args) == ("UNSAFE_INPUT", {"message": escaped})
-    assert result["structuredContent"]["conclave_id"] == row.conclave_id
+    assert "structuredContent" not in result
+    assert result["_meta"]["conclave"]["conclave_id"] == row.conclave_id
 
 
 async def test_mcp_request_id_that_cannot_be_answered_is_refused_before_the_call(
