@@ -4,7 +4,10 @@ Official ``mcp`` SDK, low-level server, streamable HTTP, stateless (any replica 
 with JSON responses. ``tools/call`` goes through :meth:`GatewayService.execute` exactly like
 ``POST /execute``: same validation, audit row, event and metrics. Failures a model can act on
 (invalid arguments, unsafe values, tool errors, time-outs) come back as results with ``isError:
-true``; an unknown tool is a JSON-RPC error (``-32602``), after being audited like any other call.
+true`` (details in text and ``_meta``, never ``structuredContent``); an unknown tool is a JSON-RPC
+error (``-32602``), after being audited like any other call. Answers hold only the fields of the
+negotiated protocol version (:mod:`mcp_versions`); transport refusals are JSON-RPC errors
+(:mod:`mcp_refusals`).
 """
 
 from __future__ import annotations
