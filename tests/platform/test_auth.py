@@ -274,3 +274,30 @@ def test_naming_oneself_as_the_acting_user_changes_nothing() -> None:
     # needs no service role to say who it is.
     auth = authenticator(tokens={"tok-ann": "ann"})
     assert auth.authenticate("Bearer tok-ann", "ann") == auth.authenticate("Bearer tok-ann")
+
+
+def _challenge(auth: Authenticator, header: str | None) -> str:
+    with pytest.raises(Unauthorized) as caught:
+        auth.authenticate(header)
+    return caught.value.headers["WWW-Authenticate"]
+
+
+def test_challenge_says_invalid_token_only_when_a_token_was_refused():
+    auth = authenticator(tokens={"tok": "ada"}, jwt_secret=SECRET)
+    expired = hs256({"exp": int(time.time()) - 10})
+    # RFC 6750 §3.1: no error code when the request carried no bearer credentials.
+    assert _challenge(auth, None) == 'Bearer realm="conclave"'
+    assert _challenge(auth, "Basic YWRhOng=") == 'Bearer realm="conclave"'
+    assert _challenge(auth, "Bearer wrong") == (
+        'Bearer realm="conclave", error="invalid_token", error_description="Invalid bearer token."'
+    )
+    assert _challenge(auth, f"Bearer {expired}") == (
+        'Bearer realm="conclave", error="invalid_token", error_description="Token expired."'
+    )
+
+
+def test_challenge_description_stays_a_valid_quoted_string():
+    refusal = Unauthorized('Token "x" \\ café\r\n', code="INVALID_TOKEN")
+    header = refusal.headers["WWW-Authenticate"]
+    description = header.split('error_description="', 1)[1]
+    assert description == "Token 'x' ' caf'''\""  # RFC 6750 §3: %x20-21 / %x23-5B / %x5D-7E
