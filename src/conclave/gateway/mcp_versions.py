@@ -38,8 +38,9 @@ _RESULT_FIELDS_TOO_NEW = {v: _newer(_CALL_RESULT_FIELDS_SINCE, v) for v in KNOWN
 
 
 def tool_for_version(entry: dict[str, Any], version: str) -> dict[str, Any]:
-    """A ``tools/list`` entry (wire field names) holding only what ``version`` defines."""
-    too_new = _TOOL_FIELDS_TOO_NEW[version]
+    """A ``tools/list`` entry (wire field names) holding only what ``version`` defines. (An
+    unknown version never gets this far: ``/mcp`` refuses it at the door.)"""
+    too_new = _TOOL_FIELDS_TOO_NEW.get(version, frozenset())
     if not too_new:
         return entry
     return {name: value for name, value in entry.items() if name not in too_new}
@@ -47,4 +48,4 @@ def tool_for_version(entry: dict[str, Any], version: str) -> dict[str, Any]:
 
 def call_result_fields_too_new(version: str) -> frozenset[str]:
     """The ``tools/call`` result fields (wire names) ``version`` does not define."""
-    return _RESULT_FIELDS_TOO_NEW[version]
+    return _RESULT_FIELDS_TOO_NEW.get(version, frozenset())
