@@ -132,9 +132,12 @@ class RequestSources:
         origin = _Origin.parse(value)  # "null" and anything malformed: None
         if origin is None:
             return False
-        own_port = host[1] or _DEFAULT_PORTS[origin.scheme] if host is not None else None
-        if host is not None and origin.name == host[0] and origin.port == own_port:
-            return True  # the service's own origin: a page it served (/docs)
+        # The service's own origin (a page it served: /docs). A Host without a port is the
+        # scheme's default port, and behind a proxy that ends TLS the scheme seen here is not the
+        # browser's: either default port is the service's own then.
+        own_name, own_port = host if host is not None else ("", "")
+        if origin.name == own_name and origin.port == (own_port or _DEFAULT_PORTS[origin.scheme]):
+            return True
         for allowed in self._origins:
             same_site = allowed.scheme == origin.scheme and allowed.name == origin.name
             if same_site and allowed.port in ("*", origin.port):
