@@ -119,6 +119,10 @@ class RequestSources:
         """The sources the settings allow."""
         return cls(settings.allowed_hosts, settings.allowed_origins, settings.cors_origins)
 
+    def host_names(self) -> set[str]:
+        """The host names (and addresses) the allowed hosts name, without ports."""
+        return self._any_port_hosts | {name for name, _port in self._exact_hosts}
+
     def host_allowed(self, host: tuple[str, str]) -> bool:
         """Whether a parsed ``Host`` is one this service answers for."""
         name, _port = host
@@ -200,6 +204,33 @@ class RequestGuardMiddleware:
         title = "Host not allowed" if status == 421 else "Origin not allowed"
         response = problem(status, code, title, detail, instance=scope.get("path"))
         await response(scope, receive, send)
+
+
+def loopback_only_warning(sources: RequestSources, bind: str) -> str | None:
+    """The warning to log when a service listens beyond loopback (``bind``) but answers only for
+    loopback names: every caller that reaches it by another name or address gets 421."""
+    if sources.any_host or _is_loopback(bind):
+        return None
+    names = sources.host_names()
+    if not names or not all(_is_loopback(name) for name in names):
+        return None
+    return (
+        f"listening on {bind}, but CONCLAVE_ALLOWED_HOSTS admits only loopback names "
+        f"({', '.join(sorted(names))}): requests that reach this service by another name or "
+        "address are refused with 421 HOST_NOT_ALLOWED. List the names and addresses clients "
+        "use (e.g. CONCLAVE_ALLOWED_HOSTS=gateway.internal:*,10.0.0.5:*), or '*' behind a proxy "
+        "that checks the Host."
+    )
+
+
+def _is_loopback(name: str) -> bool:
+    name = name.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def cors_middleware(sources: RequestSources) -> dict[str, Any] | None:
