@@ -143,8 +143,8 @@ class RequestSources:
         if origin.name == own_name and origin.port == (own_port or _DEFAULT_PORTS[origin.scheme]):
             return True
         for allowed in self._origins:
-            same_site = allowed.scheme == origin.scheme and allowed.name == origin.name
-            if same_site and allowed.port in ("*", origin.port):
+            same_host = allowed.scheme == origin.scheme and allowed.name == origin.name
+            if same_host and allowed.port in ("*", origin.port):
                 return True
         return False
 
