@@ -99,7 +99,7 @@ def _problem(answer: bytes) -> dict:
 
 def _upload_head(length: int) -> bytes:
     return (
-        "POST /api/edge-intake/document HTTP/1.1\r\nHost: edge\r\n"
+        "POST /api/edge-intake/document HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
         f"Content-Length: {length}\r\n\r\n"
         f"--{BOUNDARY}\r\n"
@@ -119,7 +119,7 @@ async def test_dripped_missing_and_huge_headers_are_cut_off(
     async with served(embedded, _settings(tmp_path)) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         opened = time.monotonic()
-        request = b"GET /health HTTP/1.1\r\nHost: edge\r\n" + b"X-Slow: " + b"a" * 10_000
+        request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Slow: " + b"a" * 10_000
         dripping = asyncio.create_task(_drip(writer, request, 0.05))
         answer, closed = await _answer(reader)
         dripping.cancel()
@@ -139,7 +139,7 @@ async def test_dripped_missing_and_huge_headers_are_cut_off(
         # however fast they come.
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         huge = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"a" * 1000) for i in range(1000))
-        writer.write(b"GET /health HTTP/1.1\r\nHost: edge\r\n" + huge)
+        writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + huge)
         answer, _closed = await _answer(reader)
         writer.close()
         assert answer.startswith(b"HTTP/1.1 431"), answer[:200]

@@ -22,7 +22,7 @@ from tests.conftest import Backend
 from tests.edge import samples
 from tests.edge.conftest import edge_settings
 
-BASE_URL = "http://testserver"
+BASE_URL = "http://127.0.0.1"
 # Retries due after 1-2 s of the (fake) clock: tests move the clock instead of waiting.
 FAST_RETRY = RetryPolicy(base_seconds=2.0, max_seconds=60.0, jitter=0.5)
 

@@ -67,7 +67,9 @@ async def test_a_hot_route_keeps_ids_metrics_body_cap_and_problems(stamped: bool
         ok = await client.post("/hot", json={"text": "hi"}, headers={"X-Correlation-ID": "corr-1"})
         conflict = await client.post("/hot", json={"text": "conflict"})
         invalid = await client.post("/hot", json={"text": 5})
-        broken = await client.post("/hot", content=b"{not json")
+        broken = await client.post(
+            "/hot", content=b"{not json", headers={"Content-Type": "application/json"}
+        )
         too_big = await client.post("/hot", json={"text": "x" * (MAX_BODY + 1)})
         crash = await client.post("/hot", json={"text": "crash"})
         metrics = (await client.get("/metrics")).text

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import ipaddress
+import logging
 import signal
 from collections.abc import Iterator
 from typing import Annotated
@@ -18,11 +19,13 @@ from rich.table import Table
 from conclave.cli.services import SERVICES, ServiceName, load_settings
 from conclave.platform.auth import parse_token_table
 from conclave.platform.logs import configure_logging
+from conclave.platform.request_origin import RequestSources, loopback_only_warning
 from conclave.platform.runtime import Platform
 from conclave.platform.serving import server_config
 from conclave.settings import CollectorSettings, CommonSettings, GatewaySettings
 
 console = Console(stderr=True)
+log = logging.getLogger("conclave.cli")
 
 
 def _is_loopback(host: str) -> bool:
@@ -52,6 +55,12 @@ def _check_auth(settings: CommonSettings, *, allow_off_on_loopback: bool, host: 
     raise typer.Exit(2)
 
 
+def _warn_if_loopback_only(settings: CommonSettings, bind: str) -> None:
+    warning = loopback_only_warning(RequestSources.from_settings(settings), bind)
+    if warning is not None:
+        log.warning(warning)
+
+
 def tune_garbage_collector() -> None:
     """Keep the collector's full passes off the request path.
 
@@ -79,6 +88,7 @@ def serve(
     bind = host or settings.host
     _check_auth(settings, allow_off_on_loopback=False, host=bind)
     configure_logging(settings.log_level, settings.log_format)
+    _warn_if_loopback_only(settings, bind)
     app = SERVICES[service].create_app(settings)
     tune_garbage_collector()
     config = server_config(app, settings, host=bind, port=port or settings.port, proxy_headers=True)
@@ -103,6 +113,7 @@ def up(
     common = GatewaySettings()
     _check_auth(common, allow_off_on_loopback=True, host=host)
     configure_logging(common.log_level, common.log_format)
+    _warn_if_loopback_only(common, host)
     asyncio.run(_run_all(host, common))
 
 

@@ -114,7 +114,6 @@ def create_app(
     mcp_handlers = McpHandlers(lambda: app.state.gateway)
     mcp_server = create_mcp_server(mcp_handlers)
     limiter = rate_limiter_for(settings)
-    allowed_hosts = [] if "*" in settings.mcp_allowed_hosts else settings.mcp_allowed_hosts
 
     def setup(app: FastAPI, runtime: Platform) -> AbstractAsyncContextManager[None]:
         limits = CallLimits(
@@ -136,7 +135,10 @@ def create_app(
             max_result_bytes=settings.max_result_bytes,
         )
         # A session manager runs once: every start of the app gets a new one.
-        manager = create_session_manager(mcp_server, allowed_hosts)
+        # No Host/Origin check of the SDK's own: the platform's guard has checked both on every
+        # route, /mcp included, answering refusals as problem+json (GATEWAY_MCP_ALLOWED_HOSTS is
+        # merged into its allowed hosts).
+        manager = create_session_manager(mcp_server, [])
         mcp_endpoint.manager = manager
         mcp_endpoint.security = TransportSecurityMiddleware(manager.security_settings)
         interrupted = InterruptedCalls(

@@ -1,4 +1,5 @@
-"""Reading a JSON request body into a model without FastAPI's dependency machinery.
+"""Reading a JSON request body into a model without FastAPI's dependency machinery, and the one
+rule every JSON body follows: it is declared as JSON (415 ``UNSUPPORTED_MEDIA_TYPE`` otherwise).
 
 Hot routes (the gateway's ``/execute``) read their body themselves: FastAPI's per-request
 dependency solving costs more CPU than the rest of such a route. Errors come out exactly as
@@ -15,16 +16,57 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.params import Form
 from pydantic import BaseModel, ValidationError
 
+from conclave.platform.errors import UnsupportedMediaType
 from conclave.platform.inputs import loads_checked
 
 Model = TypeVar("Model", bound=BaseModel)
 
 
+JSON_MEDIA_TYPES = "application/json (or another JSON type: application/*+json)"
+
+
+def is_json_media_type(content_type: str | None) -> bool:
+    """Whether a ``Content-Type`` names JSON: ``application/json`` or ``application/*+json``, as
+    FastAPI decodes them."""
+    if not content_type:
+        return False
+    media_type = content_type.partition(";")[0].strip().lower()
+    kind, _, subtype = media_type.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def check_json_body(content_type: str | None, body: bytes) -> None:
+    """Raise :class:`UnsupportedMediaType` (415) when a request body is not declared as JSON.
+
+    Browsers send ``text/plain``, form and multipart bodies to any site without asking it first
+    (no CORS preflight); a JSON route that read them anyway would let any web page call it. An
+    empty body passes: the schema check answers that it is missing.
+    """
+    if body and not is_json_media_type(content_type):
+        declared = f"'{content_type[:80]}'" if content_type else "no Content-Type"
+        raise UnsupportedMediaType(
+            f"The request body must be {JSON_MEDIA_TYPES}; it came with {declared}.",
+            extra={"accepted": ["application/json", "application/*+json"]},
+        )
+
+
+async def require_json_body(request: Request) -> None:
+    """App-wide dependency: a route that takes a JSON body refuses any other (415
+    ``UNSUPPORTED_MEDIA_TYPE``). Routes taking forms, multipart or no body are left alone."""
+    body_field = getattr(request.scope.get("route"), "body_field", None)
+    if body_field is None or isinstance(body_field.field_info, Form):
+        return
+    check_json_body(request.headers.get("content-type"), await request.body())
+
+
 async def read_model(request: Request, model: type[Model]) -> Model:
-    """``model`` parsed and validated from the request's JSON body."""
+    """``model`` parsed and validated from the request's JSON body (415 when the body is not
+    declared as JSON)."""
     body = await request.body()
+    check_json_body(request.headers.get("content-type"), body)
     # `json.loads`, not pydantic's JSON parser, so what parses (nesting depth, NaN) is what
     # FastAPI's own routes accept: deep nesting is the arguments' check to refuse, with an audit.
     try:

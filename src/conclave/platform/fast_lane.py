@@ -5,16 +5,16 @@ service is for; routing, the exception middleware, the exit-stack middleware and
 wrapping around it cost as much CPU as the route's own work. :class:`FastLane`, an innermost
 middleware, answers such a route by calling its function directly and renders its errors with the
 app's own exception handlers. Everything outside it still applies (request and correlation ids,
-HTTP metrics, the body-size cap); every other request goes on to the router, and the documented
-route is the same function. The route function takes the ``Request`` and reads its body and
-headers itself (:func:`conclave.platform.bodies.read_model`).
+HTTP metrics, the Host and Origin guard, the body-size cap); every other request goes on to the
+router, and the documented route is the same function. The route function takes the ``Request`` and
+reads its body and headers itself (:func:`conclave.platform.bodies.read_model`).
 
 :class:`ServiceApp` goes one step further when it can: a hot request enters the platform's own
-request middleware (ids, metrics, body cap) and the lane straight from the app's entry, without
-passing Starlette's and FastAPI's outer middleware (error page, exception telemetry, body limit),
-whose work the platform's middleware and the lane already do. It does so only while the app has
-no middleware but the platform's own and no root path; tracing adds a middleware, so traced apps
-keep the whole stack (their spans are made there).
+request middleware (ids, metrics, Host and Origin guard, body cap) and the lane straight from the
+app's entry, without passing Starlette's and FastAPI's outer middleware (error page, exception
+telemetry, body limit), whose work the platform's middleware and the lane already do. It does so
+only while the app has no middleware but the platform's own and no root path; tracing adds a
+middleware, so traced apps keep the whole stack (their spans are made there).
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from conclave.platform.request_origin import RequestGuardMiddleware
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 Edge = Callable[[ASGIApp], ASGIApp]
-"""Wraps an ASGI app in the platform's request middleware (ids, metrics, body cap)."""
+"""Wraps an ASGI app in the platform's request middleware (ids, metrics, guard, body cap)."""
 
 
 class FastLane:
@@ -127,7 +128,10 @@ class ServiceApp(FastAPI):
 
     def _can_skip_the_stack(self) -> bool:
         if self._lanes_usable is None:  # middleware cannot change once requests come in
-            own: set[Any] = {RequestContextMiddleware, BodyLimitMiddleware, FastLane, AsgiLane}
+            own: set[Any] = {
+                RequestContextMiddleware, RequestGuardMiddleware, BodyLimitMiddleware, FastLane,
+                AsgiLane,
+            }  # fmt: skip
             only_own = all(middleware.cls in own for middleware in self.user_middleware)
             self._lanes_usable = only_own and not self.root_path
         return self._lanes_usable

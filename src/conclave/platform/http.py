@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp
 
 from conclave import __version__
@@ -19,6 +20,7 @@ from conclave.platform.auth import (
     Principal,
     parse_token_table,
 )
+from conclave.platform.bodies import require_json_body
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.fast_lane import ServiceApp
 from conclave.platform.jsontext import CompactJSONResponse
@@ -26,6 +28,11 @@ from conclave.platform.metrics import Reading, ServiceMetrics
 from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from conclave.platform.outbox import OutboxRelay
 from conclave.platform.problems import install_problem_handlers
+from conclave.platform.request_origin import (
+    RequestGuardMiddleware,
+    RequestSources,
+    cors_middleware,
+)
 from conclave.platform.request_values import refuse_unsafe_values
 from conclave.platform.runtime import Platform
 from conclave.platform.tracing import Tracing
@@ -90,17 +97,23 @@ def create_service_app(
     """A FastAPI app with Conclave's cross-cutting behaviour installed; routes are added after.
     ``tracing`` defaults to what the settings configure (off unless OpenTelemetry is set up).
 
-    Every route refuses unsafe values in its path, query, headers and body (422
+    Every route refuses a request for a host or from an origin the settings do not allow (421,
+    403: :mod:`conclave.platform.request_origin`), a non-JSON body where it takes JSON (415),
+    and unsafe values in its path, query, headers and body (422
     ``UNSAFE_INPUT``, :mod:`conclave.platform.request_values`) and answers JSON with
     :class:`CompactJSONResponse`, which escapes a stored value JSON text cannot carry instead of
     failing. A class set explicitly, not left to the default, is what makes FastAPI render through
     it (its own default encodes response models in pydantic's core, where such a value fails)."""
     tracing = tracing or Tracing.from_settings(settings, service)
 
+    sources = RequestSources.from_settings(settings)
+    cors = cors_middleware(sources)
+
     def edge(inner: ASGIApp) -> ASGIApp:
         # The same request middleware as below, in the same order, for fast lanes (fast_lane.py).
         limited = BodyLimitMiddleware(inner, max_bytes=settings.max_body_bytes)
-        return RequestContextMiddleware(limited, metrics=metrics)
+        guarded = RequestGuardMiddleware(limited, sources=sources)
+        return RequestContextMiddleware(guarded, metrics=metrics)
 
     app = ServiceApp(
         title=title,
@@ -109,7 +122,11 @@ def create_service_app(
         lifespan=_flushing(lifespan, tracing),
         telemetry=tracing.fastapi_telemetry(),
         edge=None if tracing.enabled else edge,
-        dependencies=[Depends(refuse_unsafe_values), *fastapi_kwargs.pop("dependencies", ())],
+        dependencies=[
+            Depends(require_json_body),
+            Depends(refuse_unsafe_values),
+            *fastapi_kwargs.pop("dependencies", ()),
+        ],
         default_response_class=fastapi_kwargs.pop("default_response_class", CompactJSONResponse),
         **fastapi_kwargs,
     )
@@ -118,7 +135,11 @@ def create_service_app(
     app.state.authenticator = authenticator_from(settings)
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if cors is not None:
+        app.add_middleware(CORSMiddleware, **cors)
     tracing.install(app)
+    # Outside everything but the request ids: a refused Host or Origin reaches no other code.
+    app.add_middleware(RequestGuardMiddleware, sources=sources)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
 
     @app.get("/metrics", include_in_schema=True, tags=["operations"])

@@ -29,6 +29,7 @@ from fastapi import Request
 from fastapi.params import Form
 from starlette.types import Scope
 
+from conclave.platform.bodies import is_json_media_type
 from conclave.platform.inputs import (
     UnsafeInput,
     UnsafeValue,
@@ -123,19 +124,10 @@ async def _in_body(request: Request) -> UnsafeValue | None:
             if kind is not None:
                 return UnsafeValue(("body", name), kind)
         return None
-    if not _is_json(request.headers.get("content-type")) or not await request.body():
-        return None  # FastAPI did not decode it: the schema check refuses it
+    if not is_json_media_type(request.headers.get("content-type")) or not await request.body():
+        return None  # not decoded: require_json_body refuses it (415)
     try:
         document = await request.json()  # decoded by FastAPI already, kept on the request
     except ValueError:
         return None
     return find_unsafe(document, ("body",))
-
-
-def _is_json(content_type: str | None) -> bool:
-    # The media types FastAPI decodes as JSON: application/json and application/*+json.
-    if not content_type:
-        return False
-    media_type = content_type.partition(";")[0].strip().lower()
-    kind, _, subtype = media_type.partition("/")
-    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))

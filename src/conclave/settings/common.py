@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import quote
@@ -15,6 +16,35 @@ def _split_csv(value: object) -> object:
     if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]
     return value
+
+
+LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+"""The default of CONCLAVE_ALLOWED_HOSTS: this machine's loopback names, on any port."""
+
+
+_HOST = r"(\[[0-9a-f:.]+\]|[a-z0-9_.-]+)(:([0-9]{1,5}|\*))?"
+_HOST_PATTERN = re.compile(_HOST)
+_ORIGIN_PATTERN = re.compile(r"https?://" + _HOST)
+
+
+def host_pattern(entry: str) -> str:
+    """``entry`` of CONCLAVE_ALLOWED_HOSTS checked and lower-cased (host names have no case)."""
+    pattern = entry.strip().lower()
+    if pattern != "*" and not _HOST_PATTERN.fullmatch(pattern):
+        raise ValueError(f"allowed host {entry!r} is not 'name', 'name:port', 'name:*' or '*'")
+    return pattern
+
+
+def origin_pattern(entry: str) -> str:
+    """``entry`` of CONCLAVE_ALLOWED_ORIGINS / CONCLAVE_CORS_ORIGINS checked and lower-cased."""
+    pattern = entry.strip().lower().rstrip("/")
+    if pattern == "null":
+        # Sandboxed frames, local files and redirected requests all send "null": allowing it
+        # would allow pages of any site.
+        raise ValueError("the origin 'null' cannot be allowed (pages of any site can send it)")
+    if pattern != "*" and not _ORIGIN_PATTERN.fullmatch(pattern):
+        raise ValueError(f"allowed origin {entry!r} is not 'http(s)://name[:port|:*]' or '*'")
+    return pattern
 
 
 class CommonSettings(BaseSettings):
@@ -201,6 +231,32 @@ class CommonSettings(BaseSettings):
         description="Redirects a caller-steered request follows (each hop checked by the egress "
         "policy); 0 follows none.",
     )
+    # Which requests a service answers at all: the defence against web pages (any site a user
+    # visits can make their browser send requests to a loopback service) and DNS rebinding (a
+    # foreign name that resolves to this machine). See docs/security.md.
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(LOOPBACK_HOSTS),
+        alias="CONCLAVE_ALLOWED_HOSTS",
+        description="Host headers every route accepts (421 HOST_NOT_ALLOWED otherwise), comma "
+        "separated: 'name' (no port), 'name:port', 'name:*' (any port or none); '*' accepts any "
+        "host (only behind a proxy that checks it). Default: the loopback names on any port. A "
+        "service reached by another name or address must list it.",
+    )
+    allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        alias="CONCLAVE_ALLOWED_ORIGINS",
+        description="Origin headers (web pages) that may send requests, beyond the service's own "
+        "origin, comma separated: 'https://app.example.com', 'http://localhost:*' (any port); "
+        "'*' accepts any. A request with another Origin is refused (403 ORIGIN_NOT_ALLOWED); "
+        "requests without one (CLIs, SDKs, servers) pass.",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        alias="CONCLAVE_CORS_ORIGINS",
+        description="Origins whose pages may also read the answers (CORS), comma separated, in "
+        "the CONCLAVE_ALLOWED_ORIGINS format; each is an allowed origin too. Empty (the "
+        "default): CORS is off and no Access-Control-* header is sent.",
+    )
     # Read deadlines of the HTTP server (``conclave serve`` and ``conclave up``): a client that
     # sends its request slowly must not hold a connection (and a temporary upload file) for as
     # long as it likes.
@@ -289,6 +345,20 @@ class CommonSettings(BaseSettings):
         alias="CONCLAVE_OTEL_EXCLUDED_PATHS",
         description="Request paths that get no span (probes and scrapes), comma separated.",
     )
+
+    _split_request_sources = field_validator(
+        "allowed_hosts", "allowed_origins", "cors_origins", mode="before"
+    )(_split_csv)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts_are_patterns(cls, value: list[str]) -> list[str]:
+        return [host_pattern(entry) for entry in value]
+
+    @field_validator("allowed_origins", "cors_origins")
+    @classmethod
+    def _origins_are_patterns(cls, value: list[str]) -> list[str]:
+        return [origin_pattern(entry) for entry in value]
 
     _split_excluded_paths = field_validator("otel_excluded_paths", mode="before")(_split_csv)
     _split_role_lists = field_validator("operators", "service_users", mode="before")(_split_csv)

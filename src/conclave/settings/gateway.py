@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
-from conclave.settings.common import CommonSettings, _split_csv
+from conclave.settings.common import CommonSettings, _split_csv, host_pattern
 
 
 class GatewaySettings(CommonSettings):
@@ -101,7 +101,8 @@ class GatewaySettings(CommonSettings):
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["127.0.0.1:*", "localhost:*", "[::1]:*"],
         alias="GATEWAY_MCP_ALLOWED_HOSTS",
-        description="Host headers /mcp accepts (DNS-rebinding guard), comma separated; '*' = any.",
+        description="Superseded by CONCLAVE_ALLOWED_HOSTS, which guards every route: when set, "
+        "its entries are added to the gateway's allowed hosts; '*' = any.",
     )
     mcp_fast_path: bool = Field(
         True,
@@ -113,6 +114,14 @@ class GatewaySettings(CommonSettings):
     _split_lists = field_validator(
         "tool_modules", "mcp_allowed_hosts", "tool_catalogues", mode="before"
     )(_split_csv)
+
+    @model_validator(mode="after")
+    def _mcp_hosts_are_allowed_hosts(self) -> GatewaySettings:
+        # The setting predates the guard of every route: a deployment that set it keeps working.
+        if "mcp_allowed_hosts" in self.model_fields_set:
+            merged = [*self.allowed_hosts, *map(host_pattern, self.mcp_allowed_hosts)]
+            self.allowed_hosts = list(dict.fromkeys(merged))
+        return self
 
     def backend_urls(self) -> dict[str, str | None]:
         """Base URL of each named backend (``None`` when its variable is unset)."""
