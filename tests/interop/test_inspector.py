@@ -95,9 +95,7 @@ def test_an_unknown_tool_is_refused(inspector: Inspector, gateway: Gateway):
 
 
 def test_the_right_token_is_accepted(inspector: Inspector, gateway_with_token: Gateway):
-    run = inspector(
-        gateway_with_token, "--method", "tools/list", token=gateway_with_token.token
-    )
+    run = inspector(gateway_with_token, "--method", "tools/list", token=gateway_with_token.token)
     assert run.returncode == 0, run.stderr
     assert "echo" in {tool["name"] for tool in run.json()["tools"]}
 
