@@ -76,6 +76,19 @@ def install_python_clients() -> Path:
     return python
 
 
+def main() -> int:
+    """Install both; a client that cannot be installed is reported, and fails the command only
+    under ``CONCLAVE_REQUIRE_SERVICES=1`` (CI). Elsewhere its tests skip and say why."""
+    status = 0
+    for install in (install_node_clients, install_python_clients):
+        try:
+            install()
+        except ClientUnavailable as exc:
+            print(f"interop clients: {exc}", file=sys.stderr)
+            if os.environ.get("CONCLAVE_REQUIRE_SERVICES") == "1":
+                status = 1
+    return status
+
+
 if __name__ == "__main__":
-    install_node_clients()
-    install_python_clients()
+    sys.exit(main())
