@@ -33,6 +33,14 @@ from tests.interop.install import (
 )
 
 TOKEN = "interop-token"
+# Plug-in tools (an HTTP catalogue) with names MCP allows but model providers do not (a dot; over
+# 64 characters). Both answer from the gateway's own /health, so they run with no other service.
+PLUGIN_DESCRIPTIONS = {
+    "ops.gateway_health": "Health of this gateway (a plug-in tool with a dotted name).",
+    "reports.quarterly_revenue_by_region_and_product_line_for_the_finance_team": (
+        "Health of this gateway (a plug-in tool with a name over 64 characters)."
+    ),
+}
 # Generous: the first call of a client on a busy 2-core machine loads a whole runtime.
 CLIENT_TIMEOUT = 120
 
@@ -67,11 +75,37 @@ class ClientRun:
         return dict(json.loads(lines[-1])["error"])
 
 
-def _gateway_environment(data_dir: Path, **settings: str) -> dict[str, str]:
-    """This process's environment without any Conclave setting of the developer's shell."""
+def _plugin_catalogue(data_dir: Path, base_url: str) -> Path:
+    entry = {
+        "url": base_url,
+        "method": "GET",
+        "path": "/health",
+        "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        "output_schema": {
+            "type": "object",
+            "properties": {"status": {"type": "string"}},
+            "required": ["status"],
+        },
+        "annotations": {"readOnlyHint": True},
+    }
+    tools = [
+        {"name": name, "description": description, **entry}
+        for name, description in PLUGIN_DESCRIPTIONS.items()
+    ]
+    path = data_dir / "plugins.json"
+    path.write_text(json.dumps({"tools": tools}))
+    return path
+
+
+def _gateway_environment(data_dir: Path, port: int, **settings: str) -> dict[str, str]:
+    """This process's environment without any Conclave setting of the developer's shell, plus
+    the plug-in catalogue."""
     prefixes = ("CONCLAVE_", "GATEWAY_", "RELDB_", "BUS_", "MCP_")
     environment = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
-    environment.update(CONCLAVE_DATA_DIR=str(data_dir), **settings)
+    catalogue = _plugin_catalogue(data_dir, f"http://127.0.0.1:{port}")
+    environment.update(
+        CONCLAVE_DATA_DIR=str(data_dir), GATEWAY_TOOL_CATALOGUES=str(catalogue), **settings
+    )
     return environment
 
 
@@ -92,7 +126,7 @@ def _gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ga
             with log.open("wb") as output:
                 process = subprocess.Popen(
                     [*command, "--host", "127.0.0.1", "--port", str(port)],
-                    env=_gateway_environment(data_dir, **settings),
+                    env=_gateway_environment(data_dir, port, **settings),
                     stdout=output,
                     stderr=subprocess.STDOUT,
                 )

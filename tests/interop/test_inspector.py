@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.interop.conftest import ClientRun, Gateway
+from tests.interop.conftest import PLUGIN_DESCRIPTIONS, ClientRun, Gateway
 
 # Exit codes of the Inspector CLI (its EXIT_CODES): a tool that answered isError: true, and a
 # server that asked for credentials.
@@ -21,6 +21,11 @@ TOOL_ERROR = 5
 AUTH_REQUIRED = 3
 
 Inspector = Callable[..., ClientRun]
+
+# The Inspector's two ways to connect: the initialize handshake (it offers 2025-11-25) and the
+# stateless 2026-07-28 protocol.
+ERAS = {"legacy": "2025-11-25", "modern": "2026-07-28"}
+era_param = pytest.mark.parametrize("era", sorted(ERAS), ids=[ERAS[e] for e in sorted(ERAS)])
 
 # Every built-in tool (they run in the gateway itself, with no other service), a call that
 # succeeds, and what its structured result must hold.
@@ -32,16 +37,25 @@ BUILT_IN_CALLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
-def call(inspector: Inspector, gateway: Gateway, tool: str, arguments: dict[str, Any]) -> ClientRun:
+def call(
+    inspector: Inspector,
+    gateway: Gateway,
+    tool: str,
+    arguments: dict[str, Any],
+    era: str = "legacy",
+) -> ClientRun:
     return inspector(
         gateway,
-        *("--method", "tools/call", "--tool-name", tool),
+        *("--protocol-era", era, "--method", "tools/call", "--tool-name", tool),
         *("--tool-args-json", json.dumps(arguments)),
     )
 
 
-def test_lists_the_built_in_tools_with_their_schemas(inspector: Inspector, gateway: Gateway):
-    run = inspector(gateway, "--method", "tools/list")
+@era_param
+def test_lists_the_built_in_tools_with_their_schemas(
+    inspector: Inspector, gateway: Gateway, era: str
+):
+    run = inspector(gateway, "--protocol-era", era, "--method", "tools/list")
     assert run.returncode == 0, run.stderr
     tools = {tool["name"]: tool for tool in run.json()["tools"]}
     assert set(BUILT_IN_CALLS) <= set(tools)
@@ -50,12 +64,13 @@ def test_lists_the_built_in_tools_with_their_schemas(inspector: Inspector, gatew
     assert echo["outputSchema"]["type"] == "object"
 
 
+@era_param
 @pytest.mark.parametrize("tool", sorted(BUILT_IN_CALLS))
 def test_each_built_in_tool_answers_a_structured_result(
-    inspector: Inspector, gateway: Gateway, tool: str
+    inspector: Inspector, gateway: Gateway, tool: str, era: str
 ):
     arguments, expected = BUILT_IN_CALLS[tool]
-    run = call(inspector, gateway, tool, arguments)
+    run = call(inspector, gateway, tool, arguments, era)
     # A structured result that did not match the tool's outputSchema would fail here: the SDK
     # validates it before the CLI prints anything.
     assert run.returncode == 0, run.stderr
@@ -74,10 +89,16 @@ def test_each_built_in_tool_answers_a_structured_result(
     ],
     ids=["tool-failure", "invalid-arguments"],
 )
+@era_param
 def test_a_failed_call_reaches_the_client_as_an_error_result(
-    inspector: Inspector, gateway: Gateway, tool: str, arguments: dict[str, Any], message: str
+    inspector: Inspector,
+    gateway: Gateway,
+    tool: str,
+    arguments: dict[str, Any],
+    message: str,
+    era: str,
 ):
-    run = call(inspector, gateway, tool, arguments)
+    run = call(inspector, gateway, tool, arguments, era)
     # The CLI exits TOOL_ERROR after printing a result with isError: true. A result the SDK
     # refused (structured content outside the outputSchema) exits 1 with no result at all, and
     # the model never learns what went wrong.
@@ -86,6 +107,17 @@ def test_a_failed_call_reaches_the_client_as_an_error_result(
     result = run.json()
     assert result["isError"] is True
     assert result["content"][0]["text"].startswith(message)
+
+
+@pytest.mark.parametrize("name", sorted(PLUGIN_DESCRIPTIONS))
+def test_a_plug_in_tool_runs_under_the_name_it_is_listed_with(
+    inspector: Inspector, gateway: Gateway, name: str
+):
+    listed = inspector(gateway, "--method", "tools/list").json()["tools"]
+    (tool,) = [t for t in listed if t["description"] == PLUGIN_DESCRIPTIONS[name]]
+    run = call(inspector, gateway, tool["name"], {})
+    assert run.returncode == 0, run.stderr
+    assert run.json()["structuredContent"]["status"] == "healthy"
 
 
 def test_an_unknown_tool_is_refused(inspector: Inspector, gateway: Gateway):
