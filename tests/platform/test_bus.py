@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 from conclave.platform.bus.base import Event, EventBus, Handler, dead_letter_channel
 from conclave.platform.bus.entry import PublishRefused
+from conclave.platform.bus.envelope import MalformedEntry, event_from_entry
 from conclave.platform.bus.factory import BusOptions, create_bus
 from conclave.platform.bus.memory import MemoryBus
 from conclave.platform.bus.redis_streams import RedisStreamsBus
@@ -292,11 +293,14 @@ async def test_redis_entries_keep_any_content_and_order(
     # refused as malformed (and dead-lettered by a consumer group, see the dead-letter tests).
     with_nul = 3
     read = [
-        Event.from_fields(fields) for index, (_, fields) in enumerate(entries) if index != with_nul
+        event_from_entry(fields, entry_id=entry_id, channel=CHANNEL)
+        for index, (entry_id, fields) in enumerate(entries)
+        if index != with_nul
     ]
     assert read == [e for index, e in enumerate(sent) if index != with_nul]
-    with pytest.raises(ValueError, match=r"unsafe value at payload\.text: nul"):
-        Event.from_fields(entries[with_nul][1])
+    entry_id, fields = entries[with_nul]
+    with pytest.raises(MalformedEntry, match=r"unsafe value at payload\.text: nul"):
+        event_from_entry(fields, entry_id=entry_id, channel=CHANNEL)
 
 
 async def test_redis_refused_entry_is_named_and_spares_the_others_and_the_connection(
@@ -314,7 +318,8 @@ async def test_redis_refused_entry_is_named_and_spares_the_others_and_the_connec
     for attempt in range(3):
         await redis_bus.publish([event(10 + attempt)])
     entries = await redis_client.xrange(redis_prefix + CHANNEL)
-    assert [Event.from_fields(f).payload["n"] for _, f in entries] == [1, 2, 10, 11, 12]
+    read = [event_from_entry(f, entry_id=i, channel=CHANNEL) for i, f in entries]
+    assert [e.payload["n"] for e in read] == [1, 2, 10, 11, 12]
 
 
 async def test_redis_drop_group(
