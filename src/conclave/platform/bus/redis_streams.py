@@ -305,6 +305,9 @@ class RedisStreamsBus:
                 await self._dead_letter(key, group, entry_id, fields, "too many deliveries")
                 continue
             try:
+                size = sum(len(name) + len(value) for name, value in fields.items())
+                if size > self._max_event_bytes:  # not parsed on the event loop: refused
+                    raise MalformedEntry(f"entry of about {size} bytes exceeds the bus's limit")
                 event = event_from_entry(fields, entry_id=entry_id, channel=channel)
                 if event.channel != channel:  # handlers trust the channel they consume
                     raise MalformedEntry(f"its channel field names another channel than {key!r}")
