@@ -100,7 +100,7 @@ async def test_a_redelivered_entry_keeps_its_event_id(
 @pytest.mark.parametrize(
     "text",
     [
-        *("", "now", "NaN", "inf", "1e400", "-5", "99999999999999999999", "2026-13-01"),
+        *("", "now", "NaN", "inf", "1e400", "-5", "99999999999999999999", "2026-13-01", "١٢٣"),
         "0001-01-01T00:00+01:00",
     ],
 )

@@ -34,8 +34,8 @@ MAX_SOURCE_LENGTH = 256
 # Epoch numbers at or above this are milliseconds: 1e11 seconds is the year 5138, while 1e11
 # milliseconds is March 1973, before any producer of ours existed.
 _MILLISECONDS_FROM = 1e11
-_EPOCH = re.compile(r"\d{1,20}(\.\d{1,9})?")
-_ENTRY_ID = re.compile(r"(\d{1,20})-\d{1,20}")
+_EPOCH = re.compile(r"[0-9]{1,20}(\.[0-9]{1,9})?")
+_ENTRY_ID = re.compile(r"([0-9]{1,20})-[0-9]{1,20}")
 _LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
 
 
