@@ -10,8 +10,15 @@ from contextlib import asynccontextmanager
 import pytest
 from redis.asyncio import Redis
 
-from conclave.platform.bus.base import Event, EventBus, Handler, dead_letter_channel
+from conclave.platform.bus.base import (
+    Event,
+    EventBus,
+    EventRejected,
+    Handler,
+    dead_letter_channel,
+)
 from conclave.platform.bus.entry import PublishRefused
+from conclave.platform.bus.envelope import MalformedEntry, event_from_entry
 from conclave.platform.bus.factory import BusOptions, create_bus
 from conclave.platform.bus.memory import MemoryBus
 from conclave.platform.bus.redis_streams import RedisStreamsBus
@@ -292,11 +299,14 @@ async def test_redis_entries_keep_any_content_and_order(
     # refused as malformed (and dead-lettered by a consumer group, see the dead-letter tests).
     with_nul = 3
     read = [
-        Event.from_fields(fields) for index, (_, fields) in enumerate(entries) if index != with_nul
+        event_from_entry(fields, entry_id=entry_id, channel=CHANNEL)
+        for index, (entry_id, fields) in enumerate(entries)
+        if index != with_nul
     ]
     assert read == [e for index, e in enumerate(sent) if index != with_nul]
-    with pytest.raises(ValueError, match=r"unsafe value at payload\.text: nul"):
-        Event.from_fields(entries[with_nul][1])
+    entry_id, fields = entries[with_nul]
+    with pytest.raises(MalformedEntry, match=r"unsafe value at payload\.text: nul"):
+        event_from_entry(fields, entry_id=entry_id, channel=CHANNEL)
 
 
 async def test_redis_refused_entry_is_named_and_spares_the_others_and_the_connection(
@@ -314,7 +324,8 @@ async def test_redis_refused_entry_is_named_and_spares_the_others_and_the_connec
     for attempt in range(3):
         await redis_bus.publish([event(10 + attempt)])
     entries = await redis_client.xrange(redis_prefix + CHANNEL)
-    assert [Event.from_fields(f).payload["n"] for _, f in entries] == [1, 2, 10, 11, 12]
+    read = [event_from_entry(f, entry_id=i, channel=CHANNEL) for i, f in entries]
+    assert [e.payload["n"] for e in read] == [1, 2, 10, 11, 12]
 
 
 async def test_redis_drop_group(
@@ -429,3 +440,55 @@ async def test_redis_names_every_refused_entry(
         await redis_bus.publish([wrong[0], event(1), wrong[1], event(2)])
     assert [r.event_id for r in refused.value.refusals] == [e.event_id for e in wrong]
     assert [e.payload["n"] for e in await redis_bus.read(CHANNEL)] == [1, 2]
+
+
+async def test_a_rejected_event_is_dead_lettered_at_once(make_bus: BusFactory) -> None:
+    # EventRejected: the event itself is bad input; redelivering it can only fail again.
+    bus = make_bus(max_deliveries=5)
+    bad, good = event(1), event(2)
+    calls: list[Event] = []
+
+    async def handle(e: Event) -> None:
+        calls.append(e)
+        if e == bad:
+            raise EventRejected("not a valid request")
+
+    async with consuming(bus, "g", handle, start="0"):
+        await bus.publish([bad, good])
+        await until(lambda: good in calls)
+        await eventually(lambda: bus.read(dead_letter_channel(CHANNEL)), timeout=IDLE * 2)
+        await asyncio.sleep(IDLE * 3)  # dead-lettered: it is not delivered again
+    assert calls == [bad, good]
+    assert await bus.read(dead_letter_channel(CHANNEL)) == [bad]
+
+
+async def test_redis_rejection_reason_and_oversized_entries(
+    redis_client: Redis, redis_prefix: str
+) -> None:
+    bus = RedisStreamsBus(
+        REDIS_URL, stream_prefix=redis_prefix, claim_idle_seconds=IDLE, max_event_bytes=10_000
+    )
+    key = redis_prefix + CHANNEL
+    await redis_client.xadd(key, {"payload": '{"big": "' + "x" * 20_000 + '"}'})
+    await redis_client.xadd(key, {"payload": '{"n": 1}'})
+    handled: list[Event] = []
+
+    async def handle(e: Event) -> None:
+        if e.payload == {"n": 1}:
+            raise EventRejected("n must not be 1")
+        handled.append(e)
+
+    try:
+        async with consuming(bus, "g", handle, start="0"):
+            dead = await eventually(lambda: _entries(redis_client, key + ".dlq", 2))
+    finally:
+        await bus.close()
+    assert handled == []
+    reasons = [fields["dlq_reason"] for _, fields in dead]
+    assert reasons[0].startswith("malformed entry: entry of about")
+    assert reasons[1] == "rejected: n must not be 1"
+
+
+async def _entries(client: Redis, key: str, count: int) -> list | None:
+    entries = await client.xrange(key)
+    return entries if len(entries) >= count else None

@@ -16,6 +16,7 @@ import uvicorn
 from rich.console import Console
 from rich.table import Table
 
+from conclave.cli.local_links import follow_ports
 from conclave.cli.services import SERVICES, ServiceName, load_settings
 from conclave.platform.auth import parse_token_table
 from conclave.platform.logs import configure_logging
@@ -124,8 +125,9 @@ async def _run_all(host: str, common: GatewaySettings) -> None:
         for column in ("service", "address", "what"):
             table.add_column(column)
         inbox = None
+        every = follow_ports({name: load_settings(name) for name in SERVICES}, host)
         for name, spec in SERVICES.items():
-            settings = load_settings(name)
+            settings = every[name]
             if isinstance(settings, CollectorSettings):
                 inbox = settings.resolved_file_inbox()
             app = spec.create_app(settings, platform=platform)

@@ -3,9 +3,11 @@ the ``collector.expedition.run.queued`` wake-up.
 
 The first two turn an event into a queued expedition, exactly like ``POST /expedition/run``. The
 event id is recorded in ``consumed_events`` in the same transaction as the expedition, so a
-redelivered event (at-least-once bus) creates nothing new. An event whose payload is not a valid
-request raises: the bus redelivers it and, after ``BUS_MAX_DELIVERIES``, moves it to
-``<channel>.dlq``.
+redelivered event (at-least-once bus) creates nothing new. The bridge reads several channels in one
+group, and an event id taken from a stream entry id is unique only within its channel: the bridge
+records its events per channel. An event that is not a valid request (its payload, or an envelope
+value too long for the record) is rejected: the bus moves it to ``<channel>.dlq`` at once, and
+redelivers only what failed for a reason that may pass (the store is down).
 
 The wake-up must reach *every* worker process, so each process reads it through a consumer group
 of its own (``collector-wake.<worker id>``), starting at new entries only. The handler just wakes
@@ -29,7 +31,7 @@ from pydantic import ValidationError
 from conclave.collector.events import QUEUED, REQUESTED
 from conclave.collector.models import ExpeditionCreate
 from conclave.collector.service import ExpeditionService
-from conclave.platform.bus.base import Event
+from conclave.platform.bus.base import Event, EventRejected
 from conclave.platform.errors import ConclaveError
 
 log = logging.getLogger(__name__)
@@ -40,13 +42,22 @@ WAKE_GROUP_PREFIX = "collector-wake."
 _EVENT_NAMESPACE = uuid.UUID("0f8cde9e-3b7a-4c51-a1d2-6a4e1c3f7b90")
 
 
-class InvalidRequestEvent(Exception):
-    """The event's payload is not a valid expedition request."""
+# The ``requested_by`` column of an expedition.
+MAX_REQUESTED_BY_LENGTH = 256
+
+
+class InvalidRequestEvent(EventRejected):
+    """The event is not a valid expedition request."""
 
 
 def _expedition_id(event: Event, group: str) -> str:
     # Derived from the event, so the same event always maps to the same expedition.
     return str(uuid.uuid5(_EVENT_NAMESPACE, f"{group}:{event.event_id}"))
+
+
+def _bridge_group(channel: str) -> str:
+    # The dedupe group of a bridged channel's events (see the module's docstring).
+    return f"{BRIDGE_GROUP}:{channel}"
 
 
 class ExpeditionListeners:
@@ -112,8 +123,14 @@ class ExpeditionListeners:
         """``collector.expedition.run.requested`` → queued expedition."""
         payload = dict(event.payload)
         payload.setdefault("correlation_id", event.correlation_id)
-        requested_by = payload.pop("requested_by", None) or event.source
+        requested_by = payload.pop("requested_by", None) or event.source or None
         given_id = payload.pop("expedition_id", None)
+        if requested_by is not None and not isinstance(requested_by, str):
+            raise InvalidRequestEvent("requested_by is not a string")
+        if requested_by is not None and len(requested_by) > MAX_REQUESTED_BY_LENGTH:
+            raise InvalidRequestEvent(
+                f"requested_by is longer than {MAX_REQUESTED_BY_LENGTH} characters"
+            )
         try:
             request = ExpeditionCreate.model_validate(payload)
             expedition_id = str(uuid.UUID(str(given_id))) if given_id else None
@@ -124,19 +141,21 @@ class ExpeditionListeners:
             event,
             REQUESTED_GROUP,
             expedition_id or _expedition_id(event, REQUESTED_GROUP),
-            str(requested_by),
+            requested_by,
         )
 
     async def on_bridged(self, event: Event) -> None:
         """An event of a bridged channel → expedition of the mapped type."""
-        request = ExpeditionCreate(
-            expedition_type=self._bridge[event.channel],
-            parameters={"event": dict(event.payload), "channel": event.channel},
-            correlation_id=event.correlation_id,
-        )
-        await self._submit(
-            request, event, BRIDGE_GROUP, _expedition_id(event, BRIDGE_GROUP), "bridge"
-        )
+        try:
+            request = ExpeditionCreate(
+                expedition_type=self._bridge[event.channel],
+                parameters={"event": dict(event.payload), "channel": event.channel},
+                correlation_id=event.correlation_id,
+            )
+        except ValidationError as exc:
+            raise InvalidRequestEvent(str(exc)) from exc
+        group = _bridge_group(event.channel)
+        await self._submit(request, event, group, _expedition_id(event, group), "bridge")
 
     async def _submit(
         self,
@@ -144,7 +163,7 @@ class ExpeditionListeners:
         event: Event,
         group: str,
         expedition_id: str,
-        requested_by: str,
+        requested_by: str | None,
     ) -> None:
         try:
             await self._service.submit(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,7 +11,6 @@ from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.errors import Unavailable
 from conclave.platform.ids import new_id
-from conclave.platform.inputs import find_unsafe
 from conclave.platform.jsontext import COMPACT
 from conclave.platform.logs import correlation_id_var
 
@@ -39,30 +37,14 @@ class Event:
             "payload": COMPACT.encode(self.payload),
         }
 
-    @classmethod
-    def from_fields(cls, fields: Mapping[str, str]) -> Event:
-        """Rebuild an event from stream fields; ``ValueError``/``KeyError`` when malformed,
-        including when a field or the payload holds a value no store or bus can carry (anyone
-        who can write to a stream can put one there: such an entry is dead-lettered, never
-        handled, so it cannot become a row that fails every later read or publish)."""
-        payload = json.loads(fields["payload"])
-        if not isinstance(payload, dict):
-            raise ValueError("payload is not a JSON object")
-        envelope = {name: value for name, value in fields.items() if name != "payload"}
-        finding = find_unsafe(payload, ("payload",)) or find_unsafe(envelope)
-        if finding is not None:
-            raise ValueError(f"unsafe value at {finding.field}: {finding.kind}")
-        return cls(
-            channel=fields["channel"],
-            payload=payload,
-            source=fields.get("source", ""),
-            event_id=fields["event_id"],
-            emitted_at=datetime.fromisoformat(fields["emitted_at"].replace("Z", "+00:00")),
-            correlation_id=fields.get("correlation_id") or None,
-        )
-
 
 Handler = Callable[[Event], Awaitable[None]]
+
+
+class EventRejected(Exception):
+    """Raised by a handler for an event that can never be handled as it is (bad input, not an
+    outage): the bus moves it to the dead letters at once, with the message as the reason,
+    instead of redelivering it ``max_deliveries`` times."""
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -92,8 +74,10 @@ class EventBus(Protocol):
 
     A handler that returns normally acknowledges the event; one that raises leaves it pending, to be
     delivered again (to any consumer of the group) after ``claim_idle_seconds``; after
-    ``max_deliveries`` deliveries it moves to ``<channel>.dlq``. Handlers must be idempotent
-    (dedupe by ``event_id``).
+    ``max_deliveries`` deliveries it moves to ``<channel>.dlq``. A handler that raises
+    :class:`EventRejected` sends it there at once. Handlers must be idempotent (dedupe by
+    ``event_id``, which is unique within a channel: an event id taken from a stream entry id may
+    recur on another channel, so a group reading several channels dedupes by both).
     """
 
     async def publish(self, events: Sequence[Event]) -> None:

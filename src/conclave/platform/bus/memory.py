@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from conclave.platform.bus.base import (
     Event,
+    EventRejected,
     Handler,
     dead_letter_channel,
     deliver,
@@ -125,6 +126,14 @@ class MemoryBus:
             seq, delivery = work
             try:
                 await deliver(handler, delivery.event)
+            except EventRejected as exc:
+                log.error(
+                    "moving event to dead-letter stream",
+                    extra={"channel": channel, "reason": f"rejected: {exc}"},
+                )
+                state.pending.pop(seq, None)
+                self._append(dead_letter_channel(channel), delivery.event)
+                continue
             except Exception as exc:
                 if is_transient(exc):  # not the event's fault: this delivery does not count
                     delivery.deliveries = max(delivery.deliveries - 1, 0)

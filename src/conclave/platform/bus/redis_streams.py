@@ -24,6 +24,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from conclave.platform.bus.base import (
     Event,
+    EventRejected,
     Handler,
     dead_letter_channel,
     deliver,
@@ -37,6 +38,7 @@ from conclave.platform.bus.entry import (
     bulk,
     encode_entry,
 )
+from conclave.platform.bus.envelope import MalformedEntry, event_from_entry
 from conclave.platform.errors import BusUnavailable
 
 log = logging.getLogger(__name__)
@@ -114,7 +116,7 @@ class RedisStreamsBus:
             decode_responses=True,
             # Anyone who can write to a stream can write bytes that are not UTF-8: strict decoding
             # would fail the whole read (stopping the consumer on that entry for good). Decoded
-            # with surrogate escapes, such an entry is refused as unsafe (Event.from_fields) and
+            # with surrogate escapes, such an entry is refused as unsafe (event_from_entry) and
             # dead-lettered with its bytes as they were.
             encoding_errors="surrogateescape",
             socket_connect_timeout=2,
@@ -196,7 +198,10 @@ class RedisStreamsBus:
     async def read(self, channel: str, count: int = 100) -> list[Event]:
         """The newest ``count`` events of ``channel``, oldest first."""
         entries: Any = await self._redis.xrevrange(self.key(channel), count=count)
-        return [Event.from_fields(fields) for _, fields in reversed(entries)]
+        return [
+            event_from_entry(fields, entry_id=entry_id, channel=channel)
+            for entry_id, fields in reversed(entries)
+        ]
 
     async def close(self) -> None:
         """Close the connection pool."""
@@ -221,13 +226,13 @@ class RedisStreamsBus:
                 await self._ensure_group(key, group, start)
                 if time.monotonic() - last_claim > self._claim_idle_ms / 4000:
                     last_claim = time.monotonic()
-                    await self._reclaim(key, group, consumer, handler)
+                    await self._reclaim(channel, group, consumer, handler)
                 reply: Any = await self._redis.xreadgroup(
                     group, consumer, {key: cursor}, count=_READ_COUNT, block=_READ_BLOCK_MS
                 )
                 entries = reply[0][1] if reply else []
                 handled = await self._deliver(
-                    key, group, consumer, handler, entries, check_deliveries=cursor == "0"
+                    channel, group, consumer, handler, entries, check_deliveries=cursor == "0"
                 )
                 if not handled:  # a dependency of the handler is down: wait, then retry ours
                     await asyncio.sleep(backoff)
@@ -261,7 +266,8 @@ class RedisStreamsBus:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def _reclaim(self, key: str, group: str, consumer: str, handler: Handler) -> None:
+    async def _reclaim(self, channel: str, group: str, consumer: str, handler: Handler) -> None:
+        key = self.key(channel)
         start_id = "0-0"
         while True:
             reply = await self._redis.xautoclaim(
@@ -269,7 +275,7 @@ class RedisStreamsBus:
             )
             start_id, entries = reply[0], reply[1]
             if entries and not await self._deliver(
-                key, group, consumer, handler, entries, check_deliveries=True
+                channel, group, consumer, handler, entries, check_deliveries=True
             ):
                 return  # a dependency is down: the consume loop backs off
             if start_id == "0-0" or not entries:
@@ -277,7 +283,7 @@ class RedisStreamsBus:
 
     async def _deliver(
         self,
-        key: str,
+        channel: str,
         group: str,
         consumer: str,
         handler: Handler,
@@ -287,6 +293,7 @@ class RedisStreamsBus:
     ) -> bool:
         """Handle ``entries``; False when the handler found a dependency down (the entries not
         handled stay pending, their deliveries uncounted)."""
+        key = self.key(channel)
         counts: dict[str, int] = {}
         if check_deliveries and entries:
             counts = await self._deliveries(key, group, entries)
@@ -298,12 +305,20 @@ class RedisStreamsBus:
                 await self._dead_letter(key, group, entry_id, fields, "too many deliveries")
                 continue
             try:
-                event = Event.from_fields(fields)
-            except (KeyError, ValueError) as exc:
+                size = sum(len(name) + len(value) for name, value in fields.items())
+                if size > self._max_event_bytes:  # not parsed on the event loop: refused
+                    raise MalformedEntry(f"entry of about {size} bytes exceeds the bus's limit")
+                event = event_from_entry(fields, entry_id=entry_id, channel=channel)
+                if event.channel != channel:  # handlers trust the channel they consume
+                    raise MalformedEntry(f"its channel field names another channel than {key!r}")
+            except MalformedEntry as exc:
                 await self._dead_letter(key, group, entry_id, fields, f"malformed entry: {exc}")
                 continue
             try:
                 await deliver(handler, event)
+            except EventRejected as exc:
+                await self._dead_letter(key, group, entry_id, fields, f"rejected: {exc}")
+                continue
             except Exception as exc:
                 if is_transient(exc):
                     log.warning("handler waits for a dependency", extra={"stream": key})
