@@ -25,6 +25,7 @@ from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.metrics import Reading, ServiceMetrics
 from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from conclave.platform.outbox import OutboxRelay
+from conclave.platform.openapi import install_problem_documentation
 from conclave.platform.problems import install_problem_handlers
 from conclave.platform.request_values import refuse_unsafe_values
 from conclave.platform.runtime import Platform
@@ -117,6 +118,7 @@ def create_service_app(
     app.state.metrics = metrics
     app.state.authenticator = authenticator_from(settings)
     install_problem_handlers(app)
+    install_problem_documentation(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     tracing.install(app)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
