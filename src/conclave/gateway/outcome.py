@@ -19,6 +19,7 @@ SUCCEEDED, REJECTED, FAILED, TIMEOUT, RUNNING = (
     "running",
 )
 
+
 @dataclass(frozen=True)
 class Outcome:
     """A finished call as the caller sees it (also rebuilt from the audit row on replay)."""

@@ -7,7 +7,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp
 
@@ -24,8 +24,8 @@ from conclave.platform.fast_lane import ServiceApp
 from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.metrics import Reading, ServiceMetrics
 from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
-from conclave.platform.outbox import OutboxRelay
 from conclave.platform.openapi import install_problem_documentation
+from conclave.platform.outbox import OutboxRelay
 from conclave.platform.problems import install_problem_handlers
 from conclave.platform.request_values import refuse_unsafe_values
 from conclave.platform.runtime import Platform
@@ -123,7 +123,13 @@ def create_service_app(
     tracing.install(app)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
 
-    @app.get("/metrics", include_in_schema=True, tags=["operations"])
+    @app.get(
+        "/metrics",
+        include_in_schema=True,
+        tags=["operations"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     async def prometheus_metrics() -> Response:
         """Prometheus metrics in the text exposition format."""
         return Response(metrics.render(), media_type=metrics.content_type)

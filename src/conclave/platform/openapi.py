@@ -69,11 +69,19 @@ PROBLEM_SCHEMA: dict[str, Any] = {
             "description": "One entry per invalid field (validation problems).",
             "items": {
                 "type": "object",
-                "required": ["field", "message", "type"],
+                "required": ["field", "message"],
                 "properties": {
-                    "field": {"type": "string", "description": "Dotted location, e.g. body.args.x"},
+                    "field": {
+                        "type": "string",
+                        "description": "Where: a dotted location (body.user_id) or, for tool "
+                        "arguments, a JSON pointer (/expression).",
+                    },
                     "message": {"type": "string"},
                     "type": {"type": "string", "description": "Machine kind of the error."},
+                    "rule": {
+                        "type": "string",
+                        "description": "Tool arguments: the JSON Schema keyword that failed.",
+                    },
                 },
             },
         },
@@ -126,6 +134,13 @@ _HEADERS: dict[int, dict[str, Any]] = {
         }
     },
 }
+HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    503: {
+        "description": "Unhealthy: the health document says which dependency is down",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
+"""``responses=`` of a ``/health`` route: its 503 is the health document, not a problem."""
 _EVERY_ROUTE = (403, 408, 421, 422, 431)
 _AUTHENTICATED = (401, 403)
 _WITH_BODY = (400, 408, 413, 415, 422)
@@ -146,9 +161,7 @@ def problem_response(status: int, description: str | None = None) -> dict[str, A
 def problem_responses(*statuses: int, **descriptions: str) -> dict[int | str, dict[str, Any]]:
     """``responses=`` of a route: the problems only its own code answers, by status. A
     description per status may be given as ``s409="..."``."""
-    return {
-        status: problem_response(status, descriptions.get(f"s{status}")) for status in statuses
-    }
+    return {status: problem_response(status, descriptions.get(f"s{status}")) for status in statuses}
 
 
 def derived_statuses(path: str, operation: dict[str, Any]) -> set[int]:

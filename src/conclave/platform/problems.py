@@ -123,9 +123,7 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
 def internal_error(path: str, exc: BaseException) -> JSONResponse:
     """Log ``exc`` and render the generic 500 problem (the exception's text stays in the log)."""
     log.error("unhandled error", exc_info=exc, extra={"path": path})
-    return problem(
-        500, "INTERNAL_ERROR", "An unexpected error occurred.", instance=path
-    )
+    return problem(500, "INTERNAL_ERROR", "An unexpected error occurred.", instance=path)
 
 
 async def _on_client_gone(request: Request, exc: Exception) -> JSONResponse:
