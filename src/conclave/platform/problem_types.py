@@ -121,6 +121,8 @@ PROBLEM_TYPES = _registry(
     _P("OUTPUT_INVALID", (502,), "Tool output broke its schema",
        "The tool's result does not match its output schema (audited, heretical)."),
     _P("TOOL_TIMEOUT", (504,), "Tool timed out", "The tool did not finish within its timeout."),
+    _P("INTERRUPTED", (503,), "Call interrupted",
+       "The gateway running the call died; replayed to a retry with the same `Idempotency-Key`."),
     _P("INVALID_ARGUMENT", (422,), "Invalid argument",
        "An HTTP tool's argument cannot be placed in its backend request."),
     _P("BACKEND_REJECTED", (422,), "Backend rejected the call",
