@@ -123,6 +123,8 @@ async def test_each_problem_type_has_one_title(
         assert body["type"] == type_uri(code)
         assert body["title"] == title_of(code) == PROBLEM_TYPES[code].title
         seen.setdefault(body["type"], set()).add(body["title"])
+        if response.status_code == 401:  # as documented: the challenge comes with it
+            assert response.headers["www-authenticate"].startswith("Bearer ")
     assert {kind: titles for kind, titles in seen.items() if len(titles) > 1} == {}
 
 
