@@ -5,9 +5,10 @@ authenticated with the static token, to the app with its lifespan running (SQLit
 For every request: no 5xx; the status is one the operation documents (every problem it can
 answer is declared, see ``conclave.platform.openapi``); the content type and the body match what
 the document says for that status (problems: ``application/problem+json`` and the ``Problem``
-schema); the headers it declares required are there (``WWW-Authenticate`` on 401, ``Retry-After``
-on 429); and every problem's ``type`` and ``title`` are the registered ones for its ``code``
-(RFC 9457: one title per type), across every request of every service.
+schema); the headers it declares required are there (``X-Request-ID`` and ``X-Correlation-ID``
+on every answer, ``WWW-Authenticate`` on 401, ``Retry-After`` on 429, ``Location`` on 202); and
+every problem's ``type`` and ``title`` are the registered ones for its ``code`` (RFC 9457: one
+title per type), across every request of every service.
 
 Budget: ``MAX_EXAMPLES`` per operation and a per-example deadline keep the folder within a few
 minutes on a 2-core machine. Generation is derandomized and Hypothesis' example database is off:

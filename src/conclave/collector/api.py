@@ -57,6 +57,12 @@ def _accepted(request: Request, row: Any) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=202, headers={"Location": status_url})
 
 
+_ACCEPTED = {
+    "description": "Queued; `Location` (and `status_url`) is where to follow it",
+    "headers": {"Location": {"required": True, "schema": {"type": "string", "format": "uri"}}},
+}
+
+
 @router.get("/health", tags=["operations"], responses=HEALTH_RESPONSES)
 async def health(request: Request, service: Service) -> JSONResponse:
     """Store, bus and semantic memory status; 503 when the store or the bus is down."""
@@ -88,15 +94,18 @@ async def health(request: Request, service: Service) -> JSONResponse:
     tags=["expeditions"],
     status_code=202,
     response_model=ExpeditionAccepted,
-    responses=problem_responses(
-        409,
-        422,
-        503,
-        s409="A target collection belongs to another user (COLLECTION_OWNED)",
-        s422="Unknown type (UNKNOWN_EXPEDITION_TYPE, known ones listed), invalid parameters "
-        "(INVALID_PARAMETERS, a source's own code, SECRET_IN_PARAMETERS), no collection "
-        "(NO_COLLECTIONS), an unsafe value (UNSAFE_INPUT) or a body that breaks the schema",
-    ),
+    responses={
+        202: _ACCEPTED,
+        **problem_responses(
+            409,
+            422,
+            503,
+            s409="A target collection belongs to another user (COLLECTION_OWNED)",
+            s422="Unknown type (UNKNOWN_EXPEDITION_TYPE, known ones listed), invalid parameters "
+            "(INVALID_PARAMETERS, a source's own code, SECRET_IN_PARAMETERS), no collection "
+            "(NO_COLLECTIONS), an unsafe value (UNSAFE_INPUT) or a body that breaks the schema",
+        ),
+    },
 )
 async def run_expedition(
     request: Request, body: ExpeditionCreate, service: Service, principal: CurrentPrincipal
@@ -116,7 +125,7 @@ async def run_expedition(
     tags=["expeditions"],
     responses={
         200: {"model": ExpeditionRead},
-        202: {"model": ExpeditionAccepted},
+        202: {"model": ExpeditionAccepted, **_ACCEPTED},
         **problem_responses(409, 503, s409="A target collection belongs to another user"),
     },
 )

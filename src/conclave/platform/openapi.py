@@ -196,6 +196,29 @@ def document_operation_problems(path: str, operation: dict[str, Any]) -> None:
         responses[key] = {**response, **documented}
 
 
+# Every answer of the application echoes these (``RequestContextMiddleware``); the server's own
+# refusals of a request it could not read (408, 431) are written before any application runs.
+_REQUEST_ID_HEADERS = {
+    "X-Request-ID": {
+        "description": "The request's id (the client's `X-Request-ID` if usable, else new).",
+        "required": True,
+        "schema": {"type": "string"},
+    },
+    "X-Correlation-ID": {
+        "description": "The correlation id (the client's `X-Correlation-ID`, else the request id).",
+        "required": True,
+        "schema": {"type": "string"},
+    },
+}
+_WITHOUT_REQUEST_IDS = frozenset({"408", "431"})
+
+
+def _document_request_ids(responses: dict[str, Any]) -> None:
+    for key, response in responses.items():
+        if key not in _WITHOUT_REQUEST_IDS:
+            response["headers"] = {**_REQUEST_ID_HEADERS, **response.get("headers", {})}
+
+
 _FASTAPI_422_DESCRIPTION = "Validation Error"
 _FASTAPI_422_SCHEMAS = ("HTTPValidationError", "ValidationError")
 
@@ -207,11 +230,13 @@ def _is_fastapi_validation_error(content: dict[str, Any]) -> bool:
 
 def document_problems(document: dict[str, Any]) -> dict[str, Any]:
     """``document`` (an OpenAPI document FastAPI built) with every operation's problems, the
-    ``Problem`` schema and the bearer scheme; FastAPI's validation-error schemas are dropped."""
+    request-id headers, the ``Problem`` schema and the bearer scheme; FastAPI's validation-error
+    schemas are dropped."""
     for path, operations in document.get("paths", {}).items():
         for operation in operations.values():
             if isinstance(operation, dict) and "responses" in operation:
                 document_operation_problems(path, operation)
+                _document_request_ids(operation["responses"])
     components = document.setdefault("components", {})
     schemas = components.setdefault("schemas", {})
     for name in _FASTAPI_422_SCHEMAS:
