@@ -17,7 +17,10 @@ Each route's problem statuses come from two sources:
 
 :func:`install_problem_documentation` applies both when the document is first built, so a route
 added by any service gets them without a line of its own, and a response a route declares with a
-description only (``{409: {"description": ...}}``) is given the ``Problem`` body too.
+description only (``{409: {"description": ...}}``) is given the ``Problem`` body too. The
+derivation reads the document FastAPI built (an operation's ``security``, ``requestBody`` and
+path), not FastAPI's route objects: the fast-lane routes, which describe what they read in
+``openapi_extra``, are treated like every other, and nothing depends on FastAPI's internals.
 """
 
 from __future__ import annotations
