@@ -2,8 +2,13 @@
 
 Schemathesis generates valid and invalid requests for each operation; each one is sent in-process,
 authenticated with the static token, to the app with its lifespan running (SQLite, in-process bus).
-Two properties must hold for every request: no 5xx, and a response that the operation documents
-with a schema conforms to it.
+For every request: no 5xx; the status is one the operation documents (every problem it can
+answer is declared, see ``conclave.platform.openapi``); the content type and the body match what
+the document says for that status (problems: ``application/problem+json`` and the ``Problem``
+schema); the headers it declares required are there (``X-Request-ID`` and ``X-Correlation-ID``
+on every answer, ``WWW-Authenticate`` on 401, ``Retry-After`` on 429, ``Location`` on 202); and
+every problem's ``type`` and ``title`` are the registered ones for its ``code`` (RFC 9457: one
+title per type), across every request of every service.
 
 Budget: ``MAX_EXAMPLES`` per operation and a per-example deadline keep the folder within a few
 minutes on a 2-core machine. Generation is derandomized and Hypothesis' example database is off:
@@ -32,14 +37,44 @@ from fastapi import FastAPI
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.python import asgi
-from schemathesis.specs.openapi.checks import response_schema_conformance
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from conclave.edge.media import MEDIA_TYPES
+from conclave.platform.problem_types import title_of, type_uri
 from tests.hostile.conftest import AUTH, CONFIGURATIONS, build_app, service_settings
 
 # ``CONCLAVE_FUZZ_EXAMPLES`` raises the budget for a deeper run on demand.
 MAX_EXAMPLES = int(os.environ.get("CONCLAVE_FUZZ_EXAMPLES", "25"))
-CHECKS = [not_a_server_error, response_schema_conformance]
+# ``type`` -> ``title`` of every problem any fuzzed request was answered with, every service.
+TITLES_SEEN: dict[str, set[str]] = {}
+
+
+def one_title_per_type(ctx: Any, response: Any, case: Any) -> bool | None:
+    """A problem's ``type`` and ``title`` are the registered ones for its ``code``."""
+    if not response.headers.get("content-type", [""])[0].startswith("application/problem+json"):
+        return None
+    body = response.json()
+    code = body["code"]
+    TITLES_SEEN.setdefault(body["type"], set()).add(body["title"])
+    assert body["type"] == type_uri(code), body
+    assert body["title"] == title_of(code), body
+    assert body["status"] == response.status_code, body
+    return True
+
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+    one_title_per_type,
+]
 GATEWAY_TOOLS = ("echo", "evaluate_expression", "json_query", "current_time")
 # Waiting for an expedition is behaviour, not input handling, and the fuzzing collector runs no
 # workers: a generated ``wait_seconds`` of minutes would only burn the budget.
@@ -137,3 +172,10 @@ def test_edge(case: Any, live_apps: dict[str, FastAPI]) -> None:
 @_BUDGET
 def test_gateway_finance_mode(case: Any, live_apps: dict[str, FastAPI]) -> None:
     _fuzz("finance", case, live_apps)
+
+
+def test_one_title_per_problem_type_across_services() -> None:
+    """Runs after the fuzzing above (pytest keeps file order): no type had two titles."""
+    if not TITLES_SEEN:
+        pytest.skip("no fuzzing test ran in this session (selected alone)")
+    assert {kind: titles for kind, titles in TITLES_SEEN.items() if len(titles) > 1} == {}

@@ -28,6 +28,7 @@ from conclave.collector.models import (
 from conclave.collector.service import ExpeditionService, expedition_read
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.http import CurrentPrincipal, correlation_id
+from conclave.platform.openapi import HEALTH_RESPONSES, problem_responses
 
 router = APIRouter()
 Collection = Annotated[str, Path(pattern=COLLECTION_PATTERN)]
@@ -56,7 +57,13 @@ def _accepted(request: Request, row: Any) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=202, headers={"Location": status_url})
 
 
-@router.get("/health", tags=["operations"])
+_ACCEPTED = {
+    "description": "Queued; `Location` (and `status_url`) is where to follow it",
+    "headers": {"Location": {"required": True, "schema": {"type": "string", "format": "uri"}}},
+}
+
+
+@router.get("/health", tags=["operations"], responses=HEALTH_RESPONSES)
 async def health(request: Request, service: Service) -> JSONResponse:
     """Store, bus and semantic memory status; 503 when the store or the bus is down."""
     checks = await service.platform.check()
@@ -87,7 +94,18 @@ async def health(request: Request, service: Service) -> JSONResponse:
     tags=["expeditions"],
     status_code=202,
     response_model=ExpeditionAccepted,
-    responses={422: {"description": "Unknown type (known ones listed) or invalid parameters"}},
+    responses={
+        202: _ACCEPTED,
+        **problem_responses(
+            409,
+            422,
+            503,
+            s409="A target collection belongs to another user (COLLECTION_OWNED)",
+            s422="Unknown type (UNKNOWN_EXPEDITION_TYPE, known ones listed), invalid parameters "
+            "(INVALID_PARAMETERS, a source's own code, SECRET_IN_PARAMETERS), no collection "
+            "(NO_COLLECTIONS), an unsafe value (UNSAFE_INPUT) or a body that breaks the schema",
+        ),
+    },
 )
 async def run_expedition(
     request: Request, body: ExpeditionCreate, service: Service, principal: CurrentPrincipal
@@ -105,7 +123,11 @@ async def run_expedition(
 @router.post(
     "/expedition/trigger/orchestrator",
     tags=["expeditions"],
-    responses={200: {"model": ExpeditionRead}, 202: {"model": ExpeditionAccepted}},
+    responses={
+        200: {"model": ExpeditionRead},
+        202: {"model": ExpeditionAccepted, **_ACCEPTED},
+        **problem_responses(409, 503, s409="A target collection belongs to another user"),
+    },
 )
 async def trigger_from_orchestrator(
     request: Request, body: OrchestratorTrigger, service: Service, principal: CurrentPrincipal
@@ -125,7 +147,12 @@ async def trigger_from_orchestrator(
     return _accepted(request, row)
 
 
-@router.get("/expedition/status/{expedition_id}", tags=["expeditions"], name="expedition_status")
+@router.get(
+    "/expedition/status/{expedition_id}",
+    tags=["expeditions"],
+    name="expedition_status",
+    responses=problem_responses(503),
+)
 async def expedition_status(
     expedition_id: str, service: Service, principal: CurrentPrincipal
 ) -> ExpeditionRead:
@@ -133,7 +160,11 @@ async def expedition_status(
     return expedition_read(await service.get(expedition_id, principal))
 
 
-@router.post("/expedition/{expedition_id}/cancel", tags=["expeditions"])
+@router.post(
+    "/expedition/{expedition_id}/cancel",
+    tags=["expeditions"],
+    responses=problem_responses(409, 503, s409="The expedition has finished"),
+)
 async def cancel_expedition(
     expedition_id: str, service: Service, principal: CurrentPrincipal
 ) -> ExpeditionRead:
@@ -141,7 +172,11 @@ async def cancel_expedition(
     return expedition_read(await service.cancel(expedition_id, principal))
 
 
-@router.get("/expedition/history", tags=["expeditions"])
+@router.get(
+    "/expedition/history",
+    tags=["expeditions"],
+    responses=problem_responses(400, 503, s400="A cursor not from `next_cursor`"),
+)
 async def expedition_history(
     service: Service,
     principal: CurrentPrincipal,
@@ -177,13 +212,13 @@ async def expedition_types(service: Service, _principal: CurrentPrincipal) -> di
     return {"types": types, "sources": sorted(service.registry.sources)}
 
 
-@router.get("/stats", tags=["operations"])
+@router.get("/stats", tags=["operations"], responses=problem_responses(503))
 async def stats(service: Service, _principal: CurrentPrincipal) -> dict[str, Any]:
     """Counts by status and type, success rate, durations, queue depth, records, uptime."""
     return await service.stats()
 
 
-@router.get("/collections", tags=["collections"])
+@router.get("/collections", tags=["collections"], responses=problem_responses(503))
 async def collections(service: Service, principal: CurrentPrincipal) -> dict[str, Any]:
     """Collections you may read, with record counts (structured store) and point counts
     (semantic memory)."""
@@ -191,7 +226,9 @@ async def collections(service: Service, principal: CurrentPrincipal) -> dict[str
     return {"collections": items, "count": len(items)}
 
 
-@router.get("/collections/{name}/records/{key}", tags=["collections"])
+@router.get(
+    "/collections/{name}/records/{key}", tags=["collections"], responses=problem_responses(503)
+)
 async def collection_record(
     name: Collection, key: str, service: Service, principal: CurrentPrincipal
 ) -> RecordRead:
@@ -199,7 +236,11 @@ async def collection_record(
     return await service.record(name, key, principal)
 
 
-@router.get("/collections/{name}/search", tags=["collections"])
+@router.get(
+    "/collections/{name}/search",
+    tags=["collections"],
+    responses=problem_responses(503, s503="Semantic memory or the store is unavailable"),
+)
 async def collection_search(
     name: Collection,
     service: Service,
@@ -211,7 +252,12 @@ async def collection_search(
     return await service.search(name, q, limit, principal)
 
 
-@router.post("/schedules", tags=["schedules"], status_code=201)
+@router.post(
+    "/schedules",
+    tags=["schedules"],
+    status_code=201,
+    responses=problem_responses(409, 503, s409="A schedule with this name exists"),
+)
 async def create_schedule(
     body: ScheduleCreate, service: Service, principal: CurrentPrincipal
 ) -> ScheduleRead:
@@ -219,14 +265,16 @@ async def create_schedule(
     return await scheduler.add_schedule(service, body, principal)
 
 
-@router.get("/schedules", tags=["schedules"])
+@router.get("/schedules", tags=["schedules"], responses=problem_responses(503))
 async def list_schedules(service: Service, principal: CurrentPrincipal) -> dict[str, Any]:
     """Your schedules (every user's for an operator) with their next tick."""
     items = await scheduler.list_schedules(service, principal)
     return {"schedules": items, "count": len(items)}
 
 
-@router.delete("/schedules/{name}", tags=["schedules"], status_code=204)
+@router.delete(
+    "/schedules/{name}", tags=["schedules"], status_code=204, responses=problem_responses(503)
+)
 async def delete_schedule(name: str, service: Service, principal: CurrentPrincipal) -> Response:
     """Remove one of your schedules by name or id."""
     await scheduler.remove_schedule(service, name, principal)

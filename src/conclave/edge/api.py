@@ -22,6 +22,7 @@ from conclave.edge.service import IntakeService, UploadCommand
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.errors import BadRequest, NotFound
 from conclave.platform.http import CurrentPrincipal, correlation_id
+from conclave.platform.openapi import HEALTH_RESPONSES, problem_responses
 
 router = APIRouter()
 PREFIX = "/api/edge-intake"
@@ -37,7 +38,7 @@ def _service(request: Request) -> IntakeService:
 Service = Annotated[IntakeService, Depends(_service)]
 
 
-@router.get("/health", tags=["operations"])
+@router.get("/health", tags=["operations"], responses=HEALTH_RESPONSES)
 async def health(service: Service) -> JSONResponse:
     """Service health: relational store, bus and blob store; 503 when one is down."""
     checks = await service.platform.check()
@@ -89,14 +90,24 @@ async def health(service: Service) -> JSONResponse:
             },
         }
     },
-    responses={
-        401: {"description": "Missing or invalid credentials or signature"},
-        404: {"description": "Unknown media type (the seven are listed)"},
-        413: {"description": "A file exceeds the type's size limit"},
-        415: {"description": "The file's bytes are not a format of this type"},
-        422: {"description": "Empty or corrupt file, bad metadata or coordinates"},
-        503: {"description": "Store unavailable: nothing was stored"},
-    },
+    responses=problem_responses(
+        400,
+        401,
+        404,
+        413,
+        415,
+        422,
+        503,
+        s400="Malformed or truncated multipart body (MALFORMED_MULTIPART, TRUNCATED_UPLOAD)",
+        s401="Missing or invalid credentials or signature (UNAUTHORIZED, INVALID_TOKEN, "
+        "TOKEN_EXPIRED, SIGNATURE_REQUIRED, INVALID_SIGNATURE, SIGNATURE_EXPIRED, "
+        "NONCE_REQUIRED, INVALID_NONCE, REPLAYED_REQUEST)",
+        s404="Unknown media type (UNKNOWN_MEDIA_TYPE; the seven are listed)",
+        s413="A file, a field or the count of files or fields exceeds its limit",
+        s415="Not multipart, or the file's bytes are not a format of this type",
+        s422="Empty, missing or corrupt file, bad metadata or coordinates",
+        s503="Store unavailable: nothing was stored",
+    ),
 )
 async def upload(
     request: Request,
@@ -132,13 +143,23 @@ async def upload(
     )
 
 
-@router.get(PREFIX + "/pipeline", tags=["pipeline"])
+@router.get(PREFIX + "/pipeline", tags=["pipeline"], responses=problem_responses(503))
 async def pipeline(service: Service, _principal: CurrentPrincipal) -> dict[str, Any]:
     """Ingestion pipeline figures: totals, rate, errors, outbox backlog, per-type counts."""
     return await service.pipeline()
 
 
-@router.get(PREFIX + "/events", tags=["pipeline"])
+@router.get(
+    PREFIX + "/events",
+    tags=["pipeline"],
+    responses=problem_responses(
+        400,
+        404,
+        503,
+        s400="A cursor not from `next_cursor` (INVALID_CURSOR)",
+        s404="`type` names no media type (UNKNOWN_MEDIA_TYPE)",
+    ),
+)
 async def events(
     service: Service,
     _principal: CurrentPrincipal,
@@ -201,7 +222,7 @@ def _event(row: Any) -> IntakeEvent:
     )
 
 
-@router.get(PREFIX + "/evidence/{evidence_id}", tags=["evidence"])
+@router.get(PREFIX + "/evidence/{evidence_id}", tags=["evidence"], responses=problem_responses(503))
 async def get_evidence(
     evidence_id: str, service: Service, _principal: CurrentPrincipal
 ) -> EvidencePack:
@@ -221,7 +242,18 @@ async def get_evidence(
     )
 
 
-@router.get(PREFIX + "/evidence/{evidence_id}/content", tags=["evidence"])
+@router.get(
+    PREFIX + "/evidence/{evidence_id}/content",
+    tags=["evidence"],
+    response_class=FileResponse,
+    responses={
+        200: {
+            "description": "The bytes, with the pack's media type",
+            "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+        },
+        **problem_responses(503),
+    },
+)
 async def get_content(
     evidence_id: str, service: Service, _principal: CurrentPrincipal
 ) -> FileResponse:
@@ -238,7 +270,9 @@ async def get_content(
     )
 
 
-@router.get(PREFIX + "/evidence/{evidence_id}/verify", tags=["evidence"])
+@router.get(
+    PREFIX + "/evidence/{evidence_id}/verify", tags=["evidence"], responses=problem_responses(503)
+)
 async def verify_evidence(
     evidence_id: str, service: Service, _principal: CurrentPrincipal
 ) -> VerifyResult:
@@ -246,7 +280,11 @@ async def verify_evidence(
     return VerifyResult(**await integrity.verify_pack(service.engine, service.blobs, evidence_id))
 
 
-@router.get(PREFIX + "/chain/verify", tags=["evidence"])
+@router.get(
+    PREFIX + "/chain/verify",
+    tags=["evidence"],
+    responses=problem_responses(404, 503, s404="No Evidence Pack at `after_seq` (NOT_FOUND)"),
+)
 async def verify_chain(
     service: Service,
     _principal: CurrentPrincipal,

@@ -215,7 +215,7 @@ class IntakeService:
             raise Unprocessable(
                 "The upload has no `file` part.",
                 code="MISSING_FILE",
-                errors=[{"field": "file", "message": "required"}],
+                errors=[{"field": "file", "message": "required", "type": "missing"}],
             )
         metadata = parse_metadata(
             fields.get("metadata"),

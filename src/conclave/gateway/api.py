@@ -37,6 +37,7 @@ from conclave.platform.inputs import (
     escape_unsafe,
 )
 from conclave.platform.jsontext import CompactJSONResponse
+from conclave.platform.openapi import BEARER_SECURITY, HEALTH_RESPONSES, problem_responses
 
 router = APIRouter()
 
@@ -71,7 +72,7 @@ async def describe(request: Request, service: Service) -> dict[str, Any]:
     }
 
 
-@router.get("/health", tags=["operations"])
+@router.get("/health", tags=["operations"], responses=HEALTH_RESPONSES)
 async def health(platform: CurrentPlatform, service: Service) -> JSONResponse:
     """Store and bus status; 503 when either is down."""
     return await health_response(platform, "gateway", tools=len(service.registry))
@@ -116,7 +117,7 @@ _EXECUTE_OPENAPI = {
             "schema": {"type": "string", "minLength": 1, "maxLength": _IDEMPOTENCY_KEY_MAX},
         }
     ],
-    "security": [{"HTTPBearer": []}],
+    "security": BEARER_SECURITY,
 }
 
 
@@ -125,19 +126,28 @@ _EXECUTE_OPENAPI = {
     tags=["tools"],
     response_model=ExecuteResponse,
     openapi_extra=_EXECUTE_OPENAPI,
-    responses={
-        400: {"description": "Malformed JSON"},
-        401: {"description": "Missing or invalid credentials"},
-        404: {"description": "Unknown tool (audited, heretical)"},
-        409: {"description": "Idempotency-Key conflict"},
-        413: {"description": "Body too large"},
-        422: {
-            "description": "Invalid arguments, an unsafe value (UNSAFE_INPUT), a rule violation "
-            "(audited, heretical) or a result over the cap (RESULT_TOO_LARGE)"
-        },
-        503: {"description": "Store unavailable: nothing was executed"},
-        504: {"description": "Tool timed out (audited)"},
-    },
+    responses=problem_responses(
+        404,
+        409,
+        413,
+        422,
+        429,
+        502,
+        503,
+        504,
+        s404="Unknown tool (UNKNOWN_TOOL, audited, heretical)",
+        s409="Idempotency-Key conflict (IDEMPOTENCY_KEY_REUSED, IDEMPOTENCY_IN_PROGRESS)",
+        s413="Body or arguments too large (PAYLOAD_TOO_LARGE, ARGS_TOO_LARGE)",
+        s422="Invalid arguments (VALIDATION_FAILED), an unsafe value (UNSAFE_INPUT), a rule "
+        "violation (RULE_VIOLATION, audited, heretical), a result over the cap "
+        "(RESULT_TOO_LARGE) or an error the tool raised (TOOL_ERROR or the tool's own code)",
+        s429="Your rate, the tool's rate or its concurrency is used up (RATE_LIMITED, TOOL_BUSY)",
+        s502="The tool failed, broke its output schema, or its backend failed (TOOL_FAILED, "
+        "OUTPUT_INVALID, BACKEND_FAILED)",
+        s503="The store, or an HTTP tool's backend, is unavailable (STORE_UNAVAILABLE, "
+        "BACKEND_UNAVAILABLE)",
+        s504="The tool or its backend timed out (TOOL_TIMEOUT, BACKEND_TIMEOUT; audited)",
+    ),
 )
 async def execute(request: Request) -> Response:
     """Execute one tool through validation, audit, event and metrics."""
@@ -220,7 +230,7 @@ def _idempotency_key(request: Request) -> str | None:
     return key
 
 
-@router.get("/calls/{conclave_id}", tags=["tools"])
+@router.get("/calls/{conclave_id}", tags=["tools"], responses=problem_responses(503))
 async def get_call(
     conclave_id: str, platform: CurrentPlatform, principal: CurrentPrincipal, request: Request
 ) -> ToolCall:

@@ -12,6 +12,7 @@ from conclave.gateway.finance import DEFAULT_DAYS, ENTITY_PREFIX, FINANCE_ALIASE
 from conclave.gateway.formats import render
 from conclave.gateway.models import ToolCatalogue
 from conclave.platform.http import CurrentPrincipal
+from conclave.platform.openapi import problem_responses
 
 finance_router = APIRouter(prefix="/v1/finance", tags=["finance"])
 
@@ -73,7 +74,10 @@ async def finance_tools(
     return ToolCatalogue(tools=entries, count=len(entries), format=format)
 
 
-@finance_router.post("/normalize")
+@finance_router.post(
+    "/normalize",
+    responses=problem_responses(404, s404="No alias tool has this name (UNKNOWN_ALIAS)"),
+)
 async def normalize(
     body: NormalizeRequest, service: Service, _principal: CurrentPrincipal
 ) -> NormalizeResponse:

@@ -19,18 +19,6 @@ SUCCEEDED, REJECTED, FAILED, TIMEOUT, RUNNING = (
     "running",
 )
 
-_TITLES = {
-    "UNKNOWN_TOOL": "Unknown tool",
-    "VALIDATION_FAILED": "Invalid arguments",
-    "RULE_VIOLATION": "Rejected by a tool rule",
-    "TOOL_TIMEOUT": "Tool timed out",
-    "TOOL_FAILED": "Tool failed",
-    "OUTPUT_INVALID": "Tool output broke its schema",
-    "ARGS_TOO_LARGE": "Arguments too large",
-    "RESULT_TOO_LARGE": "Result too large",
-    "UNSAFE_INPUT": "Unsafe input value",
-}
-
 
 @dataclass(frozen=True)
 class Outcome:
@@ -69,7 +57,6 @@ class Outcome:
             headers={"Idempotent-Replayed": "true"} if self.replayed else None,
         )
         error.status = self.http_status
-        error.title = _TITLES.get(code, "Tool call failed")
         return error
 
 

@@ -14,6 +14,7 @@ from conclave.graph.service import DispatchCommand, DispatchService
 from conclave.platform.bodies import read_model, request_model_schema
 from conclave.platform.http import correlation_id
 from conclave.platform.jsontext import CompactJSONResponse
+from conclave.platform.openapi import BEARER_SECURITY, problem_responses
 
 router = APIRouter()
 
@@ -44,16 +45,18 @@ async def health(service: Service) -> JSONResponse:
     response_model=DispatchResponse,
     openapi_extra={
         "requestBody": request_model_schema(DispatchRequest),
-        "security": [{"HTTPBearer": []}],
+        "security": BEARER_SECURITY,
     },
-    responses={
-        400: {"description": "Malformed JSON"},
-        401: {"description": "Missing or invalid credentials"},
-        403: {"description": "`user_id` differs from the authenticated caller"},
-        413: {"description": "Body too large"},
-        422: {"description": "Invalid body, query too long, too many entities"},
-        503: {"description": "Audit monitoring on and the store is down: not answered"},
-    },
+    responses=problem_responses(
+        403,
+        422,
+        503,
+        s403="`user_id` differs from the authenticated caller (USER_MISMATCH), or an origin "
+        "not allowed (ORIGIN_NOT_ALLOWED)",
+        s422="Invalid body (VALIDATION_FAILED, UNSAFE_INPUT), query too long (QUERY_TOO_LONG), "
+        "too many entities (TOO_MANY_ENTITIES)",
+        s503="Audit monitoring on and the store is down: not answered (STORE_UNAVAILABLE)",
+    ),
 )
 async def dispatch(request: Request) -> Response:
     """Route a query and its validated entities through the dispatch graph."""

@@ -69,13 +69,17 @@ class DispatchService:
             raise Unprocessable(
                 f"The query has {len(request.query)} characters; at most {limit} are accepted.",
                 code="QUERY_TOO_LONG",
-                errors=[{"field": "query", "message": f"at most {limit} characters"}],
+                errors=[
+                    {"field": "query", "message": f"at most {limit} characters", "type": "too_long"}
+                ],
             )
         if len(request.validated_entities) > self.settings.max_entities:
             raise Unprocessable(
                 f"At most {self.settings.max_entities} validated entities are accepted.",
                 code="TOO_MANY_ENTITIES",
-                errors=[{"field": "validated_entities", "message": "too many items"}],
+                errors=[
+                    {"field": "validated_entities", "message": "too many items", "type": "too_long"}
+                ],
             )
 
     async def dispatch(self, command: DispatchCommand) -> DispatchResponse:

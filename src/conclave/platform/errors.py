@@ -1,6 +1,7 @@
 """The error vocabulary of every Conclave service.
 
-Domain code raises these; the HTTP layer renders them once, as RFC 9457 problem+json.
+Domain code raises these; the HTTP layer renders them once, as RFC 9457 problem+json. A
+problem's title follows from its code alone (:mod:`conclave.platform.problem_types`).
 Domain code never imports FastAPI.
 """
 
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from conclave.platform.problem_types import title_of
+
 
 class ConclaveError(Exception):
     """Base error: an HTTP status, a stable machine ``code`` and a human ``detail``."""
 
     status: int = 500
     code: str = "INTERNAL_ERROR"
-    title: str = "Internal error"
 
     def __init__(
         self,
@@ -25,17 +27,22 @@ class ConclaveError(Exception):
         extra: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(detail or self.title)
-        self.detail = detail or self.title
         if code is not None:
             self.code = code
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
         self.errors = errors
         self.extra = extra or {}
         self.headers = headers or {}
 
+    @property
+    def title(self) -> str:
+        """The problem type's one title (:mod:`conclave.platform.problem_types`)."""
+        return title_of(self.code)
+
 
 class BadRequest(ConclaveError):
-    status, code, title = 400, "BAD_REQUEST", "Bad request"
+    status, code = 400, "BAD_REQUEST"
 
 
 class Unauthorized(ConclaveError):
@@ -45,7 +52,7 @@ class Unauthorized(ConclaveError):
     start an interactive OAuth flow; a request without a bearer token gets no error code (RFC
     6750 §3.1)."""
 
-    status, code, title = 401, "UNAUTHORIZED", "Unauthorized"
+    status, code = 401, "UNAUTHORIZED"
 
     def __init__(self, detail: str | None = None, **kwargs: Any) -> None:
         super().__init__(detail, **kwargs)
@@ -66,48 +73,48 @@ def bearer_challenge(code: str, detail: str) -> str:
 
 
 class Forbidden(ConclaveError):
-    status, code, title = 403, "FORBIDDEN", "Forbidden"
+    status, code = 403, "FORBIDDEN"
 
 
 class NotFound(ConclaveError):
-    status, code, title = 404, "NOT_FOUND", "Not found"
+    status, code = 404, "NOT_FOUND"
 
 
 class Conflict(ConclaveError):
-    status, code, title = 409, "CONFLICT", "Conflict"
+    status, code = 409, "CONFLICT"
 
 
 class PayloadTooLarge(ConclaveError):
-    status, code, title = 413, "PAYLOAD_TOO_LARGE", "Payload too large"
+    status, code = 413, "PAYLOAD_TOO_LARGE"
 
 
 class UnsupportedMediaType(ConclaveError):
-    status, code, title = 415, "UNSUPPORTED_MEDIA_TYPE", "Unsupported media type"
+    status, code = 415, "UNSUPPORTED_MEDIA_TYPE"
 
 
 class Unprocessable(ConclaveError):
-    status, code, title = 422, "VALIDATION_FAILED", "Validation failed"
+    status, code = 422, "VALIDATION_FAILED"
 
 
 class RateLimited(ConclaveError):
-    status, code, title = 429, "RATE_LIMITED", "Too many requests"
+    status, code = 429, "RATE_LIMITED"
 
 
 class BadGateway(ConclaveError):
-    status, code, title = 502, "BACKEND_FAILED", "Backend failed"
+    status, code = 502, "BACKEND_FAILED"
 
 
 class Unavailable(ConclaveError):
-    status, code, title = 503, "UNAVAILABLE", "Service unavailable"
+    status, code = 503, "UNAVAILABLE"
 
 
 class StoreUnavailable(Unavailable):
-    code, title = "STORE_UNAVAILABLE", "Store unavailable"
+    code = "STORE_UNAVAILABLE"
 
 
 class BusUnavailable(Unavailable):
-    code, title = "BUS_UNAVAILABLE", "Bus unavailable"
+    code = "BUS_UNAVAILABLE"
 
 
 class GatewayTimeout(ConclaveError):
-    status, code, title = 504, "TIMEOUT", "Timed out"
+    status, code = 504, "TIMEOUT"

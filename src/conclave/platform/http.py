@@ -7,7 +7,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp
@@ -26,6 +26,7 @@ from conclave.platform.fast_lane import ServiceApp
 from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.metrics import Reading, ServiceMetrics
 from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from conclave.platform.openapi import install_problem_documentation
 from conclave.platform.outbox import OutboxRelay
 from conclave.platform.problems import install_problem_handlers
 from conclave.platform.request_origin import (
@@ -134,6 +135,7 @@ def create_service_app(
     app.state.metrics = metrics
     app.state.authenticator = authenticator_from(settings)
     install_problem_handlers(app)
+    install_problem_documentation(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if cors is not None:
         app.add_middleware(CORSMiddleware, **cors)
@@ -142,7 +144,13 @@ def create_service_app(
     app.add_middleware(RequestGuardMiddleware, sources=sources)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
 
-    @app.get("/metrics", include_in_schema=True, tags=["operations"])
+    @app.get(
+        "/metrics",
+        include_in_schema=True,
+        tags=["operations"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     async def prometheus_metrics() -> Response:
         """Prometheus metrics in the text exposition format."""
         return Response(metrics.render(), media_type=metrics.content_type)

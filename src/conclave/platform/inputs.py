@@ -61,7 +61,7 @@ class UnsafeInput(Unprocessable):
     """422 ``UNSAFE_INPUT``: the input holds a value that cannot be stored, published or answered.
     ``document`` is the decoded input, for callers that must audit what they refused."""
 
-    code, title = "UNSAFE_INPUT", "Unsafe input value"
+    code = "UNSAFE_INPUT"
 
     def __init__(self, finding: UnsafeValue, document: Any = None) -> None:
         super().__init__(

@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from conclave.platform.ids import new_id
 from conclave.platform.logs import correlation_id_var, request_id_var
 from conclave.platform.metrics import ServiceMetrics
+from conclave.platform.problem_types import title_of, type_uri
 from conclave.platform.problems import PROBLEM_MEDIA_TYPE, internal_error
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:/@+=-]{1,128}")
@@ -143,8 +144,8 @@ class BodyLimitMiddleware:
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
         body: dict[str, Any] = {
-            "type": "https://conclave.dev/problems/payload-too-large",
-            "title": "Payload too large",
+            "type": type_uri("PAYLOAD_TOO_LARGE"),
+            "title": title_of("PAYLOAD_TOO_LARGE"),
             "status": 413,
             "detail": f"The request body exceeds {self.max_bytes} bytes.",
             "code": "PAYLOAD_TOO_LARGE",

@@ -14,12 +14,12 @@ from starlette.requests import ClientDisconnect
 from conclave.platform.errors import ConclaveError
 from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.logs import request_id_var
+from conclave.platform.problem_types import title_of, type_uri
 from conclave.platform.serving import read_timeout_of
 
 log = logging.getLogger(__name__)
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
-_TYPE_BASE = "https://conclave.dev/problems/"
 
 _HTTP_CODES = {
     400: "BAD_REQUEST",
@@ -36,7 +36,6 @@ _HTTP_CODES = {
 def problem(
     status: int,
     code: str,
-    title: str,
     detail: str,
     *,
     instance: str | None = None,
@@ -44,10 +43,10 @@ def problem(
     extra: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    """Build a problem+json response."""
+    """Build a problem+json response; its ``type`` and ``title`` follow from ``code`` alone."""
     body: dict[str, Any] = {
-        "type": _TYPE_BASE + code.lower().replace("_", "-"),
-        "title": title,
+        "type": type_uri(code),
+        "title": title_of(code),
         "status": status,
         "detail": detail,
         "code": code,
@@ -68,7 +67,6 @@ def error_response(error: ConclaveError, instance: str | None = None) -> JSONRes
     return problem(
         error.status,
         error.code,
-        error.title,
         error.detail,
         instance=instance,
         errors=error.errors,
@@ -91,7 +89,7 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
     raw = exc.errors()
     if any(error.get("type") == "json_invalid" for error in raw):
         return problem(
-            400, "MALFORMED_JSON", "Malformed JSON", "The request body is not valid JSON.",
+            400, "MALFORMED_JSON", "The request body is not valid JSON.",
             instance=request.url.path,
         )  # fmt: skip
     errors = [
@@ -100,7 +98,7 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
         for error in raw
     ]  # fmt: skip
     return problem(
-        422, "VALIDATION_FAILED", "Validation failed", "The request does not match its schema.",
+        422, "VALIDATION_FAILED", "The request does not match its schema.",
         instance=request.url.path, errors=errors,
     )  # fmt: skip
 
@@ -111,14 +109,13 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
         # FastAPI's own JSON parsing failed in a way it does not classify (e.g. nesting so deep
         # that the decoder recursed out): still malformed input, not a server fault.
         return problem(
-            400, "MALFORMED_JSON", "Malformed JSON", "The request body could not be parsed.",
+            400, "MALFORMED_JSON", "The request body could not be parsed.",
             instance=request.url.path,
         )  # fmt: skip
     code = _HTTP_CODES.get(exc.status_code, f"HTTP_{exc.status_code}")
-    title = code.replace("_", " ").capitalize()
-    detail = exc.detail if isinstance(exc.detail, str) else title
+    detail = exc.detail if isinstance(exc.detail, str) else title_of(code)
     return problem(
-        exc.status_code, code, title, detail, instance=request.url.path,
+        exc.status_code, code, detail, instance=request.url.path,
         headers=dict(exc.headers or {}),
     )  # fmt: skip
 
@@ -126,9 +123,7 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
 def internal_error(path: str, exc: BaseException) -> JSONResponse:
     """Log ``exc`` and render the generic 500 problem (the exception's text stays in the log)."""
     log.error("unhandled error", exc_info=exc, extra={"path": path})
-    return problem(
-        500, "INTERNAL_ERROR", "Internal error", "An unexpected error occurred.", instance=path
-    )
+    return problem(500, "INTERNAL_ERROR", "An unexpected error occurred.", instance=path)
 
 
 async def _on_client_gone(request: Request, exc: Exception) -> JSONResponse:
@@ -138,9 +133,9 @@ async def _on_client_gone(request: Request, exc: Exception) -> JSONResponse:
     timeout = read_timeout_of(request.scope)
     if timeout is not None:
         detail = "The request did not arrive in time; the connection was closed."
-        return problem(408, timeout, "Request timeout", detail, instance=request.url.path)
+        return problem(408, timeout, detail, instance=request.url.path)
     detail = "The client went away before its request arrived."
-    return problem(400, "CLIENT_DISCONNECTED", "Bad request", detail, instance=request.url.path)
+    return problem(400, "CLIENT_DISCONNECTED", detail, instance=request.url.path)
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -201,8 +201,7 @@ class RequestGuardMiddleware:
     async def _refuse(
         self, scope: Scope, receive: Receive, send: Send, status: int, code: str, detail: str
     ) -> None:
-        title = "Host not allowed" if status == 421 else "Origin not allowed"
-        response = problem(status, code, title, detail, instance=scope.get("path"))
+        response = problem(status, code, detail, instance=scope.get("path"))
         await response(scope, receive, send)
 
 

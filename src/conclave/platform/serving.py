@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from conclave.platform.problem_types import title_of, type_uri
 from conclave.settings import CommonSettings
 
 _HEADERS, _BODY, _DONE, _CLOSING = "headers", "body", "done", "closing"
@@ -85,8 +86,8 @@ def _refusal(code: str) -> bytes:
     status, reason, detail = _REFUSALS[code]
     body = json.dumps(
         {
-            "type": "https://conclave.dev/problems/" + code.lower().replace("_", "-"),
-            "title": reason,
+            "type": type_uri(code),
+            "title": title_of(code),
             "status": status,
             "detail": detail + " The connection is closed.",
             "code": code,

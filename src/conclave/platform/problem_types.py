@@ -1,0 +1,211 @@
+"""Every problem type the services answer with: one ``code``, one ``type`` URI, one ``title``.
+
+RFC 9457 §3.1.3: a problem's ``title`` is a summary of its *type* and does not change from
+occurrence to occurrence; what varies goes in ``detail``. So the title of a problem is looked up
+here from its code, never written at the place that raises it, and two code paths answering the
+same code cannot drift apart. The ``type`` URI is derived from the code the same way
+(``VALIDATION_FAILED`` -> ``https://conclave.dev/problems/validation-failed``); both are stable.
+
+A tool or an expedition source may raise an error with a code of its own (a plug-in's
+``ToolExecutionError(code="QUOTA_EXCEEDED")``): such a code is not listed here, and its title is
+derived from the code alone ("Quota exceeded"), so it too has exactly one title. docs/problems.md
+lists every registered type; a test keeps it in step with this table.
+
+This module imports nothing from the project: the error classes and the renderer both read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TYPE_BASE = "https://conclave.dev/problems/"
+
+
+@dataclass(frozen=True)
+class ProblemType:
+    """A registered problem type: its code, the statuses it is answered with, its title, and
+    what it means (the last one is documentation, rendered into docs/problems.md)."""
+
+    code: str
+    statuses: tuple[int, ...]
+    title: str
+    meaning: str
+
+    @property
+    def uri(self) -> str:
+        """The problem's ``type`` member."""
+        return type_uri(self.code)
+
+
+def _registry(*types: ProblemType) -> dict[str, ProblemType]:
+    registry: dict[str, ProblemType] = {}
+    for problem_type in types:
+        if problem_type.code in registry:
+            raise ValueError(f"problem code {problem_type.code} registered twice")
+        registry[problem_type.code] = problem_type
+    return registry
+
+
+_P = ProblemType
+PROBLEM_TYPES = _registry(
+    # Request shape, every service.
+    _P("BAD_REQUEST", (400,), "Bad request", "The request cannot be read as sent."),
+    _P("MALFORMED_JSON", (400,), "Malformed JSON", "The JSON body does not parse."),
+    _P("CLIENT_DISCONNECTED", (400,), "Client disconnected",
+       "The client went away before its request body arrived (no one reads the answer)."),
+    _P("VALIDATION_FAILED", (422,), "Validation failed",
+       "The request, or a tool's arguments, do not match the schema; `errors[]` names each "
+       "field."),
+    _P("UNSAFE_INPUT", (422,), "Unsafe input value",
+       "A value no store or response can carry: a lone surrogate, NUL, a non-finite number or "
+       "an integer beyond 64 bits (in the path, query, a header or the body)."),
+    _P("PAYLOAD_TOO_LARGE", (413,), "Payload too large",
+       "The body (or one uploaded file) exceeds its size limit."),
+    _P("UNSUPPORTED_MEDIA_TYPE", (415,), "Unsupported media type",
+       "The body's Content-Type is not one the route reads (JSON routes: `application/json`; "
+       "uploads: multipart, and file bytes of the route's media type)."),
+    _P("METHOD_NOT_ALLOWED", (405,), "Method not allowed", "The path exists; the method does not."),
+    _P("NOT_ACCEPTABLE", (406,), "Not acceptable", "No representation matches `Accept`."),
+    _P("NOT_FOUND", (404,), "Not found", "No such path, or no such resource."),
+    _P("HEADER_TIMEOUT", (408,), "Request headers timed out",
+       "The request headers did not arrive within the read deadline; the connection closes."),
+    _P("BODY_TIMEOUT", (408,), "Request body timed out",
+       "The request body did not arrive within the read deadline; the connection closes."),
+    _P("HEADERS_TOO_LARGE", (431,), "Request headers too large",
+       "The request headers exceed the size limit; the connection closes."),
+    # Who may call: every service.
+    _P("HOST_NOT_ALLOWED", (421,), "Host not allowed",
+       "The `Host` header names no allowed host (DNS rebinding defence)."),
+    _P("ORIGIN_NOT_ALLOWED", (403,), "Origin not allowed",
+       "The `Origin` header names an origin not allowed to call the service."),
+    _P("UNAUTHORIZED", (401,), "Unauthorized", "No bearer token, or not `Bearer <token>`."),
+    _P("INVALID_TOKEN", (401,), "Invalid token",
+       "The bearer token is unknown, or the JWT fails its signature or claims."),
+    _P("TOKEN_EXPIRED", (401,), "Token expired", "The JWT's `exp` has passed."),
+    _P("FORBIDDEN", (403,), "Forbidden", "The caller may not do this."),
+    _P("USER_MISMATCH", (403,), "User mismatch",
+       "The body names a `user_id` other than the authenticated caller's."),
+    _P("ACTING_USER_FORBIDDEN", (403,), "Acting user forbidden",
+       "`X-Conclave-Acting-User` sent by a caller without the service role, or unusable."),
+    _P("RATE_LIMITED", (429,), "Too many requests",
+       "A rate limit is used up; `Retry-After` says when to retry."),
+    # Availability: every service with a store or a bus.
+    _P("UNAVAILABLE", (503,), "Service unavailable", "A dependency is down; nothing was done."),
+    _P("STORE_UNAVAILABLE", (503,), "Store unavailable",
+       "The relational store is not reachable; nothing was done."),
+    _P("BUS_UNAVAILABLE", (503,), "Bus unavailable",
+       "The event bus is not reachable; nothing was done."),
+    _P("TIMEOUT", (504,), "Timed out", "An upstream call did not finish in time."),
+    _P("BACKEND_FAILED", (502,), "Backend failed",
+       "An upstream (a tool's HTTP backend) failed or answered something unusable."),
+    _P("INTERNAL_ERROR", (500,), "Internal error", "A server fault; the log has the details."),
+    # Gateway: tool calls.
+    _P("UNKNOWN_TOOL", (404,), "Unknown tool", "No tool has this name (the call is audited)."),
+    _P("UNKNOWN_ALIAS", (404,), "Unknown alias", "No alias tool has this name."),
+    _P("CALL_NOT_FOUND", (404,), "Call not found", "No call of yours has this `conclave_id`."),
+    _P("ARGS_TOO_LARGE", (413,), "Arguments too large",
+       "The tool arguments exceed `GATEWAY_MAX_ARGS_BYTES`."),
+    _P("IDEMPOTENCY_KEY_REUSED", (409,), "Idempotency key reused",
+       "The `Idempotency-Key` was used before for a different request."),
+    _P("IDEMPOTENCY_IN_PROGRESS", (409,), "Idempotency key in progress",
+       "A call with this `Idempotency-Key` is still running."),
+    _P("TOOL_BUSY", (429,), "Tool busy",
+       "Every execution slot of the tool is taken; `Retry-After` says when to retry."),
+    _P("RULE_VIOLATION", (422,), "Rejected by a tool rule",
+       "A rule of the tool rejected the call or its result (audited, heretical)."),
+    _P("RESULT_TOO_LARGE", (422,), "Result too large",
+       "The tool's result exceeds `GATEWAY_MAX_RESULT_BYTES` (or the tool's own cap)."),
+    _P("TOOL_ERROR", (422,), "Tool error",
+       "The tool refused its input; the tool may use a more specific code of its own."),
+    _P("TOOL_FAILED", (502,), "Tool failed", "The tool (or one of its rules) raised unexpectedly."),
+    _P("OUTPUT_INVALID", (502,), "Tool output broke its schema",
+       "The tool's result does not match its output schema (audited, heretical)."),
+    _P("TOOL_TIMEOUT", (504,), "Tool timed out", "The tool did not finish within its timeout."),
+    _P("INTERRUPTED", (503,), "Call interrupted",
+       "The gateway running the call died; replayed to a retry with the same `Idempotency-Key`."),
+    _P("INVALID_ARGUMENT", (422,), "Invalid argument",
+       "An HTTP tool's argument cannot be placed in its backend request."),
+    _P("BACKEND_REJECTED", (422,), "Backend rejected the call",
+       "An HTTP tool's backend answered 4xx to the call."),
+    _P("BACKEND_TIMEOUT", (504,), "Backend timed out", "An HTTP tool's backend did not answer."),
+    _P("BACKEND_UNAVAILABLE", (503,), "Backend unavailable",
+       "An HTTP tool's backend is not configured or not reachable."),
+    _P("INVALID_EXPRESSION", (422,), "Invalid expression",
+       "`evaluate_expression`: the expression does not parse or cannot be evaluated."),
+    _P("INVALID_QUERY", (422,), "Invalid query", "`json_query`: the JMESPath query is invalid."),
+    _P("UNKNOWN_TIMEZONE", (422,), "Unknown time zone",
+       "`current_time`: the time zone is not in the IANA database."),
+    # Collector: expeditions, collections, schedules.
+    _P("INVALID_CURSOR", (400,), "Invalid cursor", "The cursor was not taken from `next_cursor`."),
+    _P("EXPEDITION_NOT_FOUND", (404,), "Expedition not found",
+       "No expedition of yours has this id."),
+    _P("EXPEDITION_FINISHED", (409,), "Expedition finished",
+       "The expedition has finished; it cannot be cancelled."),
+    _P("UNKNOWN_EXPEDITION_TYPE", (422,), "Unknown expedition type",
+       "No expedition type has this name; `known_types` lists them."),
+    _P("INVALID_PARAMETERS", (422,), "Invalid parameters",
+       "The expedition's parameters do not fit its type (a source may use its own code)."),
+    _P("SECRET_IN_PARAMETERS", (422,), "Secret in parameters",
+       "A literal credential in the parameters; name a configured secret instead."),
+    _P("INVALID_SECRET_REFERENCE", (422,), "Invalid secret reference",
+       "A `{\"secret\": ...}` reference names no configured secret, or one not allowed there."),
+    _P("NO_COLLECTIONS", (422,), "No collections", "You own no collection yet: name one."),
+    _P("COLLECTION_OWNED", (409,), "Collection owned", "Another user owns this collection."),
+    _P("COLLECTION_NOT_FOUND", (404,), "Collection not found", "No collection you may read."),
+    _P("RECORD_NOT_FOUND", (404,), "Record not found", "No record with this key."),
+    _P("SEMANTIC_MEMORY_UNAVAILABLE", (503,), "Semantic memory unavailable",
+       "The vector store is not reachable; search cannot answer."),
+    _P("INVALID_CRON", (422,), "Invalid cron expression", "The schedule's cron does not parse."),
+    _P("SCHEDULE_EXISTS", (409,), "Schedule exists", "A schedule with this name exists."),
+    _P("SCHEDULE_NOT_FOUND", (404,), "Schedule not found", "No schedule of yours has this name."),
+    # Graph.
+    _P("QUERY_TOO_LONG", (422,), "Query too long", "The query exceeds `GRAPH_MAX_QUERY_CHARS`."),
+    _P("TOO_MANY_ENTITIES", (422,), "Too many entities",
+       "More entities than `GRAPH_MAX_ENTITIES`."),
+    # Edge: uploads and evidence.
+    _P("UNKNOWN_MEDIA_TYPE", (404,), "Unknown media type",
+       "The path names no media type; the known ones are listed."),
+    _P("EVIDENCE_NOT_FOUND", (404,), "Evidence not found", "No Evidence Pack has this id."),
+    _P("CONTENT_MISSING", (404,), "Content missing",
+       "The pack exists but its bytes are gone from the blob store."),
+    _P("MALFORMED_MULTIPART", (400,), "Malformed multipart", "The multipart body is malformed."),
+    _P("TRUNCATED_UPLOAD", (400,), "Truncated upload",
+       "The multipart body ended before its closing boundary."),
+    _P("MISSING_FILE", (422,), "Missing file", "The upload holds no `file` part."),
+    _P("EMPTY_FILE", (422,), "Empty file", "An uploaded file is empty."),
+    _P("DUPLICATE_FIELD", (422,), "Duplicate field", "A form field other than `file` repeats."),
+    _P("TOO_MANY_FILES", (413,), "Too many files", "More files than `EDGE_MAX_FILES_PER_REQUEST`."),
+    _P("TOO_MANY_FIELDS", (413,), "Too many fields", "More form fields than allowed."),
+    _P("FIELD_TOO_LARGE", (413,), "Field too large", "A form field other than a file is too long."),
+    _P("METADATA_TOO_LARGE", (422,), "Metadata too large",
+       "`metadata` exceeds `EDGE_MAX_METADATA_BYTES`."),
+    _P("INVALID_METADATA", (422,), "Invalid metadata",
+       "`metadata` is not a JSON object, or nests too deeply."),
+    _P("INVALID_COORDINATES", (422,), "Invalid coordinates",
+       "Latitude or longitude in `metadata` is out of range or not a number."),
+    _P("CORRUPT_MEDIA", (422,), "Corrupt media", "The file's parser could not read it."),
+    _P("PARSER_FAILED", (422,), "Parser failed", "No parser worker could be started."),
+    _P("PARSE_TIMEOUT", (422,), "Parse timed out",
+       "Parsing the file took longer than `EDGE_PARSE_TIMEOUT_SECONDS`."),
+    _P("SIGNATURE_REQUIRED", (401,), "Signature required", "This device must sign its uploads."),
+    _P("INVALID_SIGNATURE", (401,), "Invalid signature", "The upload signature does not match."),
+    _P("SIGNATURE_EXPIRED", (401,), "Signature expired",
+       "The signed timestamp is outside the accepted window."),
+    _P("NONCE_REQUIRED", (401,), "Nonce required", "A signed upload carries no fresh nonce."),
+    _P("INVALID_NONCE", (401,), "Invalid nonce", "The nonce is not usable."),
+    _P("REPLAYED_REQUEST", (401,), "Replayed request", "This signed request was already used."),
+)  # fmt: skip
+
+
+def type_uri(code: str) -> str:
+    """The ``type`` URI of the problem ``code`` (stable: clients may dispatch on it)."""
+    return TYPE_BASE + code.lower().replace("_", "-")
+
+
+def title_of(code: str) -> str:
+    """The one ``title`` of problem ``code``: registered, or derived from the code alone."""
+    registered = PROBLEM_TYPES.get(code)
+    if registered is not None:
+        return registered.title
+    words = code.replace("_", " ").replace("-", " ").strip().lower()
+    return words.capitalize() or "Problem"
