@@ -9,38 +9,17 @@ scraped. promtool comes with Debian's ``prometheus`` package; scripts/test insta
 from __future__ import annotations
 
 import io
-import os
 import shutil
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from PIL import Image
 
 from tests.conftest import missing_service
-
-SERVICES = ("gateway", "collector", "graph", "edge")
-PORT_SETTINGS = {
-    "gateway": "GATEWAY_PORT",
-    "collector": "COLLECTOR_API_PORT",
-    "graph": "GRAPH_PORT",
-    "edge": "EDGE_PORT",
-}
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
+from tests.up_process import SERVICES, conclave_up
 
 
 @pytest.fixture(scope="module")
@@ -54,42 +33,8 @@ def promtool() -> str:
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """`conclave up` on free ports: the base URL of each service."""
-    data_dir = tmp_path_factory.mktemp("up")
-    ports = dict(zip(SERVICES, _free_ports(len(SERVICES)), strict=True))
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("CONCLAVE_", "RELDB_", "BUS_", "GATEWAY_", "GRAPH_", "COLLECTOR_"))
-        and not key.startswith("EDGE_")
-    }
-    env["CONCLAVE_DATA_DIR"] = str(data_dir)
-    env.update({PORT_SETTINGS[name]: str(port) for name, port in ports.items()})
-    log = (data_dir / "up.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "conclave.cli.main", "up"], env=env, stdout=log, stderr=log
-    )
-    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-    try:
-        _wait_healthy(urls.values(), process, data_dir / "up.log")
-        yield urls
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
-
-
-def _wait_healthy(urls: object, process: subprocess.Popen[bytes], log: Path) -> None:
-    pending = set(urls)  # type: ignore[call-overload]
-    deadline = time.monotonic() + 60
-    while pending and time.monotonic() < deadline and process.poll() is None:
-        for url in list(pending):
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    pending.discard(url)
-            except httpx.TransportError:
-                pass
-        time.sleep(0.3)
-    assert not pending, log.read_text()[-3000:]
+    with conclave_up(tmp_path_factory.mktemp("up")) as up:
+        yield up.urls
 
 
 def _png() -> bytes:
