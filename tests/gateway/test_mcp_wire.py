@@ -247,6 +247,26 @@ async def test_transport_refusals_are_parseable_json(
         unknown = await client.post(
             url, content=call, headers={**json_body, "MCP-Protocol-Version": "2099-01-01"}
         )
+        odd_types = {
+            media_type: await client.post(
+                url, content=call, headers={**json_body, "Content-Type": media_type}
+            )
+            for media_type in ("application/json-seq", "application/x+json", "text/json")
+        }
+        bad_ids = {
+            case: await client.post(
+                url,
+                content=b'{"jsonrpc":"2.0","id":%s,"method":"tools/call",'
+                b'"params":{"name":"echo","arguments":{"message":"m"}}}' % raw,
+                headers=json_body,
+            )
+            for case, raw in {
+                "fraction": b"1.5",
+                "null": b"null",
+                "list": b"[]",
+                "true": b"true",
+            }.items()
+        }
     for case, response in answers.items():
         assert 400 <= response.status_code < 500, case
         # A JSON-RPC error from /mcp, or the platform's problem+json where a guard answers first.
@@ -258,6 +278,15 @@ async def test_transport_refusals_are_parseable_json(
             assert body["id"] is None and body["error"]["message"], case
         else:
             assert body["status"] == response.status_code and body["code"], case
+    # Every body type but JSON is 415, as on every JSON route (the SDK said 400 for some, 415 for
+    # others), and an id that is neither string nor integer is an error, not a 202 "notification".
+    assert answers["text/plain body"].status_code == 415
+    assert answers["text/plain body"].json()["error"]["code"] == -32600
+    for media_type in ("application/json-seq", "application/x+json", "text/json"):
+        assert odd_types[media_type].status_code == 415, media_type
+    for case, response in bad_ids.items():
+        assert response.status_code == 400, (case, response.text)
+        assert response.json()["error"]["code"] == -32600, case
     assert unknown.status_code == 400
     assert unknown.headers["content-type"] == "application/json"
     error = unknown.json()["error"]

@@ -369,6 +369,11 @@ async def test_a_real_server_refuses_them(service: str, embedded: Backend, tmp_p
             f"GET {path} HTTP/1.1\r\nHost: {own}\r\nConnection: close\r\n\r\n".encode()
         )
         assert ok == 200
+        # Whitespace around a field value is not part of it (RFC 9110 §5.5).
+        padded, _ = await exchange(
+            f"GET {path} HTTP/1.1\r\nHost:\t{own}\t\r\nConnection: close\r\n\r\n".encode()
+        )
+        assert padded == 200
         rebound, answer = await exchange(
             f"GET {path} HTTP/1.1\r\nHost: evil.example:{port}\r\n"
             "Connection: close\r\n\r\n".encode()

@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from conclave.platform.bus.base import Event
-from conclave.platform.bus.envelope import parse_time
+from conclave.platform.bus.envelope import MalformedEntry, event_from_entry, parse_time
 from conclave.platform.bus.redis_streams import RedisStreamsBus
 from tests.conftest import eventually
 
@@ -107,3 +107,16 @@ async def test_a_redelivered_entry_keeps_its_event_id(
 def test_times_that_are_no_time_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         parse_time(text)
+
+
+def test_an_event_id_named_after_another_entry_is_refused() -> None:
+    # Entry ids are the default event ids and easy to predict: a producer naming its event after
+    # the next entry would make that entry's event a "duplicate", dropped without a word.
+    fields = {"payload": "{}", "event_id": "1718000000001-0"}
+    with pytest.raises(MalformedEntry, match="stream entry id"):
+        event_from_entry(fields, entry_id="1718000000000-0", channel="c")
+    own = event_from_entry({**fields, "event_id": "1718000000000-0"}, entry_id="1718000000000-0",
+                           channel="c")  # fmt: skip
+    assert own.event_id == "1718000000000-0"
+    named = event_from_entry({**fields, "event_id": "order-42"}, entry_id="1-0", channel="c")
+    assert named.event_id == "order-42"

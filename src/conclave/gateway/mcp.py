@@ -33,7 +33,12 @@ from starlette.types import Message, Receive, Scope, Send
 
 from conclave import __version__
 from conclave.gateway.formats import render
-from conclave.gateway.mcp_refusals import json_rpc_refusals, unsupported_version
+from conclave.gateway.mcp_refusals import (
+    invalid_request_id,
+    json_rpc_refusals,
+    unsupported_media_type,
+    unsupported_version,
+)
 from conclave.gateway.mcp_versions import (
     SUPPORTED_VERSIONS,
     call_result_fields_too_new,
@@ -223,8 +228,16 @@ class McpEndpoint:
             await unsupported_version(version)(scope, receive, send)
             return
         if scope["method"] == "POST":
+            refusal = unsupported_media_type(request.headers.get("content-type"))
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
             body = await request.body()
             if await self._answer(request, body, principal, send):
+                return
+            refusal = invalid_request_id(body)
+            if refusal is not None:
+                await refusal(scope, receive, send)
                 return
             receive = replay_body(body, receive)
         await self.manager.handle_request(scope, receive, json_rpc_refusals(send))

@@ -9,6 +9,7 @@ with the same HTTP status and the SDK's words as the message.
 
 from __future__ import annotations
 
+import json
 from http import HTTPStatus
 
 from mcp import types
@@ -35,6 +36,41 @@ def unsupported_version(requested: str) -> Response:
         "code": UNSUPPORTED_PROTOCOL_VERSION,
         "message": message,
         "data": {"supported": list(SUPPORTED_VERSIONS), "requested": shown},
+    }
+    return Response(_error_body(error), status_code=400, media_type="application/json")
+
+
+def unsupported_media_type(content_type: str | None) -> Response | None:
+    """415 for a POST whose body is not declared ``application/json`` (the streamable HTTP
+    transport's only body type), as every JSON route of the platform answers; the SDK's own
+    checks would answer 400 for some such types and 415 for others."""
+    media_type = (content_type or "").partition(";")[0].strip().lower()
+    if media_type == "application/json":
+        return None
+    shown = media_type[:64] or "none"
+    message = f"Unsupported Content-Type {shown!r}: /mcp reads application/json."
+    body = _error_body({"code": types.INVALID_REQUEST, "message": message})
+    return Response(body, status_code=415, media_type="application/json")
+
+
+def invalid_request_id(body: bytes) -> Response | None:
+    """400 for a single JSON-RPC message whose ``id`` is neither a string nor an integer (a
+    fraction, ``null``, a list, ``true``). The SDK would take it for a notification and answer
+    ``202 Accepted`` with nothing run, leaving the client waiting for an answer that never comes."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return None  # the SDK answers the parse error
+    if not isinstance(message, dict) or "id" not in message:
+        return None
+    request_id = message["id"]
+    if isinstance(request_id, str) or (
+        isinstance(request_id, int) and not isinstance(request_id, bool)
+    ):
+        return None
+    error = {
+        "code": types.INVALID_REQUEST,
+        "message": "Invalid request: a JSON-RPC id is a string or an integer",
     }
     return Response(_error_body(error), status_code=400, media_type="application/json")
 

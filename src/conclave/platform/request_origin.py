@@ -154,7 +154,12 @@ def _has_port(pattern: str) -> bool:
 
 
 def _header_values(scope: Scope, name: bytes) -> list[str]:
-    return [value.decode("latin-1") for key, value in scope.get("headers", ()) if key == name]
+    # Whitespace around a field value is not part of it (RFC 9110 §5.5).
+    return [
+        value.decode("latin-1").strip(" \t")
+        for key, value in scope.get("headers", ())
+        if key == name
+    ]
 
 
 def _shown(value: str) -> str:

@@ -5,7 +5,8 @@ Conclave's own publishers write the whole envelope (``event_id``, ``channel``, `
 ``XADD``s a request) need send only ``payload``; what they leave out comes from the entry itself
 (docs/architecture.md, "Publishing from outside Conclave"):
 
-* ``event_id`` — the stream entry id (``1718000000000-0``), the same on every redelivery;
+* ``event_id`` — the stream entry id (``1718000000000-0``), the same on every redelivery (a
+  given ``event_id`` of that form must be the entry's own);
 * ``channel`` — the stream the entry was read from (its key without ``BUS_STREAM_PREFIX``; a
   dead letter keeps the channel it was meant for in its ``channel`` field);
 * ``emitted_at`` — ``timestamp`` when given (ISO 8601, or epoch seconds or milliseconds), else the
@@ -67,6 +68,10 @@ def event_from_entry(fields: Mapping[str, str], *, entry_id: str, channel: str) 
     if finding is not None:
         raise MalformedEntry(f"unsafe value at {finding.field}: {finding.kind}")
     event_id = _given(fields, "event_id") or entry_id
+    if event_id != entry_id and _ENTRY_ID.fullmatch(event_id):
+        # Entry ids are the default event ids and are easy to predict: a producer naming its event
+        # after another entry could make that entry's event a "duplicate" and have it dropped.
+        raise MalformedEntry("event_id has the form of a stream entry id but is not this entry's")
     correlation_id = _given(fields, "correlation_id")
     source = _given(fields, "source") or _given(fields, "emitter") or ""
     _check_length("event_id", event_id, MAX_EVENT_ID_LENGTH)
