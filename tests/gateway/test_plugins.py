@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conclave.gateway.app import build_registry
+from conclave.gateway.finance import Alias
+from conclave.gateway.formats import wire_name
 from conclave.gateway.registry import ToolRegistry
 from conclave.gateway.tools import Tool
 from tests.conftest import Backend, test_settings
@@ -72,3 +74,26 @@ def test_duplicate_names_are_refused():
     registry.register(Tool(name="dup", description="", executor=_noop))
     with pytest.raises(ValueError, match="twice"):
         registry.register(Tool(name="dup", description="", executor=_noop))
+
+
+def test_a_wire_alias_and_an_alias_tool_cannot_share_a_name():
+    # Over MCP and the provider formats a dotted name is listed as its wire alias; an alias tool
+    # of that name would shadow it (or be shadowed), so either order is refused.
+    dotted = Tool(name="billing.count", description="", executor=_noop)
+    taken_by_alias = Alias(
+        name=wire_name(dotted.name),
+        canonical="echo",
+        description="",
+        parameters={"type": "object"},
+        rewrite=dict,
+    )
+    registry = ToolRegistry()
+    registry.register(Tool(name="echo", description="", executor=_noop))
+    registry.register(dotted)
+    with pytest.raises(ValueError, match="twice"):
+        registry.add_alias(taken_by_alias)
+    registry = ToolRegistry()
+    registry.register(Tool(name="echo", description="", executor=_noop))
+    registry.add_alias(taken_by_alias)
+    with pytest.raises(ValueError, match="already taken"):
+        registry.register(dotted)

@@ -70,7 +70,7 @@ class ToolRegistry:
         )
         alias = wire_name(tool.name)
         if alias != tool.name:
-            if alias in self._tools or alias in self._aliases:
+            if alias in self._tools or alias in self._aliases or alias in self._alias_tools:
                 raise ValueError(f"tool {tool.name!r}: wire alias {alias!r} is already taken")
             self._aliases[alias] = tool.name
         self._tools[tool.name] = RegisteredTool(tool, arguments, output)
@@ -80,7 +80,12 @@ class ToolRegistry:
         canonical = self._tools.get(alias.canonical)
         if canonical is None:
             raise ValueError(f"alias {alias.name!r}: canonical tool {alias.canonical!r} is missing")
-        if alias.name in self._tools or alias.name in self._alias_tools:
+        # A name any tool answers to (its own or its wire alias) cannot be taken twice.
+        if (
+            alias.name in self._tools
+            or alias.name in self._alias_tools
+            or alias.name in self._aliases
+        ):
             raise ValueError(f"alias {alias.name!r} is registered twice")
         view = replace(
             canonical.tool,
