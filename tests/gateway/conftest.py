@@ -16,6 +16,7 @@ from conclave.gateway.store import mcp_tool_calls
 from conclave.gateway.tools import Tool, ToolContext
 from conclave.platform.bus.base import Event
 from tests.conftest import Backend, open_platform, serve_app, test_settings
+from tests.httpserver import running_server
 
 CHANNEL = "conclave.mcp.actions"
 
@@ -125,3 +126,14 @@ async def audit_rows(backend: Backend) -> list[Any]:
 async def published(backend: Backend) -> list[Event]:
     """Events on ``conclave.mcp.actions`` as the bus holds them (the Redis stream in production)."""
     return await backend.bus.read(CHANNEL, count=1000)
+
+
+@asynccontextmanager
+async def live_mcp(backend: Backend, tools: tuple[Tool, ...], fast: bool) -> AsyncIterator[str]:
+    """The gateway on a real socket (bearer ``tok-ada``), its MCP fast path on or off: the URL of
+    ``/mcp``."""
+    settings = test_settings(auth="enabled", api_tokens="tok-ada=ada", mcp_fast_path=fast)
+    async with open_platform(backend, settings) as platform:
+        app = create_app(settings, platform=platform, extra_tools=tools)
+        async with running_server(app) as url:
+            yield f"{url}/mcp"

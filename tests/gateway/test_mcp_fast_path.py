@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 
-from conclave.gateway.app import create_app
 from conclave.gateway.tools import Tool
-from tests.conftest import Backend, eventually, open_platform, test_settings
-from tests.gateway.conftest import audit_rows, published
-from tests.httpserver import running_server
+from tests.conftest import Backend, eventually
+from tests.gateway.conftest import audit_rows, live_mcp, published
 
 HEADERS = {
     "Authorization": "Bearer tok-ada",
@@ -31,15 +27,6 @@ REQUESTS: list[dict[str, Any]] = [
     {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"arguments": {}}},
     {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": 42}},
 ]  # fmt: skip
-
-
-@asynccontextmanager
-async def live(backend: Backend, tools: tuple[Tool, ...], fast: bool) -> AsyncIterator[str]:
-    settings = test_settings(auth="enabled", api_tokens="tok-ada=ada", mcp_fast_path=fast)
-    async with open_platform(backend, settings) as platform:
-        app = create_app(settings, platform=platform, extra_tools=tools)
-        async with running_server(app) as url:
-            yield f"{url}/mcp"
 
 
 def _without_ids(value: Any) -> Any:
@@ -62,9 +49,9 @@ async def _answers(url: str) -> list[tuple[int, str, Any]]:
 
 
 async def test_fast_path_answers_like_the_sdk(backend: Backend, test_tools: tuple[Tool, ...]):
-    async with live(backend, test_tools, fast=False) as url:
+    async with live_mcp(backend, test_tools, fast=False) as url:
         through_sdk = await _answers(url)
-    async with live(backend, test_tools, fast=True) as url:
+    async with live_mcp(backend, test_tools, fast=True) as url:
         fast = await _answers(url)
     assert fast == through_sdk
     [listing, called, invalid, failed, unknown, nameless, bad_name] = fast
@@ -83,7 +70,7 @@ async def test_fast_path_call_is_audited_and_published(
     backend: Backend, test_tools: tuple[Tool, ...]
 ):
     async with (
-        live(backend, test_tools, fast=True) as url,
+        live_mcp(backend, test_tools, fast=True) as url,
         httpx.AsyncClient(headers=HEADERS) as client,
     ):
         response = await client.post(url, json=REQUESTS[1])
@@ -102,7 +89,7 @@ async def test_requests_it_does_not_know_go_to_the_sdk(
     backend: Backend, test_tools: tuple[Tool, ...]
 ):
     async with (
-        live(backend, test_tools, fast=True) as url,
+        live_mcp(backend, test_tools, fast=True) as url,
         httpx.AsyncClient(headers=HEADERS) as client,
     ):
         batch = await client.post(url, json=[REQUESTS[0], REQUESTS[1]])

@@ -16,12 +16,10 @@ import pytest
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
-from conclave.gateway.app import create_app
 from conclave.gateway.formats import wire_name
 from conclave.gateway.tools import RuleOutcome, Tool, ToolContext
-from tests.conftest import Backend, open_platform, test_settings
-from tests.gateway.conftest import audit_rows
-from tests.httpserver import running_server
+from tests.conftest import Backend
+from tests.gateway.conftest import audit_rows, live_mcp
 
 TOKEN = {"Authorization": "Bearer tok-ada"}
 ACCEPT = "application/json, text/event-stream"
@@ -79,15 +77,6 @@ BUILTIN_CALLS = [
 
 
 @asynccontextmanager
-async def live(backend: Backend, tools: tuple[Tool, ...], fast: bool) -> AsyncIterator[str]:
-    settings = test_settings(auth="enabled", api_tokens="tok-ada=ada", mcp_fast_path=fast)
-    async with open_platform(backend, settings) as platform:
-        app = create_app(settings, platform=platform, extra_tools=tools)
-        async with running_server(app) as url:
-            yield f"{url}/mcp"
-
-
-@asynccontextmanager
 async def rpc(url: str, version: str = "2025-11-25") -> AsyncIterator[Any]:
     """``await call(method, params)`` posts one JSON-RPC request; returns its ``result``."""
     headers = {**TOKEN, "Accept": ACCEPT, "MCP-Protocol-Version": version}
@@ -110,7 +99,7 @@ def fast(request: pytest.FixtureRequest) -> bool:
 async def test_error_results_carry_details_in_text_and_meta(
     backend: Backend, test_tools: tuple[Tool, ...], fast: bool
 ):
-    async with live(backend, test_tools, fast) as url, rpc(url) as call:
+    async with live_mcp(backend, test_tools, fast) as url, rpc(url) as call:
         failures = {
             "INVALID_EXPRESSION": ("evaluate_expression", {"expression": "1/0"}),
             "VALIDATION_FAILED": ("echo", {"message": 5}),
@@ -132,7 +121,7 @@ async def test_error_results_carry_details_in_text_and_meta(
 async def test_success_structured_content_matches_the_declared_schema(
     backend: Backend, test_tools: tuple[Tool, ...], fast: bool
 ):
-    async with live(backend, (*test_tools, *OUTPUT_TOOLS), fast) as url, rpc(url) as call:
+    async with live_mcp(backend, (*test_tools, *OUTPUT_TOOLS), fast) as url, rpc(url) as call:
         tools = {tool["name"]: tool for tool in (await call("tools/list"))["tools"]}
         for name, arguments in BUILTIN_CALLS:
             result = await call("tools/call", {"name": name, "arguments": arguments})
@@ -155,7 +144,7 @@ async def test_success_structured_content_matches_the_declared_schema(
 async def test_answers_hold_only_the_negotiated_versions_fields(
     backend: Backend, test_tools: tuple[Tool, ...], fast: bool, version: str
 ):
-    async with live(backend, test_tools, fast) as url, rpc(url, version) as call:
+    async with live_mcp(backend, test_tools, fast) as url, rpc(url, version) as call:
         tools = (await call("tools/list"))["tools"]
         called = await call("tools/call", {"name": "echo", "arguments": {"message": "hi"}})
         failed = await call("tools/call", {"name": "echo", "arguments": {"message": 5}})
@@ -192,7 +181,7 @@ async def pinned_session(url: str, version: str) -> AsyncIterator[ClientSession]
 async def test_sdk_client_pinned_to_a_version(
     backend: Backend, test_tools: tuple[Tool, ...], fast: bool, version: str
 ):
-    async with live(backend, test_tools, fast) as url, pinned_session(url, version) as session:
+    async with live_mcp(backend, test_tools, fast) as url, pinned_session(url, version) as session:
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
         result = await session.call_tool("evaluate_expression", {"expression": "6 * 7"})
     calc = tools["evaluate_expression"]
@@ -207,7 +196,7 @@ async def test_names_models_refuse_are_listed_and_called_by_their_alias(
     backend: Backend, test_tools: tuple[Tool, ...], fast: bool
 ):
     tools = (*test_tools, LONG_NAMED)
-    async with live(backend, tools, fast) as url, pinned_session(url, "2025-11-25") as s:
+    async with live_mcp(backend, tools, fast) as url, pinned_session(url, "2025-11-25") as s:
         names = {tool.name for tool in (await s.list_tools()).tools}
         dotted = await s.call_tool(wire_name("billing.count"), {})
         long = await s.call_tool(wire_name(LONG_NAME), {})
@@ -227,7 +216,7 @@ async def test_transport_refusals_are_parseable_json(
 ):
     call = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
     json_body = {**TOKEN, "Accept": ACCEPT, "Content-Type": "application/json"}
-    async with live(backend, test_tools, fast) as url, httpx.AsyncClient() as client:
+    async with live_mcp(backend, test_tools, fast) as url, httpx.AsyncClient() as client:
         answers = {
             "text/plain body": await client.post(
                 url, content=call, headers={**json_body, "Content-Type": "text/plain"}
@@ -303,7 +292,7 @@ async def test_401_tells_clients_whether_the_token_was_refused(
     backend: Backend, test_tools: tuple[Tool, ...]
 ):
     list_tools = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-    async with live(backend, test_tools, fast=True) as url, httpx.AsyncClient() as client:
+    async with live_mcp(backend, test_tools, fast=True) as url, httpx.AsyncClient() as client:
         missing = await client.post(url, json=list_tools, headers={"Accept": ACCEPT})
         wrong = await client.post(
             url, json=list_tools, headers={"Accept": ACCEPT, "Authorization": "Bearer wrong"}

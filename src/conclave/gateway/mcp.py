@@ -233,9 +233,10 @@ class McpEndpoint:
                 await refusal(scope, receive, send)
                 return
             body = await request.body()
-            if await self._answer(request, body, principal, send):
+            message = _json_object(body)
+            if await self._answer(request, message, principal, send):
                 return
-            refusal = invalid_request_id(body)
+            refusal = invalid_request_id(message)
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
@@ -243,13 +244,13 @@ class McpEndpoint:
         await self.manager.handle_request(scope, receive, json_rpc_refusals(send))
 
     async def _answer(
-        self, request: Request, body: bytes, principal: Principal, send: Send
+        self, request: Request, message: dict[str, Any] | None, principal: Principal, send: Send
     ) -> bool:
         """Answer a plain stateless ``tools/call``/``tools/list``; False leaves it to the SDK."""
-        message = _plain_request(request, body)
-        if message is None or self.security is None:
+        plain = _plain_request(request, message)
+        if plain is None or self.security is None:
             return False
-        request_id, method, params, version = message
+        request_id, method, params, version = plain
         # Without the fast path, only a call holding an unsafe value is answered here: the SDK's
         # parser refuses a lone surrogate as a parse error, before the call could be audited.
         if not self._fast_path and (method != "tools/call" or find_unsafe(params) is None):
@@ -289,21 +290,27 @@ class McpEndpoint:
         return True
 
 
-def _plain_request(request: Request, body: bytes) -> tuple[Any, str, Any, str] | None:
-    """(id, method, params, protocol version) of a single stateless JSON ``tools/call`` or
-    ``tools/list`` request of a handshake-era protocol version."""
-    version = request.headers.get("mcp-protocol-version", DEFAULT_NEGOTIATED_VERSION)
-    if version not in HANDSHAKE_PROTOCOL_VERSIONS:
-        return None
-    media_type = request.headers.get("content-type", "").split(";")[0].strip()
-    accepts_json, _accepts_sse = check_accept_headers(request)
-    if media_type != "application/json" or not accepts_json:
-        return None
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object, once for every check that reads it; ``None`` for anything else
+    (a batch, a parse error: the SDK answers those)."""
     try:
         message = json.loads(body)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+    return message if isinstance(message, dict) else None
+
+
+def _plain_request(
+    request: Request, message: dict[str, Any] | None
+) -> tuple[Any, str, Any, str] | None:
+    """(id, method, params, protocol version) of a single stateless JSON ``tools/call`` or
+    ``tools/list`` request of a handshake-era protocol version (its body already read as
+    ``application/json``)."""
+    version = request.headers.get("mcp-protocol-version", DEFAULT_NEGOTIATED_VERSION)
+    if version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None
+    accepts_json, _accepts_sse = check_accept_headers(request)
+    if message is None or not accepts_json or message.get("jsonrpc") != "2.0":
         return None
     request_id, method, params = message.get("id"), message.get("method"), message.get("params")
     if set(message) - {"jsonrpc", "id", "method", "params"}:

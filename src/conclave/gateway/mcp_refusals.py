@@ -9,8 +9,8 @@ with the same HTTP status and the SDK's words as the message.
 
 from __future__ import annotations
 
-import json
 from http import HTTPStatus
+from typing import Any
 
 from mcp import types
 from mcp_types.jsonrpc import UNSUPPORTED_PROTOCOL_VERSION
@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.types import Message, Send
 
 from conclave.gateway.mcp_versions import SUPPORTED_VERSIONS
+from conclave.platform.bodies import media_type_of
 from conclave.platform.jsontext import COMPACT
 
 _MAX_MESSAGE_BYTES = 1024  # the SDK's refusals are one line; never buffer more than that
@@ -44,7 +45,7 @@ def unsupported_media_type(content_type: str | None) -> Response | None:
     """415 for a POST whose body is not declared ``application/json`` (the streamable HTTP
     transport's only body type), as every JSON route of the platform answers; the SDK's own
     checks would answer 400 for some such types and 415 for others."""
-    media_type = (content_type or "").partition(";")[0].strip().lower()
+    media_type = media_type_of(content_type)
     if media_type == "application/json":
         return None
     shown = media_type[:64] or "none"
@@ -53,15 +54,12 @@ def unsupported_media_type(content_type: str | None) -> Response | None:
     return Response(body, status_code=415, media_type="application/json")
 
 
-def invalid_request_id(body: bytes) -> Response | None:
+def invalid_request_id(message: dict[str, Any] | None) -> Response | None:
     """400 for a single JSON-RPC message whose ``id`` is neither a string nor an integer (a
     fraction, ``null``, a list, ``true``). The SDK would take it for a notification and answer
-    ``202 Accepted`` with nothing run, leaving the client waiting for an answer that never comes."""
-    try:
-        message = json.loads(body)
-    except (ValueError, RecursionError):
-        return None  # the SDK answers the parse error
-    if not isinstance(message, dict) or "id" not in message:
+    ``202 Accepted`` with nothing run, leaving the client waiting for an answer that never comes.
+    ``None`` (a body that is no JSON object) is left to the SDK, which words the parse error."""
+    if message is None or "id" not in message:
         return None
     request_id = message["id"]
     if isinstance(request_id, str) or (

@@ -28,13 +28,15 @@ Model = TypeVar("Model", bound=BaseModel)
 JSON_MEDIA_TYPES = "application/json (or another JSON type: application/*+json)"
 
 
+def media_type_of(content_type: str | None) -> str:
+    """The media type of a ``Content-Type`` value, lower-cased, without its parameters."""
+    return (content_type or "").partition(";")[0].strip().lower()
+
+
 def is_json_media_type(content_type: str | None) -> bool:
     """Whether a ``Content-Type`` names JSON: ``application/json`` or ``application/*+json``, as
     FastAPI decodes them."""
-    if not content_type:
-        return False
-    media_type = content_type.partition(";")[0].strip().lower()
-    kind, _, subtype = media_type.partition("/")
+    kind, _, subtype = media_type_of(content_type).partition("/")
     return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
