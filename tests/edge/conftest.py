@@ -15,6 +15,7 @@ from conclave.edge.app import create_app
 from conclave.platform.runtime import Platform
 from conclave.settings import EdgeSettings
 from tests.conftest import Backend, serve_app
+from tests.edge.corpus.report import summary_lines
 
 CHANNEL = "edge_intake.evidence.created"
 
@@ -57,3 +58,12 @@ def form(
     if metadata is not None:
         data["metadata"] = metadata if isinstance(metadata, str) else json.dumps(metadata)
     return {"files": [("file", (name, content)) for name, content in files], "data": data}
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The real-file corpus table, when its tests ran (tests/edge/test_real_corpus.py)."""
+    lines = summary_lines()
+    if lines:
+        terminalreporter.section("edge real-file corpus")
+        for line in lines:
+            terminalreporter.write_line(line)
