@@ -164,9 +164,10 @@ def archive_bytes(path: Path) -> bytes:
 def open_archive(data: bytes) -> Archive:
     """A zip (sdists, wheels, office files) or tar (sdists, npm, Debian) read from memory."""
     stream = io.BytesIO(data)
-    if zipfile.is_zipfile(stream):
+    # Judged by the first bytes: zipfile.is_zipfile looks for an end record anywhere near the
+    # end, so a Debian package's tar whose last member is a stored zip (an EPUB) passes as a zip.
+    if data[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
         return zipfile.ZipFile(stream)
-    stream.seek(0)
     return tarfile.open(fileobj=stream)
 
 
