@@ -1,34 +1,53 @@
-"""Document agent: PDF pages and text length (pypdf), Office/ODF package type, plain text."""
+"""Document agent: PDF (pypdf), ZIP-based documents (OOXML, ODF, EPUB: ``document_packages``),
+legacy OLE2 Office files (olefile: ``document_ole``), RTF and plain text."""
 
 from __future__ import annotations
 
 import codecs
-import re
-import zipfile
 from collections.abc import Mapping
 from typing import Any
 
-from defusedxml import ElementTree
 from pypdf import PdfReader
 from pypdf.errors import PdfReadError, PyPdfError
+from pypdf.generic import DictionaryObject, IndirectObject, NumberObject, PdfObject, read_object
 
-from conclave.edge.agents.base import CorruptMedia, MediaMismatch, clean
+from conclave.edge.agents import document_ole, document_packages
+from conclave.edge.agents.base import CorruptMedia, clean
 
 # Text extraction is the slow part of a PDF; past this many pages the length is a lower bound.
 MAX_TEXT_PAGES = 200
-_MAX_XML_BYTES = 64 * 1024**2
-_OPENXML = "application/vnd.openxmlformats-officedocument."
-_OOXML = {
-    "word/document.xml": ("docx", _OPENXML + "wordprocessingml.document"),
-    "xl/workbook.xml": ("xlsx", _OPENXML + "spreadsheetml.sheet"),
-    "ppt/presentation.xml": ("pptx", _OPENXML + "presentationml.presentation"),
-}
-_ODF = {
-    "application/vnd.oasis.opendocument.text": "odt",
-    "application/vnd.oasis.opendocument.spreadsheet": "ods",
-    "application/vnd.oasis.opendocument.presentation": "odp",
-    "application/epub+zip": "epub",
-}
+
+
+def _clear_object(reader: PdfReader, value: PdfObject | None) -> PdfObject | None:
+    """``value``, read from its place in the file when it is a reference, without decrypting.
+
+    Only objects stored on their own are read: one packed in an object stream is inside that
+    stream's encrypted bytes, so it is unknowable without the password (``None``)."""
+    if not isinstance(value, IndirectObject):
+        return value
+    offset = reader.xref.get(value.generation, {}).get(value.idnum)
+    if value.idnum in reader.xref_objStm or not isinstance(offset, int):
+        return None
+    reader.stream.seek(offset)
+    if reader.read_object_header(reader.stream) != (value.idnum, value.generation):
+        return None
+    found: PdfObject = read_object(reader.stream, reader)
+    return found
+
+
+def _page_count_without_password(reader: PdfReader) -> int | None:
+    """The page tree's ``/Count`` of a PDF that needs a password to open.
+
+    The standard security handler encrypts strings and streams only: the catalog, the page tree
+    root and its count stay in clear unless they are packed in an object stream."""
+    catalog = _clear_object(reader, reader.trailer.raw_get("/Root"))
+    if not isinstance(catalog, DictionaryObject) or "/Pages" not in catalog:
+        return None
+    pages = _clear_object(reader, catalog.raw_get("/Pages"))
+    if not isinstance(pages, DictionaryObject) or pages.raw_get("/Type") != "/Pages":
+        return None
+    count = _clear_object(reader, pages.raw_get("/Count")) if "/Count" in pages else None
+    return int(count) if isinstance(count, NumberObject) and count >= 0 else None
 
 
 def _pdf(path: str) -> dict[str, Any]:
@@ -36,59 +55,44 @@ def _pdf(path: str) -> dict[str, Any]:
         reader = PdfReader(path, strict=False)
         encrypted = reader.is_encrypted
         if encrypted and not reader.decrypt(""):
-            return {"type": "pdf", "encrypted": True, "pages": None}
+            # Opened with a password only; what is readable in clear is the version and the
+            # page count (metadata strings are encrypted, text needs the password).
+            return {
+                "type": "pdf",
+                "pdf_version": reader.pdf_header.removeprefix("%PDF-"),
+                "encrypted": True,
+                "password_required": True,
+                "pages": _page_count_without_password(reader),
+                "text_length": None,
+            }
         pages = len(reader.pages)
         text_length = sum(len(page.extract_text() or "") for page in reader.pages[:MAX_TEXT_PAGES])
         info: Mapping[str, Any] = reader.metadata or {}
-    except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, AttributeError,
-            IndexError, RecursionError, OSError) as exc:  # fmt: skip
+    except (
+        PdfReadError,
+        PyPdfError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        RecursionError,
+        OSError,
+    ) as exc:
         raise CorruptMedia(f"The PDF cannot be read: {type(exc).__name__}.") from exc
     return {
         "type": "pdf",
         "pdf_version": reader.pdf_header.removeprefix("%PDF-"),
         "encrypted": encrypted,
+        "password_required": False,
         "pages": pages,
         "text_length": text_length,
         "text_length_complete": pages <= MAX_TEXT_PAGES,
+        "title": info.get("/Title"),
         "producer": info.get("/Producer"),
         "creator": info.get("/Creator"),
         "created": info.get("/CreationDate"),
     }
-
-
-def _xml_text_length(archive: zipfile.ZipFile, name: str) -> int:
-    if archive.getinfo(name).file_size > _MAX_XML_BYTES:
-        raise CorruptMedia("A part of the document unpacks to more than 64 MiB.")
-    with archive.open(name) as stream:
-        root = ElementTree.parse(stream).getroot()
-    return sum(len(element.text or "") for element in root.iter() if element.tag.endswith("}t"))
-
-
-def _package(path: str) -> dict[str, Any]:
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = set(archive.namelist())
-            for part, (kind, mime) in _OOXML.items():
-                if part in names:
-                    facts: dict[str, Any] = {"type": kind, "mime": mime, "parts": len(names)}
-                    if kind == "docx":
-                        facts["text_length"] = _xml_text_length(archive, part)
-                    if kind == "pptx":
-                        facts["slides"] = sum(
-                            1 for n in names if re.fullmatch(r"ppt/slides/slide\d+\.xml", n)
-                        )
-                    if kind == "xlsx":
-                        facts["sheets"] = sum(
-                            1 for n in names if re.fullmatch(r"xl/worksheets/sheet\d+\.xml", n)
-                        )
-                    return facts
-            if "mimetype" in names:
-                mime = archive.read("mimetype")[:100].decode("ascii", "replace").strip()
-                if mime in _ODF:
-                    return {"type": _ODF[mime], "mime": mime, "parts": len(names)}
-    except (zipfile.BadZipFile, KeyError, EOFError, ElementTree.ParseError) as exc:
-        raise CorruptMedia(f"The document package cannot be read: {type(exc).__name__}.") from exc
-    raise MediaMismatch("The ZIP archive is not an Office or OpenDocument document.")
 
 
 def _text(path: str, fmt: str) -> dict[str, Any]:
@@ -108,9 +112,9 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     if fmt == "pdf":
         facts = _pdf(path)
     elif fmt == "zip":
-        facts = _package(path)
+        facts = document_packages.extract(path)
     elif fmt == "ole":
-        facts = {"type": "ole-compound", "note": "legacy Office file, identified only"}
+        facts = document_ole.extract(path)
     elif fmt == "rtf":
         facts = {"type": "rtf", **_text(path, "rtf")}
     else:
