@@ -50,6 +50,11 @@ def _page_count_without_password(reader: PdfReader) -> int | None:
     return int(count) if isinstance(count, NumberObject) and count >= 0 else None
 
 
+def _info_text(value: Any) -> str | None:
+    """A document information string as written (an empty one is no information)."""
+    return str(value) if value is not None and str(value).strip() else None
+
+
 def _pdf(path: str) -> dict[str, Any]:
     try:
         reader = PdfReader(path, strict=False)
@@ -88,10 +93,10 @@ def _pdf(path: str) -> dict[str, Any]:
         "pages": pages,
         "text_length": text_length,
         "text_length_complete": pages <= MAX_TEXT_PAGES,
-        "title": info.get("/Title"),
-        "producer": info.get("/Producer"),
-        "creator": info.get("/Creator"),
-        "created": info.get("/CreationDate"),
+        "title": _info_text(info.get("/Title")),
+        "producer": _info_text(info.get("/Producer")),
+        "creator": _info_text(info.get("/Creator")),
+        "created": _info_text(info.get("/CreationDate")),
     }
 
 
