@@ -1,5 +1,5 @@
 """Document agent: PDF (pypdf), ZIP-based documents (OOXML, ODF, EPUB: ``document_packages``),
-legacy OLE2 Office files (olefile: ``document_ole``), RTF and plain text."""
+legacy OLE2 Office files (olefile: ``document_ole``), RTF (identified) and UTF-8 text."""
 
 from __future__ import annotations
 
@@ -121,7 +121,9 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     elif fmt == "ole":
         facts = document_ole.extract(path)
     elif fmt == "rtf":
-        facts = {"type": "rtf", **_text(path, "rtf")}
+        # Identified only: RTF's text and its \info metadata are behind control words and code
+        # page escapes that no kept library here reads, and the file's own length is not its text.
+        facts = {"type": "rtf"}
     else:
         facts = _text(path, fmt)
     return clean(facts)

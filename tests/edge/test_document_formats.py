@@ -1,0 +1,138 @@
+"""Documents crafted to attack or confuse the document agent are refused or described honestly.
+
+Real documents are covered by the corpus (tests/edge/corpus/document.toml); these are the files
+no public archive carries: bombs, lies and password-protected structures built to order.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+
+from pypdf import PdfWriter
+
+from tests.conftest import Backend
+from tests.edge import samples
+from tests.edge.conftest import edge_app, edge_settings, form
+
+_FREE, _END, _FAT, _NONE = 0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFD, 0xFFFFFFFF
+
+
+def _compound_file(streams: list[str]) -> bytes:
+    """A minimal OLE2 compound file (version 3, 512-byte sectors) holding empty ``streams``."""
+    header = bytearray(512)
+    header[0:8] = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+    struct.pack_into("<HHHHH", header, 24, 0x3E, 3, 0xFFFE, 9, 6)
+    # One FAT sector (0), the directory in sector 1, no mini FAT, no DIFAT sectors.
+    struct.pack_into("<IIIIIIIII", header, 40, 0, 1, 1, 0, 0x1000, _END, 0, _END, 0)
+    struct.pack_into("<109I", header, 76, 0, *[_FREE] * 108)
+    fat = struct.pack("<128I", _FAT, _END, *[_FREE] * 126)
+
+    def entry(name: str, kind: int, child: int, right: int) -> bytes:
+        encoded = name.encode("utf-16-le")
+        raw = bytearray(128)
+        raw[: len(encoded)] = encoded
+        struct.pack_into("<HBBIII", raw, 64, len(encoded) + 2, kind, 1, _NONE, right, child)
+        struct.pack_into("<II", raw, 116, _END, 0)
+        return bytes(raw)
+
+    entries = [entry("Root Entry", 5, 1 if streams else _NONE, _NONE)]
+    for index, name in enumerate(streams, start=1):
+        entries.append(entry(name, 2, _NONE, index + 1 if index < len(streams) else _NONE))
+    unused = entry("", 0, _NONE, _NONE)
+    directory = b"".join(entries + [unused] * (4 - len(entries)))
+    return bytes(header) + fat + directory
+
+
+def _package(parts: dict[str, bytes], *, stored_first: str | None = None) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        if stored_first:
+            archive.writestr(stored_first, parts.pop(stored_first), zipfile.ZIP_STORED)
+        for name, data in parts.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+_CONTENT_TYPES = (
+    b'<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
+    b'content-types"><Override PartName="/word/document.xml" ContentType="application/'
+    b'vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>'
+)
+_RELS = (
+    b'<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/'
+    b'relationships"><Relationship Id="r1" Type="http://schemas.openxmlformats.org/'
+    b'officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/>'
+    b"</Relationships>"
+)
+_LAUGHS = (
+    b'<?xml version="1.0"?><!DOCTYPE m [<!ENTITY a "aaaaaaaaaa">'
+    + b"".join(
+        b'<!ENTITY %c "%s">' % (ord("b") + i, b"&%c;" % (ord("a") + i) * 10) for i in range(8)
+    )
+    + b']><office:document-meta xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0"'
+    b' xmlns:dc="http://purl.org/dc/elements/1.1/"><office:meta><dc:title>&i;</dc:title>'
+    b"</office:meta></office:document-meta>"
+)
+
+
+async def _upload(backend: Backend, tmp_path, name: str, content: bytes) -> tuple[int, dict]:
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        response = await client.post("/api/edge-intake/document", **form((name, content)))
+        if response.status_code != 200:
+            return response.status_code, response.json()
+        [evidence_id] = response.json()["evidence_ids"]
+        pack = (await client.get(f"/api/edge-intake/evidence/{evidence_id}")).json()
+        return 200, pack["extracted"]
+
+
+async def test_an_entity_bomb_in_document_metadata_is_refused_not_expanded(
+    backend: Backend, tmp_path
+):
+    odt = _package(
+        {"mimetype": b"application/vnd.oasis.opendocument.text", "meta.xml": _LAUGHS},
+        stored_first="mimetype",
+    )
+    status, body = await _upload(backend, tmp_path, "laughs.odt", odt)
+    assert (status, body["code"]) == (422, "CORRUPT_MEDIA")
+
+
+async def test_a_zip_bomb_body_is_refused_before_it_is_unpacked(backend: Backend, tmp_path):
+    # 80 MiB of one repeated byte deflates to about 80 KiB: the declared size gives it away.
+    bomb = _package(
+        {
+            "[Content_Types].xml": _CONTENT_TYPES,
+            "_rels/.rels": _RELS,
+            "word/document.xml": b"<w:document>" + b" " * (80 * 1024**2) + b"</w:document>",
+        }
+    )
+    assert len(bomb) < 1024**2
+    status, body = await _upload(backend, tmp_path, "bomb.docx", bomb)
+    assert (status, body["code"]) == (422, "CORRUPT_MEDIA")
+    assert "unpacks to more than" in body["detail"]
+
+
+async def test_a_pdf_that_needs_a_password_still_tells_its_page_count(backend: Backend, tmp_path):
+    writer = PdfWriter(clone_from=io.BytesIO(samples.pdf(pages=3, text="Sealed report")))
+    writer.encrypt(user_password="field-secret", owner_password="office", algorithm="AES-128")
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    status, facts = await _upload(backend, tmp_path, "sealed.pdf", buffer.getvalue())
+    assert status == 200, facts
+    assert facts["encrypted"] is facts["password_required"] is True
+    assert facts["pages"] == 3
+    assert facts["text_length"] is None
+
+
+async def test_a_compound_file_that_is_no_office_document_is_refused(backend: Backend, tmp_path):
+    status, body = await _upload(backend, tmp_path, "image.fpx", _compound_file(["Contents"]))
+    assert (status, body["code"]) == (415, "UNSUPPORTED_MEDIA_TYPE")
+
+
+async def test_a_word_file_with_a_damaged_summary_is_still_identified(backend: Backend, tmp_path):
+    broken = _compound_file(["WordDocument", "\x05SummaryInformation"])
+    status, facts = await _upload(backend, tmp_path, "memo.doc", broken)
+    assert status == 200, facts
+    assert facts["type"] == "doc"
+    assert facts.get("title") is None
