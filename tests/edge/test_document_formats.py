@@ -125,6 +125,31 @@ async def test_a_pdf_that_needs_a_password_still_tells_its_page_count(backend: B
     assert facts["text_length"] is None
 
 
+def _pdf_of(objects: list[bytes]) -> bytes:
+    """A PDF made of ``objects`` (numbered from 1, the first the catalog) with a true xref."""
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    trailer = b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n"
+    return out + trailer % (len(objects) + 1, xref)
+
+
+async def test_a_pdf_page_tree_that_loops_is_refused(backend: Backend, tmp_path):
+    looped = _pdf_of(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Pages /Kids [2 0 R] /Parent 2 0 R /Count 1 >>",
+        ]
+    )
+    status, body = await _upload(backend, tmp_path, "loop.pdf", looped)
+    assert (status, body["code"]) == (422, "CORRUPT_MEDIA")
+
+
 async def test_a_compound_file_that_is_no_office_document_is_refused(backend: Backend, tmp_path):
     status, body = await _upload(backend, tmp_path, "image.fpx", _compound_file(["Contents"]))
     assert (status, body["code"]) == (415, "UNSUPPORTED_MEDIA_TYPE")

@@ -16,6 +16,18 @@ from conclave.edge.agents.base import CorruptMedia, clean
 
 # Text extraction is the slow part of a PDF; past this many pages the length is a lower bound.
 MAX_TEXT_PAGES = 200
+# What pypdf raises on a malformed file (beyond its own errors, the built-ins its parsers hit).
+_PDF_ERRORS = (
+    PdfReadError,
+    PyPdfError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    IndexError,
+    RecursionError,
+    OSError,
+)
 
 
 def _clear_object(reader: PdfReader, value: PdfObject | None) -> PdfObject | None:
@@ -36,10 +48,17 @@ def _clear_object(reader: PdfReader, value: PdfObject | None) -> PdfObject | Non
 
 
 def _page_count_without_password(reader: PdfReader) -> int | None:
-    """The page tree's ``/Count`` of a PDF that needs a password to open.
+    """The page tree's ``/Count`` of a PDF that needs a password to open, when readable.
 
     The standard security handler encrypts strings and streams only: the catalog, the page tree
     root and its count stay in clear unless they are packed in an object stream."""
+    try:
+        return _clear_page_count(reader)
+    except _PDF_ERRORS:
+        return None  # the file opened; only this one fact is unknowable
+
+
+def _clear_page_count(reader: PdfReader) -> int | None:
     catalog = _clear_object(reader, reader.trailer.raw_get("/Root"))
     if not isinstance(catalog, DictionaryObject) or "/Pages" not in catalog:
         return None
@@ -73,17 +92,7 @@ def _pdf(path: str) -> dict[str, Any]:
         pages = len(reader.pages)
         text_length = sum(len(page.extract_text() or "") for page in reader.pages[:MAX_TEXT_PAGES])
         info: Mapping[str, Any] = reader.metadata or {}
-    except (
-        PdfReadError,
-        PyPdfError,
-        ValueError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        IndexError,
-        RecursionError,
-        OSError,
-    ) as exc:
+    except _PDF_ERRORS as exc:
         raise CorruptMedia(f"The PDF cannot be read: {type(exc).__name__}.") from exc
     return {
         "type": "pdf",

@@ -24,6 +24,8 @@ from conclave.edge.agents.base import CorruptMedia, MediaMismatch
 # Metadata, relationship and manifest parts are parsed whole; bodies are streamed.
 _MAX_META_BYTES = 16 * 1024**2
 _MAX_BODY_BYTES = 64 * 1024**2
+# Office bodies nest a few dozen levels; a part nesting deeper is built to exhaust memory.
+_MAX_DEPTH = 1000
 
 _OPENXML = "application/vnd.openxmlformats-officedocument."
 # Content type of the main part → (type, family, the file's MIME type).
@@ -168,6 +170,8 @@ def _streamed(archive: zipfile.ZipFile, name: str) -> Iterator[tuple[Element, El
         for event, element in ElementTree.iterparse(stream, events=("start", "end")):
             if event == "start":
                 open_elements.append(element)
+                if len(open_elements) > _MAX_DEPTH:
+                    raise CorruptMedia(f"The part {name[:100]} nests deeper than {_MAX_DEPTH}.")
                 continue
             open_elements.pop()
             parent = open_elements[-1] if open_elements else None
@@ -238,7 +242,8 @@ def _properties(archive: zipfile.ZipFile) -> tuple[Element | None, Element | Non
 
 
 def _count(text: str | None) -> int | None:
-    return int(text) if text and text.strip().isdigit() else None
+    digits = (text or "").strip()
+    return int(digits) if digits.isdecimal() and len(digits) <= 18 else None
 
 
 def _ooxml(
