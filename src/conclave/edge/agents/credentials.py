@@ -10,8 +10,9 @@ these bytes, who it says signed it, and what it declares.
 
 - ``None``: the container is not one c2pa reads (BMP, JPEG 2000, Matroska, ...);
 - ``{"present": False}``: looked, and the file carries no manifest;
-- ``{"checked": False, "reason" | "error": ...}``: not looked at: the file is over
-  :data:`MAX_CHECKED_BYTES`, or c2pa could not parse the container itself;
+- ``{"checked": False, "reason" | "error": ...}``: no answer: the file is over
+  :data:`MAX_CHECKED_BYTES` (not read), or c2pa could not walk the container itself, or reading
+  failed in a way that says nothing about a manifest;
 - ``{"present": True, ...}``: a manifest, with ``validation``:
 
   - ``"untrusted"``: c2pa's ``Valid``: the manifest is well formed, its claim signature verifies
@@ -50,9 +51,9 @@ is not one: IPTC defines it as made by an algorithm "not based on any sampled tr
 (c2pa's own test images, gradients, declare it)."""
 
 # c2pa-rs's list of the extended key usages a C2PA signing certificate may carry
-# (sdk/src/crypto/cose/valid_eku_oids.cfg). c2pa-python 0.38 does not apply it when settings come
-# from a Context, and then refuses C2PA claim-signing certificates (OpenAI's) as "missing required
-# EKU"; it is given explicitly.
+# (sdk/src/crypto/cose/valid_eku_oids.cfg). c2pa-python 0.38.1 (c2pa-rs 0.91.3) does not apply it
+# by default and refuses certificates with the C2PA claim-signing EKU (OpenAI's) as "missing
+# required EKU", a signingCredential.invalid failure; given explicitly, they validate.
 _SIGNING_EKUS = "\n".join(
     (
         "1.3.6.1.5.5.7.3.4",  # id-kp-emailProtection
@@ -109,7 +110,7 @@ def content_credentials(path: str) -> dict[str, Any] | None:
     except Exception as exc:
         # Credentials are an extra: whatever a crafted manifest does to the bindings must not
         # refuse a file its own parser accepted (native crashes and hangs are the worker's limits).
-        return {"present": True, "validation": "invalid", "error": type(exc).__name__}
+        return {"checked": False, "error": type(exc).__name__}
     return _summary(store)
 
 
