@@ -34,6 +34,7 @@ import functools
 import json
 import os
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 import c2pa
@@ -82,7 +83,7 @@ _SETTINGS: dict[str, Any] = {
 _STATES = {"Trusted": "trusted", "Valid": "untrusted", "Invalid": "invalid"}
 # Errors raised before a manifest was found: c2pa could not walk the container.
 _CONTAINER_ERRORS = ("NotSupported", "Io", "FileNotFound")
-_MAX_ACTIONS = 32
+_MAX_ITEMS = 32  # actions listed, and manifests searched for source types
 _MAX_CODES = 20
 
 
@@ -132,9 +133,12 @@ def _from_error(message: str) -> dict[str, Any] | None:
     return {"present": True, "validation": "invalid", "error": message}
 
 
-def _summary(store: Any) -> dict[str, Any]:
-    manifests = _mapping(store.get("manifests")) if isinstance(store, dict) else {}
-    active = _mapping(manifests.get(store.get("active_manifest")))
+def _summary(parsed: Any) -> dict[str, Any]:
+    # c2pa writes this JSON, but every value in it comes from the file: check shapes, not trust.
+    store = _mapping(parsed)
+    manifests = _mapping(store.get("manifests"))
+    label = store.get("active_manifest")
+    active = _mapping(manifests.get(label)) if isinstance(label, str) else {}
     if not active:
         return {"present": True, "validation": "invalid", "error": "No active manifest."}
     state = store.get("validation_state")
@@ -155,7 +159,7 @@ def _summary(store: Any) -> dict[str, Any]:
             }
         ),
         "claim_generator": _claim_generator(active),
-        "actions": [_action(action) for action in _actions(active)][:_MAX_ACTIONS],
+        "actions": [_action(action) for action in islice(_actions(active), _MAX_ITEMS)],
         "digital_source_types": (types := _source_types(manifests)),
         "ai_generated": any(source in AI_SOURCE_TYPES for source in types),
         "ingredients": len(_list(active.get("ingredients"))),
@@ -189,12 +193,12 @@ def _claim_generator(manifest: dict[str, Any]) -> str | None:
 
 
 def _actions(manifest: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for assertion in _list(manifest.get("assertions")):
-        assertion = _mapping(assertion)
+    for item in _list(manifest.get("assertions")):
+        assertion = _mapping(item)
         label = assertion.get("label")
         # c2pa.actions and c2pa.actions.v2, with a __n suffix when repeated
         if isinstance(label, str) and label.split("__")[0] in ("c2pa.actions", "c2pa.actions.v2"):
-            for action in _list(_mapping(assertion.get("data")).get("actions"))[:_MAX_ACTIONS]:
+            for action in _list(_mapping(assertion.get("data")).get("actions"))[:_MAX_ITEMS]:
                 yield _mapping(action)
 
 
@@ -227,7 +231,7 @@ def _source_types(manifests: dict[str, Any]) -> list[str]:
     """Source types declared anywhere in the store: an edit's ingredient may be the AI image."""
     found = (
         _source_type(action)
-        for manifest in list(manifests.values())[:_MAX_ACTIONS]
+        for manifest in list(manifests.values())[:_MAX_ITEMS]
         for action in _actions(_mapping(manifest))
     )
     return list(dict.fromkeys(source for source in found if isinstance(source, str)))[:_MAX_CODES]
