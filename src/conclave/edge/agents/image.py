@@ -1,4 +1,5 @@
-"""Image agent: format, dimensions, EXIF capture time, camera and GPS position (Pillow)."""
+"""Image agent: format, dimensions, EXIF capture time, camera and GPS position (Pillow), and the
+C2PA content credentials (:mod:`conclave.edge.agents.credentials`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 from PIL import ExifTags, Image, UnidentifiedImageError
 
 from conclave.edge.agents.base import CorruptMedia, clean
+from conclave.edge.agents.credentials import content_credentials
 
 _MAKE, _MODEL, _SOFTWARE, _ORIENTATION, _DATETIME = 271, 272, 305, 274, 306
 _DATETIME_ORIGINAL, _OFFSET_ORIGINAL = 36867, 36881
@@ -107,4 +109,7 @@ def describe_image(path: str) -> dict[str, Any]:
 
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """The image agent's summary."""
-    return clean(describe_image(path))
+    facts = describe_image(path)
+    if (credentials := content_credentials(path)) is not None:
+        facts["content_credentials"] = credentials
+    return clean(facts)

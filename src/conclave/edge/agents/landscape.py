@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 from PIL import Image
 
 from conclave.edge.agents.base import clean
+from conclave.edge.agents.credentials import content_credentials
 from conclave.edge.agents.image import describe_image
 
 _PIXEL_SCALE, _TIEPOINT, _TRANSFORM, _GEOKEYS = 33550, 33922, 34264, 34735
@@ -132,4 +133,6 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
         references.append({"kind": "map_url", **parse_map_url(map_url[:2048])})
     facts["geo_reference"] = references
     facts["georeferenced"] = bool(references)
+    if (credentials := content_credentials(path)) is not None:
+        facts["content_credentials"] = credentials
     return clean(facts)
