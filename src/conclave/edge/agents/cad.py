@@ -139,8 +139,6 @@ def _read_dxf(path: str) -> tuple[Any, Any, bool]:
     except (DXFError, ValueError, KeyError, IndexError, TypeError):
         pass  # field CAD apps write slightly broken DXF (empty handles, misplaced tags): recover
     doc, auditor = recover.readfile(path)
-    if not any(True for _ in doc.modelspace()):
-        raise CorruptMedia("The DXF structure is broken and nothing could be recovered.")
     return doc, auditor, True
 
 
@@ -154,6 +152,10 @@ def _dxf(path: str) -> dict[str, Any]:
         # files may have no TABLES section at all; AutoCAD creates such layers when loading).
         referenced = (entity.dxf.get("layer", "0") for entity in msp)
         layers = _unique(itertools.chain(declared.layer_names(), referenced))
+        if recovered and not entities and declared.version is None and not declared.layers:
+            # Recovery turns any bytes after a "0 SECTION" into an empty drawing; an empty
+            # drawing is only believed when the file has a header or a layer table of its own.
+            raise CorruptMedia("The DXF structure is broken and nothing could be recovered.")
         extents = _extents(msp)
     except (DXFError, OSError, ValueError, UnicodeError, IndexError, KeyError, TypeError) as exc:
         raise CorruptMedia(f"The DXF file cannot be read: {type(exc).__name__}.") from exc
