@@ -157,19 +157,22 @@ def _kml(path: str, fmt: str) -> dict[str, Any]:
             stream = _kml_stream(path, fmt, resources)
             # Streamed: each element leaves the tree once read, so memory stays flat in size.
             open_elements: list[Any] = []
+            updates = 0  # open <Update> elements: what they hold edits features, is none
             for event, element in ElementTree.iterparse(stream, events=("start", "end")):
                 name = _local(element.tag)
                 if event == "start":
                     parent = _local(open_elements[-1].tag) if open_elements else ""
-                    if name == "Placemark":
+                    updates += name == "Update"
+                    if not updates and name == "Placemark":
                         placemarks += 1
-                    elif name in _KML_GEOMETRIES and parent not in _KML_PARTS:
+                    elif not updates and name in _KML_GEOMETRIES and parent not in _KML_PARTS:
                         types[name] += 1
                     open_elements.append(element)
                     continue
                 open_elements.pop()
-                if name in ("coordinates", "coord") and element.text:
+                if name in ("coordinates", "coord") and element.text and not updates:
                     _kml_positions(element.text, name == "coord", extent)
+                updates -= name == "Update"
                 element.clear()
                 if open_elements:
                     open_elements[-1].remove(element)
