@@ -24,7 +24,11 @@ _INSTANCE = re.compile(rb"#\d+\s*=")
 _INSTANCE_PREFIX = re.compile(rb"#\d*\s*\Z")
 _NEXT_TOKEN = re.compile(rb"'|/\*|;")
 _SPACE = re.compile(rb"\s*")
-_X2 = re.compile(r"\\X2\\((?:[0-9A-Fa-f]{4})*)\\X0\\|\\X4\\((?:[0-9A-Fa-f]{8})*)\\X0\\|\\X\\([0-9A-Fa-f]{2})")
+_X2 = re.compile(
+    r"\\X2\\((?:[0-9A-Fa-f]{4})*)\\X0\\"  # UTF-16 code units
+    r"|\\X4\\((?:[0-9A-Fa-f]{8})*)\\X0\\"  # UTF-32 code points
+    r"|\\X\\([0-9A-Fa-f]{2})"  # one ISO 8859-1 character
+)
 
 
 def _decode(literal: str) -> str:
