@@ -23,11 +23,21 @@ from conclave.edge.agents import step
 from conclave.edge.agents.base import CorruptMedia, clean
 
 # Release names of the $ACADVER / DWG version codes (AC1009 is shared by R11 and R12).
-RELEASES = {
-    "AC1002": "R2.5", "AC1003": "R2.6", "AC1004": "R9", "AC1006": "R10", "AC1009": "R12",
-    "AC1012": "R13", "AC1014": "R14", "AC1015": "R2000", "AC1018": "R2004",
-    "AC1021": "R2007", "AC1024": "R2010", "AC1027": "R2013", "AC1032": "R2018",
-}  # fmt: skip
+_RELEASES = {
+    "AC1002": "R2.5",
+    "AC1003": "R2.6",
+    "AC1004": "R9",
+    "AC1006": "R10",
+    "AC1009": "R12",
+    "AC1012": "R13",
+    "AC1014": "R14",
+    "AC1015": "R2000",
+    "AC1018": "R2004",
+    "AC1021": "R2007",
+    "AC1024": "R2010",
+    "AC1027": "R2013",
+    "AC1032": "R2018",
+}
 _BINARY_DXF = b"AutoCAD Binary DXF\r\n\x1a\x00"
 _MAX_TABLE_TAGS = 2_000_000
 """Tags read ahead for the HEADER and TABLES sections (they precede the drawing's content)."""
@@ -226,7 +236,7 @@ def _dxf(path: str) -> dict[str, Any]:
     return {
         "format": "dxf",
         "version": declared.version,
-        "release": RELEASES.get(declared.version or ""),
+        "release": _RELEASES.get(declared.version or ""),
         "units": units.unit_name(doc.header.get("$INSUNITS", 0)),
         "layers": layers,
         "layer_count": len(layers),
@@ -271,7 +281,7 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     elif fmt == "dwg":
         with open(path, "rb") as stream:
             version = stream.read(6).decode("ascii", "replace")
-        facts = {"format": "dwg", "version": version, "release": RELEASES.get(version)}
+        facts = {"format": "dwg", "version": version, "release": _RELEASES.get(version)}
     elif fmt in ("ifc", "step"):
         facts = {"format": fmt, **step.summary(path)}
     else:

@@ -15,13 +15,30 @@ from defusedxml import DefusedXmlException, ElementTree
 from conclave.edge.agents.base import CorruptMedia, MediaMismatch, clean
 
 _MAX_KML_BYTES = 256 * 1024**2
-_KML_GEOMETRIES = {"Point", "LineString", "LinearRing", "Polygon", "MultiGeometry", "Track",
-                   "MultiTrack", "Model"}  # fmt: skip
+_KML_GEOMETRIES = {
+    "Point",
+    "LineString",
+    "LinearRing",
+    "Polygon",
+    "MultiGeometry",
+    "Track",
+    "MultiTrack",
+    "Model",
+}
 # A ring that bounds a polygon and a track of a multi-track are parts of one geometry, not
 # geometries of their own (GeoJSON and OGR count the polygon, the multi-track).
 _KML_PARTS = {"outerBoundaryIs", "innerBoundaryIs", "MultiTrack"}
-_GEOJSON_TYPES = {"FeatureCollection", "Feature", "Point", "MultiPoint", "LineString",
-                  "MultiLineString", "Polygon", "MultiPolygon", "GeometryCollection"}  # fmt: skip
+_GEOJSON_TYPES = {
+    "FeatureCollection",
+    "Feature",
+    "Point",
+    "MultiPoint",
+    "LineString",
+    "MultiLineString",
+    "Polygon",
+    "MultiPolygon",
+    "GeometryCollection",
+}
 
 
 class _Extent:
