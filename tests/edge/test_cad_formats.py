@@ -6,8 +6,10 @@ import io
 import struct
 import zipfile
 
+import ezdxf
 import pytest
 
+from conclave.edge.agents import step
 from tests.conftest import Backend
 from tests.edge import samples
 from tests.edge.conftest import edge_app, edge_settings, form
@@ -89,3 +91,105 @@ async def test_kmz_is_read_as_geo(backend: Backend, tmp_path):
         kml = (await client.get(f"/api/edge-intake/evidence/{kml_id}")).json()["extracted"]
         assert extracted["feature_count"] == kml["feature_count"] > 0
         assert extracted["bbox"] == kml["bbox"]
+
+
+# A STEP data section where only four statements are instances: strings and comments hold
+# "#9=" and ";", a doubled quote escapes one, and an entity continues on a line starting "#".
+STEP_TRICKY = b"""ISO-10303-21;
+HEADER;
+/* written by a converter; FILE_NAME('not', 'this') */
+FILE_DESCRIPTION(('a (part); with #1= inside'),'2;1');
+FILE_NAME(/* name */ 'it''s (v2).stp', /* time_stamp */ '2026-11-21T10:00:00',
+  ('ada (lead)', 'bob'), ('conclave'), 'pp 1.0',
+  /* originating_system */ 'Tool (R2) ''beta''', '');
+FILE_SCHEMA(('CONFIG_CONTROL_DESIGN'));
+ENDSEC;
+DATA;
+#1=PRODUCT('p;#2=x','it''s;#3=',' ',(#4)) ;
+#10 = ADVANCED_FACE('',(#11,
+#12),#13,.T.);
+/* #99=COMMENTED_OUT(); */ #20=SHAPE('/* not a comment */');
+#30=CARTESIAN_POINT('',(0.,0.,0.));
+ENDSEC;
+END-ISO-10303-21;
+"""
+
+
+def test_step_instances_are_counted_the_same_wherever_the_file_is_cut():
+    whole = step.InstanceCounter()
+    whole.feed(STEP_TRICKY)
+    assert whole.count == 4
+    for size in range(1, 12):
+        counter = step.InstanceCounter()
+        for start in range(0, len(STEP_TRICKY), size):
+            counter.feed(STEP_TRICKY[start : start + size])
+        assert counter.count == 4, size
+
+
+async def test_step_header_comments_and_quoted_parentheses_keep_the_originating_system(
+    sqlite_engine, memory_bus, tmp_path
+):
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        extracted = await _extracted(client, "cad", ("part.stp", STEP_TRICKY))
+    assert extracted["originating_system"] == "Tool (R2) 'beta'"
+    assert extracted["schema"] == "CONFIG_CONTROL_DESIGN"
+    assert extracted["entity_instances"] == 4
+
+
+async def test_stl_encoding_follows_the_size_not_the_header_text(
+    sqlite_engine, memory_bus, tmp_path
+):
+    # Binary STLs often carry "solid <name>" (even "facet") in their 80-byte header; ASCII
+    # exporters may write a whole model on one line.
+    header = b"solid part exported with facet normals".ljust(80, b" ")
+    binary = header + struct.pack("<I", 3) + b"\x00" * 50 * 3
+    one_line = b"solid x " + b"facet normal 0 0 1 outer loop vertex 0 0 0 endloop endfacet " * 5000
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        read_binary = await _extracted(client, "cad", ("part.stl", binary))
+        read_ascii = await _extracted(client, "cad", ("line.stl", one_line + b"endsolid x"))
+    assert (read_binary["encoding"], read_binary["triangles"]) == ("binary", 3)
+    assert (read_ascii["encoding"], read_ascii["triangles"]) == ("ascii", 5000)
+
+
+def _nested_blocks(levels: int, *, cyclic: bool = False) -> bytes:
+    # Ten references per block, `levels` deep: 10**levels lines from a few kilobytes.
+    doc = ezdxf.new("R2000")
+    inner = None
+    for level in range(levels):
+        block = doc.blocks.new(f"B{level}")
+        if inner is None:
+            block.add_line((0, 0), (1, 1))
+        else:
+            for index in range(10):
+                block.add_blockref(inner, (index, 0))
+        if cyclic:
+            block.add_blockref(f"B{level}", (5, 5))
+        inner = f"B{level}"
+    assert inner is not None
+    doc.modelspace().add_blockref(inner, (0, 0))
+    stream = io.StringIO()
+    doc.write(stream)
+    return stream.getvalue().encode()
+
+
+async def test_dxf_extents_of_deeply_nested_and_self_referencing_blocks_are_bounded(
+    sqlite_engine, memory_bus, tmp_path
+):
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        nested = await _extracted(client, "cad", ("bomb.dxf", _nested_blocks(8)))
+        cyclic = await _extracted(client, "cad", ("cycle.dxf", _nested_blocks(1, cyclic=True)))
+    # 10**7 lines side by side: x from 0 to 9 * 7 + 1, y from 0 to 1.
+    assert nested["extents"] == [0.0, 0.0, 64.0, 1.0]
+    assert nested["entity_counts"] == {"INSERT": 1}
+    assert cyclic["extents"] == [0.0, 0.0, 1.0, 1.0]
+    assert cyclic["errors"] >= 1  # the audit reports the cycle
+
+
+async def _extracted(client, route: str, file: tuple[str, bytes]) -> dict:
+    response = await client.post(f"/api/edge-intake/{route}", **form(file))
+    assert response.status_code == 200, response.text
+    [evidence_id] = response.json()["evidence_ids"]
+    return (await client.get(f"/api/edge-intake/evidence/{evidence_id}")).json()["extracted"]

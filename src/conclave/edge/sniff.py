@@ -27,11 +27,19 @@ class Sniffed:
 
 _AUDIO_BRANDS = {b"M4A ", b"M4B ", b"M4P ", b"F4A ", b"F4B "}
 _IMAGE_BRANDS = {b"heic", b"heix", b"hevc", b"mif1", b"msf1", b"avif", b"avis"}
-_DXF_TEXT = re.compile(rb"^\s*(?:999\s*\r?\n[^\n]*\n\s*)?0\s*\r?\n\s*SECTION\s*\r?\n")
+# Any number of 999 comment pairs may precede the first SECTION (CAD exporters write their name,
+# date and profile there); the head bounds how many are looked at.
+_DXF_TEXT = re.compile(
+    rb"^(?:\xef\xbb\xbf)?\s*(?:999[ \t]*\r?\n[^\n]*\n\s*)*0[ \t]*\r?\n\s*SECTION[ \t]*\r?\n"
+)
 _GEOJSON = re.compile(
     rb'"type"\s*:\s*"(?:FeatureCollection|Feature|Point|MultiPoint|LineString|MultiLineString|'
     rb'Polygon|MultiPolygon|GeometryCollection)"'
 )
+# A FeatureCollection may put "type" after its features, beyond the sniffed head: a JSON object
+# whose head shows GeoJSON's own keys is taken too, and the geo agent refuses it (415) when the
+# whole document turns out not to be GeoJSON.
+_GEOJSON_KEYS = re.compile(rb'"(?:features|geometry|geometries|coordinates)"\s*:\s*[\[{]')
 
 
 def _ftyp_brand(head: bytes) -> bytes | None:
@@ -163,7 +171,7 @@ def _geo(head: bytes) -> Sniffed | None:
     if text is None:
         return None
     stripped = text.lstrip()
-    if stripped.startswith("{") and _GEOJSON.search(head):
+    if stripped.startswith("{") and (_GEOJSON.search(head) or _GEOJSON_KEYS.search(head)):
         return Sniffed("geojson", "application/geo+json")
     if stripped.startswith("<"):
         if re.search(r"<(?:\w+:)?gpx[\s>]", text):

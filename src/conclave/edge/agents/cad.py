@@ -2,29 +2,204 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import struct
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ezdxf import bbox, filemanagement, recover, units
-from ezdxf.lldxf.const import DXFError, DXFStructureError
+from ezdxf import disassemble, filemanagement, recover, units
+from ezdxf.entities.insert import Insert
+from ezdxf.lldxf.const import DXFError
+from ezdxf.lldxf.tagger import binary_tags_loader
+from ezdxf.lldxf.types import DXFTag
+from ezdxf.math import BoundingBox, Vec3
+from ezdxf.protocols import SupportsVirtualEntities, virtual_entities
+from ezdxf.tools.codepage import toencoding
 
+from conclave.edge.agents import step
 from conclave.edge.agents.base import CorruptMedia, clean
 
-_DWG_RELEASES = {
-    "AC1012": "R13", "AC1014": "R14", "AC1015": "R2000", "AC1018": "R2004",
-    "AC1021": "R2007", "AC1024": "R2010", "AC1027": "R2013", "AC1032": "R2018",
-}  # fmt: skip
-_HEADER_BYTES = 65536
-_UNSET = 1e19  # ezdxf and AutoCAD write 1e20 into $EXTMIN/$EXTMAX of an empty drawing
+# Release names of the $ACADVER / DWG version codes (AC1009 is shared by R11 and R12).
+_RELEASES = {
+    "AC1002": "R2.5",
+    "AC1003": "R2.6",
+    "AC1004": "R9",
+    "AC1006": "R10",
+    "AC1009": "R12",
+    "AC1012": "R13",
+    "AC1014": "R14",
+    "AC1015": "R2000",
+    "AC1018": "R2004",
+    "AC1021": "R2007",
+    "AC1024": "R2010",
+    "AC1027": "R2013",
+    "AC1032": "R2018",
+}
+_BINARY_DXF = b"AutoCAD Binary DXF\r\n\x1a\x00"
+_MAX_TABLE_TAGS = 2_000_000
+"""Tags read ahead for the HEADER and TABLES sections (they precede the drawing's content)."""
+_MAX_EXPLODED = 20_000
+"""Entities measured exactly, block references exploded, before extents fall back to measuring
+each block once: nested references multiply (ten references ten levels deep are 10¹⁰ lines from
+a file of a few kilobytes) and exploding costs about 0.1 ms per entity."""
+_STL_FACET = re.compile(rb"[^a-z]facet\s", re.IGNORECASE)
+_CHUNK = 1 << 20
 
 
-def _extents(doc: Any) -> list[float] | None:
-    low, high = doc.header.get("$EXTMIN"), doc.header.get("$EXTMAX")
-    if low is not None and high is not None and abs(low[0]) < _UNSET and abs(high[0]) < _UNSET:
-        return [low[0], low[1], high[0], high[1]]
-    box = bbox.extents(doc.modelspace(), fast=True)
+class _FileTables:
+    """What the file itself declares: its HEADER's $ACADVER and the names in its LAYER table.
+
+    ezdxf describes the document it made of the file: it upgrades R13/R14 and pre-R12 files (an
+    AC1003 file reads as AC1009) and adds the layers AutoCAD requires ("0", "Defpoints"). These
+    come from the file's own tags instead, read with ezdxf's low-level tag loaders up to the end of
+    the TABLES section.
+    """
+
+    def __init__(self) -> None:
+        self.version: str | None = None
+        self.codepage: str | None = None
+        self.layers: list[str | bytes] = []
+
+    def read(self, tags: Iterable[DXFTag]) -> None:
+        section = table = expecting = variable = None
+        in_layer = False
+        for code, raw in itertools.islice(tags, _MAX_TABLE_TAGS):
+            value = (raw.decode("latin-1") if isinstance(raw, bytes) else str(raw)).strip()
+            if code == 0:
+                in_layer = table == "LAYER" and value == "LAYER"
+                expecting = value if value in ("SECTION", "TABLE") else None
+                if value == "ENDSEC" and section == "TABLES":
+                    return
+                if value == "ENDTAB":
+                    table = None
+            elif code == 2 and expecting == "SECTION":
+                section, expecting = value, None
+                if section in ("BLOCKS", "ENTITIES", "OBJECTS"):
+                    return  # past the tables (R12 files may have none at all)
+            elif code == 2 and expecting == "TABLE":
+                table, expecting = value, None
+            elif code == 2 and in_layer:
+                self.layers.append(raw.strip() if isinstance(raw, bytes) else value)
+                in_layer = False
+            elif section == "HEADER":
+                if code == 9:
+                    variable = value
+                elif code == 1 and variable == "$ACADVER":
+                    self.version = value
+                elif code == 3 and variable == "$DWGCODEPAGE":
+                    self.codepage = value
+
+    def layer_names(self) -> list[str]:
+        # R2007 and later files are UTF-8; older ones use the code page the header names.
+        encoding = "utf-8" if (self.version or "") >= "AC1021" else toencoding(self.codepage or "")
+        names = [n.decode(encoding, "replace") if isinstance(n, bytes) else n for n in self.layers]
+        return _unique(names)
+
+
+def _unique(names: Iterable[str]) -> list[str]:
+    # AutoCAD compares symbol names without regard to case.
+    seen: set[str] = set()
+    result = []
+    for name in names:
+        if name.casefold() not in seen:
+            seen.add(name.casefold())
+            result.append(name)
+    return result
+
+
+def _file_tables(path: str) -> _FileTables:
+    found = _FileTables()
+    with open(path, "rb") as stream:
+        binary = stream.read(len(_BINARY_DXF)) == _BINARY_DXF
+        stream.seek(0)
+        try:
+            if binary:
+                # Binary DXF: ezdxf's loader takes the whole file (as ezdxf's own reading does).
+                found.read(binary_tags_loader(stream.read()))
+            else:
+                found.read(recover.bytes_loader(stream))
+        except (DXFError, ValueError, UnicodeError, IndexError, struct.error):
+            pass  # a broken tag structure: keep what was read; ezdxf's recovery reads the rest
+    return found
+
+
+class _BlockBoxes:
+    """Extents with each block measured once: a reference's box is its block's box carried by the
+    reference's transformation (the box around the turned box when the reference is rotated, so
+    a little larger than the geometry), a MINSERT grid's box spans its corner copies. Linear in
+    the file's size however deep blocks nest or however large a grid they declare."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[str, BoundingBox] = {}
+        self._open: set[str] = set()
+
+    def of(self, entities: Iterable[Any]) -> BoundingBox:
+        box = BoundingBox()
+        for entity in entities:
+            if isinstance(entity, Insert):
+                box.extend(self._reference(entity))
+                box.extend(self.of(entity.attribs))
+            elif isinstance(entity, SupportsVirtualEntities):
+                box.extend(self.of(virtual_entities(entity)))  # DIMENSION, LEADER, MLINE…
+            else:
+                primitive = disassemble.make_primitive(entity)
+                if not primitive.is_empty:
+                    box.extend(primitive.bbox())
+        return box
+
+    def _reference(self, insert: Insert) -> BoundingBox:
+        name = insert.dxf.name
+        if name in self._open:
+            return BoundingBox()  # a block that contains itself (the audit reports it)
+        if name not in self._blocks:
+            block = insert.block()
+            self._open.add(name)
+            self._blocks[name] = self.of(block) if block is not None else BoundingBox()
+            self._open.discard(name)
+        inner = self._blocks[name]
+        if not inner.has_data:
+            return inner
+        placed = BoundingBox(insert.matrix44().transform_vertices(inner.cube_vertices()))
+        rows, columns = max(insert.dxf.row_count, 1), max(insert.dxf.column_count, 1)
+        if rows == columns == 1:
+            return placed
+        box = BoundingBox()
+        for row in {0, rows - 1}:
+            for column in {0, columns - 1}:
+                step = Vec3(column * insert.dxf.column_spacing, row * insert.dxf.row_spacing)
+                offset = insert.ocs().to_wcs(step.rotate_deg(insert.dxf.rotation))
+                box.extend([placed.extmin + offset, placed.extmax + offset])
+        return box
+
+
+def _exploded_box(msp: Any) -> BoundingBox | None:
+    """The exact extents, block references exploded into their entities; ``None`` past
+    ``_MAX_EXPLODED`` entities (each costs a copy and a transformation per nesting level)."""
+    box = BoundingBox()
+    flat = itertools.islice(disassemble.recursive_decompose(msp), _MAX_EXPLODED + 1)
+    for count, primitive in enumerate(disassemble.to_primitives(flat)):
+        if count >= _MAX_EXPLODED:
+            return None
+        if not primitive.is_empty:
+            box.extend(primitive.bbox())
+    return box
+
+
+def _extents(msp: Any) -> list[float] | None:
+    """``[min_x, min_y, max_x, max_y]`` of the model space's geometry, block references included
+    (AutoCAD's $EXTMIN/$EXTMAX cover them too, but files carry stale or unset values there)."""
+    try:
+        box = _exploded_box(msp)
+    except RecursionError:
+        box = None  # a block that references itself
+    try:
+        if box is None:
+            box = _BlockBoxes().of(msp)
+    except RecursionError:
+        return None  # blocks nested deeper than Python's stack: no extents rather than no file
     if not box.has_data:
         return None
     return [box.extmin.x, box.extmin.y, box.extmax.x, box.extmax.y]
@@ -35,69 +210,68 @@ def _read_dxf(path: str) -> tuple[Any, Any, bool]:
     try:
         doc = filemanagement.readfile(path)
         return doc, doc.audit(), False
-    except DXFStructureError:
-        pass  # field CAD apps write slightly broken DXF: try ezdxf's recovery mode next
+    except (DXFError, ValueError, KeyError, IndexError, TypeError):
+        pass  # field CAD apps write slightly broken DXF (empty handles, misplaced tags): recover
     doc, auditor = recover.readfile(path)
-    if not any(True for _ in doc.modelspace()):
-        raise CorruptMedia("The DXF structure is broken and nothing could be recovered.")
     return doc, auditor, True
 
 
 def _dxf(path: str) -> dict[str, Any]:
     try:
         doc, auditor, recovered = _read_dxf(path)
+        declared = _file_tables(path)
+        msp = doc.modelspace()
+        entities = Counter(entity.dxftype() for entity in msp)
+        # A layer an entity names without a LAYER table entry is part of the file too (R12
+        # files may have no TABLES section at all; AutoCAD creates such layers when loading).
+        referenced = (entity.dxf.get("layer", "0") for entity in msp)
+        layers = _unique(itertools.chain(declared.layer_names(), referenced))
+        if recovered and not entities and declared.version is None and not declared.layers:
+            # Recovery turns any bytes after a "0 SECTION" into an empty drawing; an empty
+            # drawing is only believed when the file has a header or a layer table of its own.
+            raise CorruptMedia("The DXF structure is broken and nothing could be recovered.")
+        extents = _extents(msp)
     except (DXFError, OSError, ValueError, UnicodeError, IndexError, KeyError, TypeError) as exc:
         raise CorruptMedia(f"The DXF file cannot be read: {type(exc).__name__}.") from exc
-    entities = Counter(entity.dxftype() for entity in doc.modelspace())
-    layers = [layer.dxf.name for layer in doc.layers]
     return {
         "format": "dxf",
-        "version": doc.dxfversion,
-        "release": doc.acad_release,
+        "version": declared.version,
+        "release": _RELEASES.get(declared.version or ""),
         "units": units.unit_name(doc.header.get("$INSUNITS", 0)),
         "layers": layers,
         "layer_count": len(layers),
         "entity_counts": dict(entities.most_common()),
         "entity_total": sum(entities.values()),
-        "extents": _extents(doc),
+        "extents": extents,
         "recovered": recovered,
         "repairs": len(auditor.fixes),
         "errors": len(auditor.errors),
     }
 
 
-def _step(path: str, fmt: str) -> dict[str, Any]:
-    with open(path, "rb") as stream:
-        header = stream.read(_HEADER_BYTES).decode("latin-1")
-        entities = header.count("\n#")
-        tail = header[-16:]
-        while chunk := stream.read(1024 * 1024):
-            entities += (tail + chunk.decode("latin-1")).count("\n#")
-            tail = chunk[-16:].decode("latin-1")
-    schema = re.search(r"FILE_SCHEMA\s*\(\s*\(\s*'([^']*)'", header)
-    # FILE_NAME(name, time_stamp, (authors), (organizations), preprocessor, originating_system,
-    # authorization): authors and organizations are lists, so fields are strings or (...).
-    system = re.search(r"FILE_NAME\s*\((?:\s*(?:'[^']*'|\([^)]*\))\s*,){5}\s*'([^']*)'", header)
-    return {
-        "format": fmt,
-        "schema": schema.group(1) if schema else None,
-        "originating_system": system.group(1) if system else None,
-        "entity_instances": entities,
-    }
+def _stl_facets(stream: Any) -> Iterator[int]:
+    # Counted in chunks (an ASCII STL may be one long line); a match must end inside the chunk
+    # to count there, else it is counted in the next one, which starts with this chunk's tail.
+    carry = b"\n"
+    while chunk := stream.read(_CHUNK):
+        data = carry + chunk
+        cut = len(data) - 8
+        yield sum(1 for m in _STL_FACET.finditer(data) if m.start() < cut)
+        carry = data[cut:] if cut > 0 else data
+    yield len(_STL_FACET.findall(carry + b"\n"))
 
 
 def _stl(path: str) -> dict[str, Any]:
     with open(path, "rb") as stream:
         head = stream.read(84)
-        if not head.lstrip().startswith(b"solid") or b"facet" not in head + stream.read(512):
-            return {
-                "format": "stl",
-                "encoding": "binary",
-                "triangles": struct.unpack_from("<I", head, 80)[0],
-            }
+        size = os.fstat(stream.fileno()).st_size
+        # A binary STL's size follows from its triangle count, whatever its 80-byte header says
+        # (many exporters write "solid <name>" there); an ASCII one cannot match by chance.
+        if len(head) == 84 and size == 84 + 50 * struct.unpack_from("<I", head, 80)[0]:
+            triangles = struct.unpack_from("<I", head, 80)[0]
+            return {"format": "stl", "encoding": "binary", "triangles": triangles}
         stream.seek(0)
-        triangles = sum(line.lstrip().startswith(b"facet") for line in stream)
-    return {"format": "stl", "encoding": "ascii", "triangles": triangles}
+        return {"format": "stl", "encoding": "ascii", "triangles": sum(_stl_facets(stream))}
 
 
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
@@ -107,9 +281,9 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     elif fmt == "dwg":
         with open(path, "rb") as stream:
             version = stream.read(6).decode("ascii", "replace")
-        facts = {"format": "dwg", "version": version, "release": _DWG_RELEASES.get(version)}
+        facts = {"format": "dwg", "version": version, "release": _RELEASES.get(version)}
     elif fmt in ("ifc", "step"):
-        facts = _step(path, fmt)
+        facts = {"format": fmt, **step.summary(path)}
     else:
         facts = _stl(path)
     return clean(facts)
