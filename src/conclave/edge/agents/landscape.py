@@ -154,12 +154,6 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
         facts = describe_tiff(path, structure)
         if geotiff := geotiff_reference(structure):
             references.append(geotiff)
-    elif fmt == "jpeg2000":
-        facts = {"format": "JPEG2000"}
-        try:
-            facts.update(describe_image(path, fmt))
-        except Exception:  # Pillow without OpenJPEG still identifies it
-            facts["decoded"] = False
     else:
         facts = describe_image(path, fmt)
     gps = facts.get("exif", {}).get("gps")
