@@ -18,8 +18,8 @@ import tifffile
 from conclave.edge.agents.base import CorruptMedia
 
 MAX_DIRECTORIES = 4096
-"""Image directories read per file: a crafted chain of millions of tiny directories (or a cycle
-tifffile does not see) must not keep the worker busy."""
+"""Image directories read per file, beyond which the file is refused: a crafted chain of millions
+of tiny directories (or a cycle longer than tifffile looks for) must not keep the worker busy."""
 
 # tifffile logs every oddity of a malformed file as a warning; in a parser worker that is
 # attacker-chosen text on stderr, and a refusal says what matters.
@@ -92,7 +92,9 @@ def read_structure(path: str) -> TiffStructure:
             _read_georeference(first, structure)
             for index, page in enumerate(tif.pages):
                 if index >= MAX_DIRECTORIES:
-                    break
+                    raise CorruptMedia(
+                        f"The TIFF has more than {MAX_DIRECTORIES} image directories."
+                    )
                 if not isinstance(page, tifffile.TiffPage):
                     continue
                 if not _page_data_inside(page, size):
