@@ -45,12 +45,13 @@ class TiffStructure:
 
 
 def _page_data_inside(page: tifffile.TiffPage, size: int) -> bool:
-    ends = (
-        offset + count
+    # Starts, not ends: writers overstate the last strip's byte count often enough that libtiff
+    # and GDAL read on; an upload cut short leaves whole strips or tiles past the end.
+    return all(
+        offset < size
         for offset, count in zip(page.dataoffsets, page.databytecounts, strict=False)
         if count  # a sparse tile (offset and count 0) holds no data
     )
-    return max(ends, default=0) <= size
 
 
 def _floats(page: tifffile.TiffPage, code: int, limit: int) -> tuple[float, ...]:
@@ -90,7 +91,11 @@ def read_structure(path: str) -> TiffStructure:
                 sample_type=str(first.dtype) if first.dtype is not None else "unknown",
             )
             _read_georeference(first, structure)
+            seen: set[int] = set()
             for index, page in enumerate(tif.pages):
+                if page.offset in seen:
+                    break  # a chain looping back ends there (as Pillow and libtiff read it)
+                seen.add(page.offset)
                 if index >= MAX_DIRECTORIES:
                     raise CorruptMedia(
                         f"The TIFF has more than {MAX_DIRECTORIES} image directories."
@@ -98,7 +103,7 @@ def read_structure(path: str) -> TiffStructure:
                 if not isinstance(page, tifffile.TiffPage):
                     continue
                 if not _page_data_inside(page, size):
-                    raise CorruptMedia("The TIFF's image data lies past the end of the file.")
+                    raise CorruptMedia("The TIFF's image data starts past the end of the file.")
                 if page.is_mask:
                     structure.masks += 1
                 elif page.is_reduced:
