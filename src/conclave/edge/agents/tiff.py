@@ -114,6 +114,9 @@ def read_structure(path: str) -> TiffStructure:
         raise
     except Exception as exc:  # tifffile raises many kinds on malformed directories
         raise CorruptMedia(f"The TIFF's directories cannot be read: {type(exc).__name__}.") from exc
+    # Camera raws (NEF, DNG) open with a reduced preview and keep the full image in a SubIFD,
+    # which is not in the main chain: the file still holds one picture.
+    structure.frames = max(structure.frames, 1)
     if structure.width <= 0 or structure.height <= 0:
         raise CorruptMedia("The TIFF declares an empty image.")
     return structure
