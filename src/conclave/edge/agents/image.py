@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pillow_heif
@@ -46,10 +47,13 @@ _FAILURES = (
 
 def _exif_time(value: Any) -> str | None:
     # EXIF writes "YYYY:MM:DD HH:MM:SS" in the camera's local time; keep it local, say so.
-    text = str(value).strip().rstrip("\x00")
-    if len(text) < 19 or text[4] != ":" or text[7] != ":":
+    # Cameras without a set clock write "0000:00:00 00:00:00"; editors write seconds of 70.
+    text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    try:
+        moment = datetime.strptime(text.strip().rstrip("\x00")[:19], "%Y:%m:%d %H:%M:%S")
+    except ValueError:
         return None
-    return f"{text[0:4]}-{text[5:7]}-{text[8:10]}T{text[11:19]}"
+    return moment.isoformat()
 
 
 def _degrees(value: Any, ref: Any) -> float | None:
