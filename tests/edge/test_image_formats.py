@@ -134,3 +134,20 @@ async def test_a_cloud_optimized_geotiff_with_an_internal_mask_counts_one_frame(
     assert status == 200, facts
     assert (facts["frames"], facts["overviews"], facts["masks"]) == (1, 1, 2)
     assert facts["geo_reference"][0]["bounds"] == [500000.0, 3999360.0, 500640.0, 4000000.0]
+
+
+@pytest.mark.parametrize(
+    ("route", "content"),
+    [
+        ("image", _ftyp(b"heic", b"mif1", b"heic") + b"\x00\x00\x00\x08meta" + b"\xff" * 64),
+        ("image", _ftyp(b"avif", b"avif", b"mif1") + b"\x7f\xff\xff\xffmdat" + b"\x00" * 64),
+        ("landscape", b"II*\x00\xff\xff\xff\x7f" + b"\x00" * 64),  # first directory past the end
+        ("landscape", b"MM\x00*\x00\x00\x00\x08\xff\xff" + b"\x00" * 64),  # 65535 tags declared
+    ],
+    ids=["heif-garbage", "avif-huge-box", "tiff-offset", "tiff-tag-count"],
+)
+async def test_crafted_headers_of_accepted_formats_are_refused_as_corrupt(
+    backend: Backend, tmp_path, route: str, content: bytes
+):
+    status, body = await _upload(backend, tmp_path, route, "crafted.bin", content)
+    assert status == 422 and body["code"] == "CORRUPT_MEDIA", body

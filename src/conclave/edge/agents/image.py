@@ -32,7 +32,7 @@ pillow_heif.register_heif_opener()
 Image.MAX_IMAGE_PIXELS = 1 << 30
 _FULL_DECODE_PIXELS = 64_000_000
 """HEIF/AVIF images up to this size are decoded in full to prove their data (a 33 Mpx camera
-HEIF takes 4.5 s); larger ones are checked as far as libheif parses the container."""
+HEIF takes 4.5 s); larger ones are checked as far as their container is parsed on opening."""
 
 _FAILURES = (
     UnidentifiedImageError,
