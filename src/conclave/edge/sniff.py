@@ -27,6 +27,13 @@ class Sniffed:
 
 _AUDIO_BRANDS = {b"M4A ", b"M4B ", b"M4P ", b"F4A ", b"F4B "}
 _IMAGE_BRANDS = {b"heic", b"heix", b"hevc", b"mif1", b"msf1", b"avif", b"avis"}
+# HEIF (ISO/IEC 23008-12) and AVIF brands: still images (mif*, hei*, avif, miaf) and image
+# sequences (msf1, hev*, avis). Cameras and phones put their own brand first (Canon `heix`, Apple
+# lists `MiHE`/`MiHB` after `mif1`), so the compatible brands count too.
+_HEVC_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs"}
+_HEIF_BRANDS = {b"mif1", b"mif2", b"miaf", b"msf1"} | _HEVC_BRANDS
+_AVIF_BRANDS = {b"avif", b"avis", b"avio"}
+_MAX_BRANDS = 64
 # Any number of 999 comment pairs may precede the first SECTION (CAD exporters write their name,
 # date and profile there); the head bounds how many are looked at.
 _DXF_TEXT = re.compile(
@@ -46,6 +53,24 @@ def _ftyp_brand(head: bytes) -> bytes | None:
     return head[8:12] if len(head) >= 12 and head[4:8] == b"ftyp" else None
 
 
+def _ftyp_brands(head: bytes) -> set[bytes]:
+    """Major and compatible brands of a leading ``ftyp`` box (as far as the head holds it)."""
+    brand = _ftyp_brand(head)
+    if brand is None:
+        return set()
+    end = min(struct.unpack_from(">I", head)[0], len(head), 16 + 4 * _MAX_BRANDS)
+    return {brand} | {head[i : i + 4] for i in range(16, end - 3, 4)}
+
+
+def _heif(head: bytes) -> Sniffed | None:
+    brands = _ftyp_brands(head)
+    if brands & _AVIF_BRANDS and (_ftyp_brand(head) in _AVIF_BRANDS or not brands & _HEVC_BRANDS):
+        return Sniffed("avif", "image/avif")
+    if brands & _HEIF_BRANDS:
+        return Sniffed("heif", "image/heif")
+    return None
+
+
 def _image(head: bytes) -> Sniffed | None:
     if head.startswith(b"\xff\xd8\xff"):
         return Sniffed("jpeg", "image/jpeg")
@@ -59,10 +84,7 @@ def _image(head: bytes) -> Sniffed | None:
         return Sniffed("webp", "image/webp")
     if head.startswith(b"BM") and len(head) >= 26:
         return Sniffed("bmp", "image/bmp")
-    brand = _ftyp_brand(head)
-    if brand in _IMAGE_BRANDS:
-        return Sniffed("avif" if brand in (b"avif", b"avis") else "heif", "image/heif")
-    return None
+    return _heif(head)
 
 
 def _landscape(head: bytes) -> Sniffed | None:

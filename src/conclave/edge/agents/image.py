@@ -1,25 +1,61 @@
 """Image agent: format, dimensions, EXIF capture time, camera and GPS position (Pillow), and the
-C2PA content credentials (:mod:`conclave.edge.agents.credentials`)."""
+C2PA content credentials (:mod:`conclave.edge.agents.credentials`).
+
+HEIF (phones) is read through pillow-heif, AVIF through Pillow's own plugin, and TIFF's structure
+(frames, bands, sample type) through tifffile (:mod:`conclave.edge.agents.tiff`), which also
+describes the TIFF layouts Pillow has no mode for.
+"""
 
 from __future__ import annotations
 
+import math
+import struct
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
+import pillow_heif
 from PIL import ExifTags, Image, UnidentifiedImageError
 
 from conclave.edge.agents.base import CorruptMedia, clean
 from conclave.edge.agents.credentials import content_credentials
+from conclave.edge.agents.tiff import TiffStructure, read_structure
 
 _MAKE, _MODEL, _SOFTWARE, _ORIENTATION, _DATETIME = 271, 272, 305, 274, 306
-_DATETIME_ORIGINAL, _OFFSET_ORIGINAL = 36867, 36881
+_DATETIME_ORIGINAL, _OFFSET, _OFFSET_ORIGINAL = 36867, 36880, 36881
+
+# Registered here, in the parser worker that imports the agents, never in the service process.
+pillow_heif.register_heif_opener()
+
+# Pillow's decompression-bomb check guards a full decode. This agent decodes JPEG at 1/8 scale,
+# verifies PNG, GIF, WebP and BMP without decoding, never decodes TIFF, and decodes HEIF/AVIF only
+# up to _FULL_DECODE_PIXELS; the worker's address-space limit bounds the rest. At Pillow's default
+# (179 Mpx refused) a 200 Mpx phone photo and any large map scan were refused as bombs.
+Image.MAX_IMAGE_PIXELS = 1 << 30
+_FULL_DECODE_PIXELS = 64_000_000
+"""HEIF/AVIF images up to this size are decoded in full to prove their data (a 33 Mpx camera
+HEIF takes 4.5 s); larger ones are checked as far as their container is parsed on opening."""
+
+_FAILURES = (
+    UnidentifiedImageError,
+    OSError,
+    SyntaxError,
+    ValueError,
+    EOFError,
+    RuntimeError,  # pillow-heif's libheif errors
+    Image.DecompressionBombError,
+)
 
 
 def _exif_time(value: Any) -> str | None:
     # EXIF writes "YYYY:MM:DD HH:MM:SS" in the camera's local time; keep it local, say so.
-    text = str(value).strip().rstrip("\x00")
-    if len(text) < 19 or text[4] != ":" or text[7] != ":":
+    # Cameras without a set clock write "0000:00:00 00:00:00"; editors write seconds of 70.
+    text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    try:
+        moment = datetime.strptime(text.strip().rstrip("\x00")[:19], "%Y:%m:%d %H:%M:%S")
+    except ValueError:
         return None
-    return f"{text[0:4]}-{text[5:7]}-{text[8:10]}T{text[11:19]}"
+    return moment.isoformat()
 
 
 def _degrees(value: Any, ref: Any) -> float | None:
@@ -28,6 +64,8 @@ def _degrees(value: Any, ref: Any) -> float | None:
     except (TypeError, ValueError, ZeroDivisionError):
         return None
     result = degrees + minutes / 60 + seconds / 3600
+    if not math.isfinite(result):
+        return None  # a GPS block of 0/0 rationals: a phone that had no fix
     return -result if str(ref).upper().startswith(("S", "W")) else result
 
 
@@ -52,16 +90,19 @@ def gps_position(exif: Image.Exif) -> dict[str, Any] | None:
     return position
 
 
-def exif_summary(image: Image.Image) -> dict[str, Any]:
-    """Capture time, camera and GPS position from the image's EXIF block."""
-    exif = image.getexif()
+def exif_summary(exif: Image.Exif) -> dict[str, Any]:
+    """Capture time, camera and GPS position from an image's EXIF block."""
     if not exif:
         return {}
     details = exif.get_ifd(ExifTags.IFD.Exif)
-    captured = _exif_time(details.get(_DATETIME_ORIGINAL) or exif.get(_DATETIME) or "")
+    # The offset (EXIF 2.31) belongs to the time it is written for.
+    if details.get(_DATETIME_ORIGINAL):
+        captured, offset = details[_DATETIME_ORIGINAL], details.get(_OFFSET_ORIGINAL)
+    else:
+        captured, offset = exif.get(_DATETIME) or "", details.get(_OFFSET)
     summary: dict[str, Any] = {
-        "captured_at_local": captured,
-        "captured_utc_offset": details.get(_OFFSET_ORIGINAL),
+        "captured_at_local": _exif_time(captured),
+        "captured_utc_offset": offset,
         "camera_make": exif.get(_MAKE),
         "camera_model": exif.get(_MODEL),
         "software": exif.get(_SOFTWARE),
@@ -79,16 +120,80 @@ def open_checked(path: str) -> Image.Image:
             # Decoding at 1/8 scale walks the whole entropy-coded stream cheaply.
             image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
             image.load()
+        elif image.format in ("HEIF", "AVIF"):
+            # Their "verify" checks nothing; decoding is the proof, within a budget.
+            if image.width * image.height <= _FULL_DECODE_PIXELS:
+                image.load()
         else:
-            Image.open(path).verify()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError,
-            EOFError) as exc:  # fmt: skip
+            with Image.open(path) as second:
+                second.verify()
+    except _FAILURES as exc:
         raise CorruptMedia(f"The image cannot be decoded: {type(exc).__name__}.") from exc
     return image
 
 
-def describe_image(path: str) -> dict[str, Any]:
-    """Technical facts of a raster image."""
+def _frames(image: Image.Image) -> int:
+    try:
+        return int(getattr(image, "n_frames", 1))
+    except _FAILURES as exc:  # counting walks every frame's header
+        raise CorruptMedia(f"The image's frames cannot be read: {type(exc).__name__}.") from exc
+
+
+def _exif_or_nothing(read: Callable[[], Image.Exif]) -> dict[str, Any]:
+    # A malformed EXIF block (cameras and editors write many) costs the EXIF facts, not the image.
+    try:
+        return exif_summary(read())
+    except (*_FAILURES, KeyError, TypeError, IndexError, ZeroDivisionError, struct.error):
+        return {}
+
+
+def _tiff_exif(path: str) -> dict[str, Any]:
+    """EXIF of a TIFF Pillow cannot open (no mode for its layout): its first directory read as
+    an EXIF block (classic TIFF only: Pillow reads no BigTIFF header this way)."""
+    with open(path, "rb") as stream:
+        if stream.read(4) not in (b"II*\x00", b"MM\x00*"):
+            return {}
+        stream.seek(0)
+        exif = Image.Exif()
+
+        def read() -> Image.Exif:
+            exif.load_from_fp(stream)
+            return exif
+
+        return _exif_or_nothing(read)
+
+
+def describe_tiff(path: str, structure: TiffStructure) -> dict[str, Any]:
+    """Facts of a TIFF from its directories (read by :func:`read_structure`), with Pillow's mode
+    and EXIF when Pillow has a mode for the layout (none for 4-band 16-bit or 64-bit floats)."""
+    facts: dict[str, Any] = {
+        "format": "TIFF",
+        "width": structure.width,
+        "height": structure.height,
+        "mode": None,
+        "bands": structure.bands,
+        "sample_type": structure.sample_type,
+        "frames": structure.frames,
+    }
+    if structure.overviews:
+        facts["overviews"] = structure.overviews
+    if structure.masks:
+        facts["masks"] = structure.masks
+    try:
+        with Image.open(path) as image:
+            facts["mode"] = image.mode
+            exif = _exif_or_nothing(image.getexif)
+    except _FAILURES:
+        exif = _tiff_exif(path)
+    if exif:
+        facts["exif"] = exif
+    return facts
+
+
+def describe_image(path: str, fmt: str) -> dict[str, Any]:
+    """Technical facts of a raster image of the sniffed format ``fmt``."""
+    if fmt == "tiff":
+        return describe_tiff(path, read_structure(path))
     with open_checked(path) as image:
         width, height = image.size
         if image.format == "JPEG":
@@ -99,9 +204,9 @@ def describe_image(path: str) -> dict[str, Any]:
             "width": width,
             "height": height,
             "mode": image.mode,
-            "frames": getattr(image, "n_frames", 1),
+            "frames": _frames(image),
         }
-        exif = exif_summary(image)
+        exif = _exif_or_nothing(image.getexif)
         if exif:
             facts["exif"] = exif
     return facts
@@ -109,7 +214,7 @@ def describe_image(path: str) -> dict[str, Any]:
 
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """The image agent's summary."""
-    facts = describe_image(path)
+    facts = describe_image(path, fmt)
     if (credentials := content_credentials(path)) is not None:
         facts["content_credentials"] = credentials
     return clean(facts)

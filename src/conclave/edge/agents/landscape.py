@@ -12,55 +12,90 @@ import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from PIL import Image
-
 from conclave.edge.agents.base import clean
 from conclave.edge.agents.credentials import content_credentials
-from conclave.edge.agents.image import describe_image
+from conclave.edge.agents.image import describe_image, describe_tiff
+from conclave.edge.agents.tiff import TiffStructure, read_structure
 
-_PIXEL_SCALE, _TIEPOINT, _TRANSFORM, _GEOKEYS = 33550, 33922, 34264, 34735
-_GEOGRAPHIC_TYPE, _PROJECTED_TYPE, _MODEL_TYPE = 2048, 3072, 1024
+_USER_DEFINED = 32767
+"""GeoTIFF's code for "not an EPSG code: the CRS is described by further keys"."""
+_UNITS = {9001: "metre", 9002: "foot", 9003: "us_survey_foot", 9101: "radian", 9102: "degree"}
 _TILE = re.compile(r"/(\d{1,2})/(\d{1,8})/(\d{1,8})(?:@\dx)?(?:\.\w{2,5})?$")
 _OSM_HASH = re.compile(r"map=(\d{1,2}(?:\.\d+)?)/(-?\d+(?:\.\d+)?)/(-?\d+(?:\.\d+)?)")
 
 
-def _geokeys(raw: tuple[int, ...]) -> dict[int, int]:
-    keys: dict[int, int] = {}
-    count = raw[3] if len(raw) >= 4 else 0
-    for index in range(count):
-        key, location, _count, value = raw[4 + 4 * index : 8 + 4 * index]
-        if location == 0:  # the value is inline; others point into double/ascii tags
-            keys[key] = value
-    return keys
+def _code(value: Any) -> int | None:
+    # tifffile gives known codes as IntEnum members, others as plain ints (tuples when malformed)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def geotiff_reference(path: str) -> dict[str, Any] | None:
-    """EPSG code, pixel scale, tie point and bounds from GeoTIFF tags."""
-    with Image.open(path) as image:
-        tags = getattr(image, "tag_v2", None)
-        if tags is None or (_TIEPOINT not in tags and _TRANSFORM not in tags):
-            return None
-        width, height = image.size
-        keys = _geokeys(tuple(tags.get(_GEOKEYS, ())))
-        reference: dict[str, Any] = {
-            "kind": "geotiff",
-            "epsg": keys.get(_PROJECTED_TYPE) or keys.get(_GEOGRAPHIC_TYPE),
-            "model_type": {1: "projected", 2: "geographic", 3: "geocentric"}.get(
-                keys.get(_MODEL_TYPE, 0)
-            ),
-        }
-        scale = tuple(float(v) for v in tags.get(_PIXEL_SCALE, ()))
-        tiepoint = tuple(float(v) for v in tags.get(_TIEPOINT, ()))
-        if len(scale) >= 2 and len(tiepoint) >= 6:
-            i, j, _k, x, y, _z = tiepoint[:6]
-            west, north = x - i * scale[0], y + j * scale[1]
-            east, south = west + width * scale[0], north - height * scale[1]
-            reference.update(
-                pixel_scale=list(scale[:2]),
-                tiepoint=list(tiepoint[:6]),
-                bounds=[west, south, east, north],
-            )
-        return reference
+def _corners(structure: TiffStructure, point: bool) -> list[tuple[float, float]] | None:
+    """Model coordinates of the raster's four outer corners, from the affine transformation or
+    from a tie point and pixel scale."""
+    # With PixelIsPoint the model point sits at a pixel's centre: the raster's outer edge is
+    # half a pixel further out (as GDAL reads it).
+    edge = -0.5 if point else 0.0
+    columns = (edge, structure.width + edge)
+    rows = (edge, structure.height + edge)
+    matrix = structure.transformation
+    if len(matrix) == 16:
+        a, b, _c, d, e, f, _g, h = matrix[:8]
+        return [(a * i + b * j + d, e * i + f * j + h) for i in columns for j in rows]
+    scale, tie = structure.pixel_scale, structure.tiepoints
+    if len(scale) >= 2 and len(tie) >= 6 and scale[0] and scale[1]:
+        i0, j0, _k, x0, y0, _z = tie[:6]
+        return [(x0 + (i - i0) * scale[0], y0 - (j - j0) * scale[1]) for i in columns for j in rows]
+    return None
+
+
+def geotiff_reference(structure: TiffStructure) -> dict[str, Any] | None:
+    """CRS code, units, pixel scale, tie point or transformation, and bounds (in the CRS's units,
+    ``[west, south, east, north]``) from a TIFF's GeoTIFF tags."""
+    keys = structure.geo_keys
+    if not (structure.tiepoints or structure.transformation or keys):
+        return None
+    model = {1: "projected", 2: "geographic", 3: "geocentric"}.get(
+        _code(keys.get("GTModelTypeGeoKey")) or 0
+    )
+    projected = _code(keys.get("ProjectedCSTypeGeoKey"))
+    geographic = _code(keys.get("GeographicTypeGeoKey"))
+    code = projected if projected is not None else geographic
+    if projected is not None or model == "projected":
+        units = _code(keys.get("ProjLinearUnitsGeoKey"))
+    else:
+        units = _code(keys.get("GeogAngularUnitsGeoKey"))
+    point = _code(keys.get("GTRasterTypeGeoKey")) == 2
+    citation = next(
+        (
+            keys[name]
+            for name in ("GTCitationGeoKey", "PCSCitationGeoKey", "GeogCitationGeoKey")
+            if isinstance(keys.get(name), str)
+        ),
+        None,
+    )
+    reference: dict[str, Any] = {
+        "kind": "geotiff",
+        "epsg": code if code != _USER_DEFINED else None,
+        "user_defined": code == _USER_DEFINED,
+        "model_type": model,
+        "raster_type": "pixel_is_point" if point else "pixel_is_area",
+        "citation": citation,
+        "crs_units": _UNITS.get(units, f"epsg:{units}") if units is not None else None,
+    }
+    if projected == _USER_DEFINED and geographic not in (None, _USER_DEFINED):
+        reference["geographic_epsg"] = geographic  # the datum is known, the projection is not
+    if len(structure.pixel_scale) >= 2:
+        reference["pixel_scale"] = list(structure.pixel_scale[:2])
+    if len(structure.tiepoints) >= 6:
+        reference["tiepoint"] = list(structure.tiepoints[:6])
+        reference["tiepoints"] = len(structure.tiepoints) // 6
+    if len(structure.transformation) == 16:
+        reference["transformation"] = list(structure.transformation)
+    corners = _corners(structure, point)
+    if corners:
+        xs, ys = [x for x, _ in corners], [y for _, y in corners]
+        reference["bounds"] = [min(xs), min(ys), max(xs), max(ys)]
+    return reference
 
 
 def _tile_bounds(zoom: int, x: int, y: int) -> list[float]:
@@ -114,17 +149,14 @@ def parse_map_url(url: str) -> dict[str, Any]:
 
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """The landscape agent's summary."""
-    if fmt == "jpeg2000":
-        facts: dict[str, Any] = {"format": "JPEG2000"}
-        try:
-            facts.update(describe_image(path))
-        except Exception:  # Pillow without OpenJPEG still identifies it
-            facts["decoded"] = False
-    else:
-        facts = describe_image(path)
     references = []
-    if fmt == "tiff" and (geotiff := geotiff_reference(path)):
-        references.append(geotiff)
+    if fmt == "tiff":
+        structure = read_structure(path)
+        facts = describe_tiff(path, structure)
+        if geotiff := geotiff_reference(structure):
+            references.append(geotiff)
+    else:
+        facts = describe_image(path, fmt)
     gps = facts.get("exif", {}).get("gps")
     if gps and not gps.get("invalid"):
         references.append({"kind": "exif_gps", **gps})

@@ -1,0 +1,153 @@
+"""Image and landscape files beyond the real-file corpus: crafted TIFFs that must be refused
+without hanging a worker, a layout no corpus file has, and the HEIF brands phones write."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy
+import pytest
+import tifffile
+
+from conclave.edge.sniff import sniff
+from conclave.platform.errors import UnsupportedMediaType
+from tests.conftest import Backend
+from tests.edge.conftest import edge_app, edge_settings, form
+
+# GeoKeyDirectory: version 1.1.0, 3 keys: projected model, pixel-is-area, user-defined projection.
+_GEOKEYS = (1, 1, 0, 3, 1024, 0, 1, 1, 1025, 0, 1, 1, 3072, 0, 1, 32767)
+
+
+def _pages(count: int) -> bytes:
+    buffer = io.BytesIO()
+    with tifffile.TiffWriter(buffer) as writer:
+        for _ in range(count):
+            writer.write(numpy.zeros((1, 1), numpy.uint8), contiguous=False)
+    return buffer.getvalue()
+
+
+async def _upload(
+    backend: Backend, tmp_path: Path, route: str, name: str, content: bytes
+) -> tuple[int, Any]:
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        response = await client.post(f"/api/edge-intake/{route}", **form((name, content)))
+        if response.status_code != 200:
+            return response.status_code, response.json()
+        [evidence_id] = response.json()["evidence_ids"]
+        pack = (await client.get(f"/api/edge-intake/evidence/{evidence_id}")).json()
+        return 200, pack["extracted"]
+
+
+async def test_a_tiff_with_more_directories_than_the_edge_reads_is_refused(
+    backend: Backend, tmp_path
+):
+    status, body = await _upload(backend, tmp_path, "image", "stack.tif", _pages(4097))
+    assert status == 422 and body["code"] == "CORRUPT_MEDIA"
+    assert "4096" in body["detail"]
+
+
+async def test_a_tiled_tiff_cut_short_is_refused(backend: Backend, tmp_path):
+    # Tiles that start past the end: an upload cut short. (Byte counts are not trusted: writers
+    # get them wrong often enough that libtiff recomputes them.)
+    image = numpy.arange(64 * 64, dtype=numpy.uint16).reshape(64, 64)
+    buffer = io.BytesIO()
+    tifffile.imwrite(buffer, image, tile=(16, 16))
+    whole = buffer.getvalue()
+    status, body = await _upload(backend, tmp_path, "image", "cut.tif", whole[: len(whole) // 2])
+    assert status == 422 and body["code"] == "CORRUPT_MEDIA"
+
+
+async def test_a_four_band_16_bit_geotiff_with_a_transformation_matrix_is_described(
+    backend: Backend, tmp_path
+):
+    # The usual satellite layout (Pillow has no mode for it), placed by a rotated affine matrix
+    # only (no tie point) in a user-defined projection.
+    matrix = (0.0, 10.0, 0.0, 500000.0, -10.0, 0.0, 0.0, 4000000.0) + (0.0,) * 7 + (1.0,)
+    buffer = io.BytesIO()
+    tifffile.imwrite(
+        buffer,
+        numpy.zeros((4, 30, 20), numpy.uint16),
+        photometric="minisblack",
+        planarconfig="separate",
+        extratags=[(34264, 12, 16, matrix, True), (34735, 3, len(_GEOKEYS), _GEOKEYS, True)],
+    )
+    status, facts = await _upload(backend, tmp_path, "landscape", "scene.tif", buffer.getvalue())
+    assert status == 200, facts
+    assert (facts["width"], facts["height"], facts["bands"]) == (20, 30, 4)
+    assert facts["sample_type"] == "uint16"
+    [geotiff] = facts["geo_reference"]
+    assert geotiff["epsg"] is None and geotiff["user_defined"] is True
+    # x = 10·row + 500000, y = -10·column + 4000000 over 20 columns and 30 rows.
+    assert geotiff["bounds"] == [500000.0, 3999800.0, 500300.0, 4000000.0]
+
+
+def _ftyp(major: bytes, *compatible: bytes) -> bytes:
+    size = 16 + 4 * len(compatible)
+    return size.to_bytes(4, "big") + b"ftyp" + major + b"\x00\x00\x00\x00" + b"".join(compatible)
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        (_ftyp(b"heic", b"mif1", b"heic"), "heif"),
+        (_ftyp(b"mif1", b"MiHE", b"miaf", b"MiHB", b"heic"), "heif"),  # Apple
+        (_ftyp(b"heix", b"mif1", b"heix", b"miaf", b"MiHA"), "heif"),  # Sony, Canon
+        (_ftyp(b"msf1", b"msf1", b"hevc", b"heic", b"mif1"), "heif"),  # burst sequence
+        (_ftyp(b"MiHE", b"mif1", b"heic"), "heif"),  # a phone brand first, HEIF compatible
+        (_ftyp(b"avif", b"avif", b"mif1", b"miaf"), "avif"),
+        (_ftyp(b"mif1", b"avif", b"miaf"), "avif"),
+    ],
+)
+def test_the_image_route_takes_the_heif_brands_phones_write(head: bytes, expected: str) -> None:
+    assert sniff("image", head + b"\x00" * 64, len(head) + 64).format == expected
+
+
+@pytest.mark.parametrize(
+    "head",
+    [_ftyp(b"isom", b"isom", b"avc1", b"mp41"), _ftyp(b"qt  ", b"qt  "), _ftyp(b"M4A ", b"mp42")],
+    ids=["mp4", "quicktime", "m4a"],
+)
+def test_the_image_route_refuses_other_iso_media(head: bytes) -> None:
+    with pytest.raises(UnsupportedMediaType):
+        sniff("image", head + b"\x00" * 64, len(head) + 64)
+
+
+async def test_a_cloud_optimized_geotiff_with_an_internal_mask_counts_one_frame(
+    backend: Backend, tmp_path
+):
+    # GDAL's layout: the image, its overview, then 1-bit masks (NewSubfileType 4, and 5 for the
+    # overview's). Counting frames used to walk into the masks and refuse the file as corrupt.
+    buffer = io.BytesIO()
+    scale_and_tie = [
+        (33550, 12, 3, (10.0, 10.0, 0.0), True),
+        (33922, 12, 6, (0.0, 0.0, 0.0, 500000.0, 4000000.0, 0.0), True),
+        (34735, 3, len(_GEOKEYS), _GEOKEYS, True),
+    ]
+    with tifffile.TiffWriter(buffer) as writer:
+        writer.write(numpy.zeros((64, 64), numpy.uint16), tile=(16, 16), extratags=scale_and_tie)
+        writer.write(numpy.zeros((32, 32), numpy.uint16), tile=(16, 16), subfiletype=1)
+        writer.write(numpy.ones((64, 64), bool), tile=(16, 16), subfiletype=4)
+        writer.write(numpy.ones((32, 32), bool), tile=(16, 16), subfiletype=5)
+    status, facts = await _upload(backend, tmp_path, "landscape", "cog.tif", buffer.getvalue())
+    assert status == 200, facts
+    assert (facts["frames"], facts["overviews"], facts["masks"]) == (1, 1, 2)
+    assert facts["geo_reference"][0]["bounds"] == [500000.0, 3999360.0, 500640.0, 4000000.0]
+
+
+@pytest.mark.parametrize(
+    ("route", "content"),
+    [
+        ("image", _ftyp(b"heic", b"mif1", b"heic") + b"\x00\x00\x00\x08meta" + b"\xff" * 64),
+        ("image", _ftyp(b"avif", b"avif", b"mif1") + b"\x7f\xff\xff\xffmdat" + b"\x00" * 64),
+        ("landscape", b"II*\x00\xff\xff\xff\x7f" + b"\x00" * 64),  # first directory past the end
+        ("landscape", b"MM\x00*\x00\x00\x00\x08\xff\xff" + b"\x00" * 64),  # 65535 tags declared
+    ],
+    ids=["heif-garbage", "avif-huge-box", "tiff-offset", "tiff-tag-count"],
+)
+async def test_crafted_headers_of_accepted_formats_are_refused_as_corrupt(
+    backend: Backend, tmp_path, route: str, content: bytes
+):
+    status, body = await _upload(backend, tmp_path, route, "crafted.bin", content)
+    assert status == 422 and body["code"] == "CORRUPT_MEDIA", body
