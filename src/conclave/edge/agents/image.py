@@ -22,7 +22,8 @@ from conclave.edge.agents.credentials import content_credentials
 from conclave.edge.agents.tiff import TiffStructure, read_structure
 
 _MAKE, _MODEL, _SOFTWARE, _ORIENTATION, _DATETIME = 271, 272, 305, 274, 306
-_DATETIME_ORIGINAL, _OFFSET, _OFFSET_ORIGINAL = 36867, 36880, 36881
+_DATETIME_ORIGINAL, _DATETIME_DIGITIZED = 36867, 36868
+_OFFSET, _OFFSET_ORIGINAL, _OFFSET_DIGITIZED = 36880, 36881, 36882
 
 # Registered here, in the parser worker that imports the agents, never in the service process.
 pillow_heif.register_heif_opener()
@@ -95,14 +96,18 @@ def exif_summary(exif: Image.Exif) -> dict[str, Any]:
     if not exif:
         return {}
     details = exif.get_ifd(ExifTags.IFD.Exif)
-    # The offset (EXIF 2.31) belongs to the time it is written for.
+    # The capture time is DateTimeOriginal, else DateTimeDigitized (the same moment for a digital
+    # camera). DateTime is when the file was last changed (an editor's save), never the capture:
+    # it is reported apart. Each offset (EXIF 2.31) belongs to the time it is written for.
     if details.get(_DATETIME_ORIGINAL):
         captured, offset = details[_DATETIME_ORIGINAL], details.get(_OFFSET_ORIGINAL)
     else:
-        captured, offset = exif.get(_DATETIME) or "", details.get(_OFFSET)
+        captured, offset = details.get(_DATETIME_DIGITIZED), details.get(_OFFSET_DIGITIZED)
     summary: dict[str, Any] = {
-        "captured_at_local": _exif_time(captured),
-        "captured_utc_offset": offset,
+        "captured_at_local": _exif_time(captured or ""),
+        "captured_utc_offset": offset if captured else None,
+        "modified_at_local": _exif_time(exif.get(_DATETIME) or ""),
+        "modified_utc_offset": details.get(_OFFSET) if exif.get(_DATETIME) else None,
         "camera_make": exif.get(_MAKE),
         "camera_model": exif.get(_MODEL),
         "software": exif.get(_SOFTWARE),
