@@ -1,12 +1,18 @@
-"""Video agent: container, duration, resolution, frame rate and codecs (MediaInfo)."""
+"""Video agent: container, duration, resolution, frame rate and codecs (MediaInfo).
+
+A container with no video stream is not a video: audio-only MP4/3GP/QuickTime, Ogg, FLV, ASF or
+Matroska files are refused with 415 (the audio ones belong on /audio), a container with no
+stream at all is 422.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pymediainfo import MediaInfo
+from mutagen.oggtheora import OggTheora
 
-from conclave.edge.agents.base import CorruptMedia, clean
+from conclave.edge.agents.base import CorruptMedia, MediaMismatch, clean
+from conclave.edge.agents.streams import media_info, ogg_streams
 
 
 def _number(value: Any) -> float | None:
@@ -16,23 +22,47 @@ def _number(value: Any) -> float | None:
         return None
 
 
+def _theora_seconds(path: str, header: bytes) -> float | None:
+    """Duration of an Ogg Theora stream from its last granule position. Before bitstream 3.2.1
+    the position counts frames from 0, so one more frame is played than it says."""
+    try:
+        info: Any = OggTheora(path).info  # type: ignore[no-untyped-call]
+    except Exception:  # mutagen on untrusted bytes: no duration rather than no file
+        return None
+    seconds = float(info.length)
+    if info.fps and tuple(header[7:10]) < (3, 2, 1):
+        seconds += 1 / info.fps
+    return round(seconds, 3)
+
+
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """The video agent's summary."""
-    try:
-        tracks = MediaInfo.parse(path).tracks
-    except (OSError, RuntimeError, ValueError) as exc:
-        raise CorruptMedia(f"The container cannot be read: {type(exc).__name__}.") from exc
+    theora: bytes | None = None
+    if fmt == "ogg":
+        streams = ogg_streams(path)
+        if not any(s.kind == "video" for s in streams):
+            if any(s.kind == "audio" for s in streams):
+                raise MediaMismatch("The Ogg file holds only audio: use /audio.")
+            raise CorruptMedia("The Ogg file holds no video stream this route can read.")
+        theora = next((s.header for s in streams if s.codec == "theora"), None)
+    tracks = media_info(path)
     general = next((t for t in tracks if t.track_type == "General"), None)
     videos = [t for t in tracks if t.track_type == "Video"]
     audios = [t for t in tracks if t.track_type == "Audio"]
+    if not videos and audios:
+        raise MediaMismatch("The file holds audio and no video stream: use /audio.")
     if general is None or general.format is None or not videos:
         raise CorruptMedia("No video stream was found in the container.")
     first = videos[0]
     duration_ms = _number(general.duration) or _number(first.duration)
+    duration = round(duration_ms / 1000, 3) if duration_ms else None
+    if theora is not None:
+        # MediaInfo gives no duration for some Theora files and the audio's for others.
+        duration = _theora_seconds(path, theora) or duration
     return clean(
         {
             "container": general.format,
-            "duration_s": round(duration_ms / 1000, 3) if duration_ms else None,
+            "duration_s": duration,
             "width": first.width,
             "height": first.height,
             "frame_rate": _number(first.frame_rate),
@@ -40,5 +70,6 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
             "audio_codecs": [t.format for t in audios],
             "bitrate_bps": general.overall_bit_rate,
             "encoded_at": general.encoded_date or general.tagged_date,
+            "truncated": general.istruncated == "Yes",
         }
     )
