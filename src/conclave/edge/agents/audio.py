@@ -35,6 +35,7 @@ _OPUS_RATE = 48_000
 # more than this is no recording, and a crafted file cannot make the walk long.
 _MAX_CHUNKS = 64
 _TRACK_FACTS = ("duration_s", "sample_rate_hz", "channels")
+_MAX_TAG_BYTES = 16 * 1024 * 1024
 
 
 def _with_mutagen(path: str) -> dict[str, Any] | None:
@@ -94,26 +95,72 @@ def _route_check(path: str, fmt: str) -> tuple[list[Any] | None, list[OggStream]
     return None, []
 
 
-def _sound_data(path: str) -> tuple[int, int] | None:
-    """Offset and declared length of the sound data of a WAV (``data``) or AIFF (``SSND``) file,
-    or ``None`` when the file ends before that chunk."""
+def _chunks(path: str) -> list[tuple[bytes, int, int]]:
+    """The top-level chunks of a WAV or AIFF file: id, data offset and declared data size (which
+    may run past the end of a cut-off file)."""
+    found = []
     with open(path, "rb") as stream:
-        head = stream.read(12)
-        if head[:4] == b"RIFF":
-            order, wanted, skip = "<", b"data", 0
-        else:  # FORM/AIFF or AIFC; SSND data starts after its offset and block size fields
-            order, wanted, skip = ">", b"SSND", 8
+        order = "<" if stream.read(12)[:4] == b"RIFF" else ">"  # RIFF, or FORM (AIFF, AIFC)
         offset = 12
         for _ in range(_MAX_CHUNKS):
             stream.seek(offset)
             header = stream.read(8)
             if len(header) < 8:
-                return None
+                break
             kind, size = struct.unpack(order + "4sI", header)
-            if kind == wanted:
-                return offset + 8 + skip, max(0, size - skip)
+            found.append((kind, offset + 8, size))
             offset += 8 + size + (size & 1)
+    return found
+
+
+def _sound_data(path: str) -> tuple[int, int] | None:
+    """Offset and declared length of the sound data of a WAV (``data``) or AIFF (``SSND``) file,
+    or ``None`` when the file ends before that chunk."""
+    for kind, offset, size in _chunks(path):
+        if kind == b"data":
+            return offset, size
+        if kind == b"SSND":  # the samples follow its offset and block size fields
+            return offset + 8, max(0, size - 8)
     return None
+
+
+def _tag_bytes(path: str, fmt: str) -> int:
+    """How many bytes of tags mutagen would read whole: an ID3v2 tag at the start (MP3 and
+    others), ID3 chunks of WAV and AIFF, FLAC's metadata blocks, an MP4's movie box."""
+    with open(path, "rb") as stream:
+        head = stream.read(10)
+        total = 0
+        if head[:3] == b"ID3" and len(head) == 10:
+            total += sum((byte & 0x7F) << (7 * (3 - i)) for i, byte in enumerate(head[6:10]))
+        if fmt == "flac":
+            stream.seek(4)
+            for _ in range(_MAX_CHUNKS):
+                header = stream.read(4)
+                if len(header) < 4:
+                    break
+                size = int.from_bytes(header[1:4])
+                total += size
+                if header[0] & 0x80:
+                    break
+                stream.seek(size, os.SEEK_CUR)
+        elif fmt in ISO_MEDIA:
+            offset = 0
+            for _ in range(_MAX_CHUNKS):
+                stream.seek(offset)
+                header = stream.read(16)
+                if len(header) < 8:
+                    break
+                size, kind = struct.unpack_from(">I4s", header)
+                if size == 1 and len(header) == 16:
+                    size = struct.unpack_from(">Q", header, 8)[0]
+                if kind == b"moov":
+                    total += size
+                if size < 8:
+                    break
+                offset += size
+    if fmt in ("wav", "aiff"):
+        total += sum(size for kind, _, size in _chunks(path) if kind.lower().strip() == b"id3")
+    return total
 
 
 def _truncation(path: str, fmt: str, facts: dict[str, Any], tracks: list[Any] | None) -> None:
@@ -145,7 +192,9 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """The audio agent's summary."""
     tracks, streams = _route_check(path, fmt)
     try:
-        facts = _with_mutagen(path)
+        # mutagen reads tags whole (a 200 MiB cover picture in an ID3 chunk took a worker to
+        # 900 MB): past the cap the file is described by MediaInfo, without tag names.
+        facts = _with_mutagen(path) if _tag_bytes(path, fmt) <= _MAX_TAG_BYTES else None
     except _MUTAGEN_ERRORS as exc:
         # MediaInfo reads some files mutagen refuses (a streamed WAV without sizes, say).
         facts = _with_mediainfo(tracks if tracks is not None else media_info(path))
