@@ -14,7 +14,7 @@ from typing import Any
 
 import mutagen
 
-from conclave.edge.agents import flac_frames
+from conclave.edge.agents import flac_frames, mpeg_audio
 from conclave.edge.agents.base import CorruptMedia, MediaMismatch, clean
 from conclave.edge.agents.streams import ISO_MEDIA, OggStream, kinds_of, media_info, ogg_streams
 
@@ -46,6 +46,8 @@ def _with_mutagen(path: str) -> dict[str, Any] | None:
     kind = type(audio).__name__
     codec = getattr(info, "codec", None) or _CODECS.get(kind, kind.lower())
     return {
+        # Where the first MPEG audio frame starts (after an ID3v2 tag): for the VBR header.
+        "_frame_offset": getattr(info, "frame_offset", None),
         "container": kind,
         "codec": codec,
         "duration_s": round(float(getattr(info, "length", 0.0) or 0.0), 3),
@@ -183,6 +185,12 @@ def _truncation(path: str, fmt: str, facts: dict[str, Any], tracks: list[Any] | 
             facts["truncated"] = played.truncated
             if played.truncated and facts.get("sample_rate_hz"):
                 facts["duration_s"] = round(played.samples / facts["sample_rate_hz"], 3)
+    elif fmt == "mpeg" and isinstance(frame_offset := facts.get("_frame_offset"), int):
+        read = mpeg_audio.held(path, frame_offset)
+        facts["truncated"] = read is not None
+        if read is not None:
+            seconds = read.seconds if read.seconds is not None else duration * (read.share or 0)
+            facts["duration_s"] = round(seconds, 3)
     elif tracks is not None:
         general = next((t for t in tracks if t.track_type == "General"), None)
         facts["truncated"] = bool(general is not None and general.istruncated == "Yes")
@@ -213,4 +221,5 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     if opus is not None:
         facts["input_sample_rate_hz"] = struct.unpack_from("<I", opus, 12)[0] or None
     _truncation(path, fmt, facts, tracks)
+    facts.pop("_frame_offset", None)
     return clean(facts)
