@@ -16,7 +16,14 @@ import mutagen
 
 from conclave.edge.agents import flac_frames, mpeg_audio
 from conclave.edge.agents.base import CorruptMedia, MediaMismatch, clean
-from conclave.edge.agents.streams import ISO_MEDIA, OggStream, kinds_of, media_info, ogg_streams
+from conclave.edge.agents.streams import (
+    ISO_MEDIA,
+    OggStream,
+    kinds_of,
+    media_info,
+    ogg_header_bytes,
+    ogg_streams,
+)
 
 _CODECS = {
     "WAVE": "pcm",
@@ -28,6 +35,20 @@ _CODECS = {
     "OggSpeex": "speex",
     "AIFF": "pcm",
 }
+_CONTAINERS = {
+    "wav": "WAVE",
+    "mpeg": "MP3",
+    "flac": "FLAC",
+    "ogg": "Ogg",
+    "aiff": "AIFF",
+    "amr": "AMR",
+    "mp4": "MP4",
+    "3gpp": "3GPP",
+    "3gpp2": "3GPP2",
+    "quicktime": "QuickTime",
+}
+# MediaInfo's names where mutagen's differ (the rest: MediaInfo's, lower-case).
+_MEDIAINFO_CODECS = {"MPEG Audio": "mp3", "AMR": "amr"}
 _MUTAGEN_ERRORS = (mutagen.MutagenError, ValueError, EOFError, OSError, IndexError, KeyError)
 # Opus always decodes at 48 kHz (RFC 7845 §5.1); OpusHead keeps the encoder's input rate apart.
 _OPUS_RATE = 48_000
@@ -67,7 +88,7 @@ def _with_mediainfo(tracks: list[Any]) -> dict[str, Any] | None:
     duration = audio.duration or (general.duration if general else None)
     return {
         "container": general.format if general else None,
-        "codec": audio.format,
+        "codec": _MEDIAINFO_CODECS.get(audio.format, str(audio.format or "").lower() or None),
         "duration_s": round(float(duration) / 1000, 3) if duration else None,
         "sample_rate_hz": int(float(audio.sampling_rate)) if audio.sampling_rate else None,
         "channels": int(audio.channel_s) if str(audio.channel_s or "").isdigit() else None,
@@ -128,7 +149,8 @@ def _sound_data(path: str) -> tuple[int, int] | None:
 
 def _tag_bytes(path: str, fmt: str) -> int:
     """How many bytes of tags mutagen would read whole: an ID3v2 tag at the start (MP3 and
-    others), ID3 chunks of WAV and AIFF, FLAC's metadata blocks, an MP4's movie box."""
+    others), ID3 chunks of WAV and AIFF, FLAC's metadata blocks, an MP4's movie box, Ogg's
+    header pages."""
     with open(path, "rb") as stream:
         head = stream.read(10)
         total = 0
@@ -162,6 +184,8 @@ def _tag_bytes(path: str, fmt: str) -> int:
                 offset += size
     if fmt in ("wav", "aiff"):
         total += sum(size for kind, _, size in _chunks(path) if kind.lower().strip() == b"id3")
+    elif fmt == "ogg":
+        total += ogg_header_bytes(path, _MAX_TAG_BYTES)
     return total
 
 
@@ -220,6 +244,8 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     opus = next((s.header for s in streams if s.codec == "opus" and len(s.header) >= 16), None)
     if opus is not None:
         facts["input_sample_rate_hz"] = struct.unpack_from("<I", opus, 12)[0] or None
+    # One name per container, whichever library read it (mutagen names its classes: OggVorbis).
+    facts["container"] = _CONTAINERS.get(fmt, facts.get("container"))
     _truncation(path, fmt, facts, tracks)
     facts.pop("_frame_offset", None)
     return clean(facts)

@@ -78,6 +78,21 @@ def ogg_streams(path: str) -> list[OggStream]:
     return streams
 
 
+def ogg_header_bytes(path: str, limit: int) -> int:
+    """Bytes of an Ogg file's header pages (identification, comments with any cover picture,
+    codec setup): those before the first page that places audio or video in time. Counted page
+    by page and no further than just past ``limit``."""
+    try:
+        with open(path, "rb") as stream:
+            while stream.tell() <= limit:
+                page = OggPage(stream)  # type: ignore[no-untyped-call]
+                if page.position > 0:
+                    break
+            return int(stream.tell())
+    except (EOFError, OggError, OSError, ValueError):
+        return 0  # what could be read is small; the parser reports what is wrong with it
+
+
 def media_info(path: str) -> list[Any]:
     """MediaInfo's tracks of the file (a ``General`` track first)."""
     try:
