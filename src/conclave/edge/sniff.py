@@ -27,7 +27,7 @@ class Sniffed:
 
 # QuickTime files from cameras often have no `ftyp`: they start with another top-level box.
 _QUICKTIME_FIRST_BOXES = {b"moov", b"mdat", b"wide", b"free", b"skip", b"pnot"}
-_QUICKTIME_TOP_BOXES = _QUICKTIME_FIRST_BOXES | {b"ftyp", b"uuid", b"meta", b"pict"}
+_QUICKTIME_TOP_BOXES = _QUICKTIME_FIRST_BOXES | {b"ftyp", b"uuid", b"meta", b"PICT"}
 _MOVIE_BOXES = {b"mvhd", b"cmov", b"trak", b"udta", b"meta", b"iods", b"prfl", b"clip"}
 _IMAGE_BRANDS = {b"heic", b"heix", b"hevc", b"mif1", b"msf1", b"avif", b"avis"}
 _DXF_TEXT = re.compile(rb"^\s*(?:999\s*\r?\n[^\n]*\n\s*)?0\s*\r?\n\s*SECTION\s*\r?\n")
@@ -52,7 +52,7 @@ def _box(head: bytes, offset: int) -> tuple[bytes, int, int] | None:
         if offset + 16 > len(head):
             return None
         size, header = struct.unpack_from(">Q", head, offset + 8)[0], 16
-    if (size != 0 and size < header) or not re.fullmatch(rb"[a-z ]{4}", kind):
+    if (size != 0 and size < header) or not re.fullmatch(rb"[\x20-\x7e]{4}", kind):
         return None
     return kind, header, size
 
