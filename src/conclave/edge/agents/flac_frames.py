@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
+from typing import BinaryIO
 
 _MIN_TAIL = 64 * 1024
 _MAX_TAIL = 1024 * 1024
 _MAX_BLOCKS = 1024  # metadata blocks before the audio; a real file has a handful
+_MAX_CANDIDATES = 65_536  # sync codes tried in the tail (a crafted tail can be all sync codes)
 # Block sizes of the 4-bit code in a frame header (6 and 7: stored after the coded number).
 _BLOCK_SIZES = {1: 192, 2: 576, 3: 1152, 4: 2304, 5: 4608} | {
     code: 256 << (code - 8) for code in range(8, 16)
@@ -66,8 +68,7 @@ class _StreamInfo:
     audio_offset: int
 
 
-def _stream_info(stream: object, size: int) -> _StreamInfo | None:
-    assert hasattr(stream, "read") and hasattr(stream, "seek")
+def _stream_info(stream: BinaryIO, size: int) -> _StreamInfo | None:
     if stream.read(4) != b"fLaC":
         return None
     offset, info = 4, None
@@ -151,9 +152,10 @@ def samples_present(path: str) -> Played | None:
         start = max(info.audio_offset, size - window)
         stream.seek(start)
         tail = stream.read(size - start)
-    at = len(tail) - 2
-    while (at := tail.rfind(b"\xff", 0, at + 1)) >= 0:
+    at, tried = len(tail) - 2, 0
+    while (at := tail.rfind(b"\xff", 0, at + 1)) >= 0 and tried < _MAX_CANDIDATES:
         if tail[at + 1 : at + 2] in (b"\xf8", b"\xf9"):
+            tried += 1
             frame = _frame_at(tail, at, info)
             if frame is not None and frame[0] < info.total:
                 first, block = frame

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
+from typing import BinaryIO
 
 _XING_OFFSETS = (4 + 32, 4 + 17, 4 + 9)  # after the side information: MPEG-1 stereo, mono / v2
 _VBRI_OFFSET = 4 + 32
@@ -105,10 +106,9 @@ def _frame(header: bytes) -> tuple[int, int, int] | None:
     return samples // 8 * bitrate // rate + padding, samples, rate
 
 
-def _seconds_in_frames(stream: object, start: int, end: int) -> float | None:
+def _seconds_in_frames(stream: BinaryIO, start: int, end: int) -> float | None:
     """Duration of the whole frames between ``start`` and ``end`` (the first, the VBR header's
     own frame, holds no audio), or ``None`` when there are more than :data:`_MAX_FRAMES`."""
-    assert hasattr(stream, "read") and hasattr(stream, "seek")
     seconds, offset = 0.0, start
     for index in range(_MAX_FRAMES):
         stream.seek(offset)

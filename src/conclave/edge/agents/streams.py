@@ -8,6 +8,8 @@ its route: audio-only files belong on /audio, any video stream on /video.
 
 from __future__ import annotations
 
+import io
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,12 @@ _OGG_CODECS: tuple[tuple[bytes, str, str], ...] = (
 # Every stream's first page comes before any other page (RFC 3533 §4); more than this many
 # streams in one file is no real recording.
 _MAX_OGG_STREAMS = 32
+# Header pages of any real stream fit in a few hundred pages (a 16 MiB cover picture: 257).
+_MAX_HEADER_PAGES = 4096
+# A stream's last page is near the end of the file: other streams' pages interleave with it
+# (video and audio, about a page each per second), so this holds several seconds of each.
+_OGG_TAIL = 256 * 1024
+_MAX_TAIL_PAGES = 1024
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class OggStream:
     codec: str
     kind: str  # "audio", "video" or "other"
     header: bytes
+    serial: int
 
 
 def ogg_streams(path: str) -> list[OggStream]:
@@ -68,7 +77,7 @@ def ogg_streams(path: str) -> list[OggStream]:
                     ((name, role) for magic, name, role in _OGG_CODECS if header.startswith(magic)),
                     ("unknown", "other"),
                 )
-                streams.append(OggStream(codec, kind, header))
+                streams.append(OggStream(codec, kind, header, page.serial))
     except EOFError:
         pass  # a file of first pages only: what was read is all there is
     except (OggError, OSError, ValueError) as exc:
@@ -84,13 +93,32 @@ def ogg_header_bytes(path: str, limit: int) -> int:
     by page and no further than just past ``limit``."""
     try:
         with open(path, "rb") as stream:
-            while stream.tell() <= limit:
+            for _ in range(_MAX_HEADER_PAGES):
                 page = OggPage(stream)  # type: ignore[no-untyped-call]
-                if page.position > 0:
-                    break
-            return int(stream.tell())
+                if page.position > 0 or stream.tell() > limit:
+                    return int(stream.tell())
+            return limit + 1  # thousands of header pages: no encoder writes them, count it big
     except (EOFError, OggError, OSError, ValueError):
         return 0  # what could be read is small; the parser reports what is wrong with it
+
+
+def ogg_last_granule(path: str, serial: int) -> int | None:
+    """The granule position of the last page of stream ``serial`` found in the file's last
+    :data:`_OGG_TAIL` bytes (a stream's time of its last frame or sample), or ``None``."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as stream:
+        stream.seek(max(0, size - _OGG_TAIL))
+        tail = stream.read(_OGG_TAIL)
+    at, tried = len(tail), 0
+    while (at := tail.rfind(b"OggS", 0, at)) >= 0 and tried < _MAX_TAIL_PAGES:
+        tried += 1
+        try:
+            page = OggPage(io.BytesIO(tail[at:]))  # type: ignore[no-untyped-call]
+        except (EOFError, OggError, ValueError):
+            continue  # "OggS" inside packet data, or a page cut off by the end of the file
+        if page.serial == serial and page.position >= 0:
+            return int(page.position)
+    return None
 
 
 def media_info(path: str) -> list[Any]:

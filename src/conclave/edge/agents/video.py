@@ -7,12 +7,11 @@ stream at all is 422.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
-from mutagen.oggtheora import OggTheora
-
 from conclave.edge.agents.base import CorruptMedia, MediaMismatch, clean
-from conclave.edge.agents.streams import media_info, ogg_streams
+from conclave.edge.agents.streams import OggStream, media_info, ogg_last_granule, ogg_streams
 
 
 def _number(value: Any) -> float | None:
@@ -22,29 +21,35 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def _theora_seconds(path: str, header: bytes) -> float | None:
-    """Duration of an Ogg Theora stream from its last granule position. Before bitstream 3.2.1
-    the position counts frames from 0, so one more frame is played than it says."""
-    try:
-        info: Any = OggTheora(path).info  # type: ignore[no-untyped-call]
-    except Exception:  # mutagen on untrusted bytes: no duration rather than no file
+def _theora_seconds(path: str, stream: OggStream) -> float | None:
+    """Duration of an Ogg Theora stream from its last page's granule position: the frame count
+    (keyframe number shifted left, plus frames since it) over the frame rate, both in its
+    identification header (Theora spec §6.2). Before bitstream 3.2.1 the position counts frames
+    from 0, so one more frame is played than it says."""
+    header = stream.header
+    if len(header) < 42:
         return None
-    seconds = float(info.length)
-    if info.fps and tuple(header[7:10]) < (3, 2, 1):
-        seconds += 1 / info.fps
-    return round(seconds, 3)
+    numerator, denominator = (int(n) for n in struct.unpack_from(">II", header, 22))
+    shift = (int.from_bytes(header[40:42]) >> 5) & 0x1F
+    granule = ogg_last_granule(path, stream.serial)
+    if granule is None or not numerator or not denominator:
+        return None
+    frames = (granule >> shift) + (granule & ((1 << shift) - 1))
+    if tuple(header[7:10]) < (3, 2, 1):
+        frames += 1
+    return round(frames * denominator / numerator, 3)
 
 
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """The video agent's summary."""
-    theora: bytes | None = None
+    theora: OggStream | None = None
     if fmt == "ogg":
         streams = ogg_streams(path)
         if not any(s.kind == "video" for s in streams):
             if any(s.kind == "audio" for s in streams):
                 raise MediaMismatch("The Ogg file holds only audio: use /audio.")
             raise CorruptMedia("The Ogg file holds no video stream this route can read.")
-        theora = next((s.header for s in streams if s.codec == "theora"), None)
+        theora = next((s for s in streams if s.codec == "theora"), None)
     tracks = media_info(path)
     general = next((t for t in tracks if t.track_type == "General"), None)
     videos = [t for t in tracks if t.track_type == "Video"]
