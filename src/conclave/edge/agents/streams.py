@@ -109,11 +109,13 @@ def ogg_last_granule(path: str, serial: int) -> int | None:
     with open(path, "rb") as stream:
         stream.seek(max(0, size - _OGG_TAIL))
         tail = stream.read(_OGG_TAIL)
+    pages = io.BytesIO(tail)
     at, tried = len(tail), 0
     while (at := tail.rfind(b"OggS", 0, at)) >= 0 and tried < _MAX_TAIL_PAGES:
         tried += 1
+        pages.seek(at)
         try:
-            page = OggPage(io.BytesIO(tail[at:]))  # type: ignore[no-untyped-call]
+            page = OggPage(pages)  # type: ignore[no-untyped-call]
         except (EOFError, OggError, ValueError):
             continue  # "OggS" inside packet data, or a page cut off by the end of the file
         if page.serial == serial and page.position >= 0:
