@@ -119,3 +119,25 @@ async def test_a_huge_tag_is_not_read_whole_and_the_audio_is_still_described(
     assert (extracted["sample_rate_hz"], extracted["channels"]) == (44_100, 2)
     assert extracted["truncated"] is False
     assert "tags" not in extracted
+
+
+def _vbr_mp3_cut_in_half(frames: int = 6000) -> bytes:
+    """A 128 kbit/s MPEG-1 Layer III stream whose Xing header (with a linear table of contents)
+    states twice the frames and bytes the file holds: more frames than are counted one by one."""
+    header = b"\xff\xfb\x90\x00"  # MPEG-1 Layer III, 128 kbit/s, 44.1 kHz, no padding: 417 bytes
+    frame = header + bytes(413)
+    toc = bytes(i * 256 // 100 for i in range(100))
+    xing = b"Xing" + struct.pack(">III", 7, 2 * frames, 2 * frames * len(frame)) + toc
+    first = header + bytes(32) + xing
+    return first + bytes(len(frame) - len(first)) + frame * (frames - 1)
+
+
+async def test_a_cut_off_vbr_mp3_reports_the_share_its_header_table_gives(
+    backend: Backend, tmp_path
+):
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        response = await _upload(client, "audio", "cut.mp3", _vbr_mp3_cut_in_half())
+        extracted = await _extracted(client, response)
+    stated = 12_000 * 1152 / 44_100  # what the Xing header says: 313.5 s
+    assert extracted["truncated"] is True
+    assert extracted["duration_s"] == pytest.approx(stated / 2, abs=0.5)
