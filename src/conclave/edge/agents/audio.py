@@ -118,10 +118,10 @@ def _route_check(path: str, fmt: str) -> tuple[list[Any] | None, list[OggStream]
     return None, []
 
 
-def _chunks(path: str) -> list[tuple[bytes, int, int]]:
-    """The top-level chunks of a WAV or AIFF file: id, data offset and declared data size (which
-    may run past the end of a cut-off file)."""
-    found = []
+def _chunks(path: str) -> tuple[list[tuple[bytes, int, int]], bool]:
+    """The top-level chunks of a WAV or AIFF file (id, data offset, declared data size, which may
+    run past the end of a cut-off file), and whether the walk reached the end of the file."""
+    found: list[tuple[bytes, int, int]] = []
     with open(path, "rb") as stream:
         order = "<" if stream.read(12)[:4] == b"RIFF" else ">"  # RIFF, or FORM (AIFF, AIFC)
         offset = 12
@@ -129,21 +129,47 @@ def _chunks(path: str) -> list[tuple[bytes, int, int]]:
             stream.seek(offset)
             header = stream.read(8)
             if len(header) < 8:
-                break
+                return found, True
             kind, size = struct.unpack(order + "4sI", header)
             found.append((kind, offset + 8, size))
             offset += 8 + size + (size & 1)
-    return found
+    return found, False
 
 
-def _sound_data(path: str) -> tuple[int, int] | None:
-    """Offset and declared length of the sound data of a WAV (``data``) or AIFF (``SSND``) file,
-    or ``None`` when the file ends before that chunk."""
-    for kind, offset, size in _chunks(path):
-        if kind == b"data":
-            return offset, size
-        if kind == b"SSND":  # the samples follow its offset and block size fields
-            return offset + 8, max(0, size - 8)
+def _held_seconds(path: str) -> tuple[float, bool] | None:
+    """Seconds of sound a WAV or AIFF file holds, from its own header (the byte rate of WAV's
+    ``fmt``, AIFF's frame count and rate), and whether its sound data is cut off; ``None`` when
+    the header does not say."""
+    chunks, ended = _chunks(path)
+    named = {kind: (offset, size) for kind, offset, size in reversed(chunks)}
+    size = os.path.getsize(path)
+    with open(path, "rb") as stream:
+        if b"fmt " in named:
+            stream.seek(named[b"fmt "][0])
+            header = stream.read(16)
+            if len(header) < 16:
+                return None
+            byte_rate = struct.unpack_from("<I", header, 8)[0]
+            if b"data" not in named:
+                return (0.0, True) if ended else None
+            offset, declared = named[b"data"]
+            present = min(declared, max(0, size - offset))
+            return (present / byte_rate if byte_rate else 0.0), present < declared
+        if b"COMM" in named:
+            stream.seek(named[b"COMM"][0])
+            header = stream.read(18)
+            if len(header) < 18:
+                return None
+            frames = struct.unpack_from(">I", header, 2)[0]
+            exponent, mantissa = struct.unpack_from(">HQ", header, 8)  # 80-bit extended rate
+            rate = mantissa * 2.0 ** ((exponent & 0x7FFF) - 16383 - 63)
+            stated = frames / rate if rate > 0 else 0.0
+            if b"SSND" not in named:
+                return (0.0, True) if ended and frames else None
+            offset, declared = named[b"SSND"]
+            present = min(declared, max(0, size - offset))
+            # Compressed AIFF-C has no fixed bytes per frame: the share of the bytes present.
+            return (stated * present / declared if declared else 0.0), present < declared
     return None
 
 
@@ -183,7 +209,7 @@ def _tag_bytes(path: str, fmt: str) -> int:
                     break
                 offset += size
     if fmt in ("wav", "aiff"):
-        total += sum(size for kind, _, size in _chunks(path) if kind.lower().strip() == b"id3")
+        total += sum(size for kind, _, size in _chunks(path)[0] if kind.lower().strip() == b"id3")
     elif fmt == "ogg":
         total += ogg_header_bytes(path, _MAX_TAG_BYTES)
     return total
@@ -193,16 +219,11 @@ def _truncation(path: str, fmt: str, facts: dict[str, Any], tracks: list[Any] | 
     """Mark a file that is shorter than its header says, with the duration it really holds."""
     duration = facts.get("duration_s") or 0.0
     if fmt in ("wav", "aiff"):
-        available = os.path.getsize(path)
-        data = _sound_data(path)
-        declared = data[1] if data else None
-        present = max(0, available - data[0]) if data else 0
-        if declared is None or present < declared:
-            share = present / declared if declared else 0.0
-            facts["truncated"] = True
-            facts["duration_s"] = round(duration * share, 3)
-        else:
-            facts["truncated"] = False
+        held = _held_seconds(path)
+        if held is not None:
+            facts["truncated"] = held[1]
+            if held[1]:
+                facts["duration_s"] = round(held[0], 3)
     elif fmt == "flac":
         played = flac_frames.samples_present(path)
         if played is not None:
