@@ -14,7 +14,7 @@ from typing import Any
 
 import mutagen
 
-from conclave.edge.agents import flac_frames, mpeg_audio
+from conclave.edge.agents import flac_frames, iso_samples, mpeg_audio
 from conclave.edge.agents.base import CorruptMedia, MediaMismatch, clean
 from conclave.edge.agents.streams import (
     ISO_MEDIA,
@@ -238,7 +238,11 @@ def _truncation(path: str, fmt: str, facts: dict[str, Any], tracks: list[Any] | 
             facts["duration_s"] = round(seconds, 3)
     elif tracks is not None:
         general = next((t for t in tracks if t.track_type == "General"), None)
-        facts["truncated"] = bool(general is not None and general.istruncated == "Yes")
+        flagged = general is not None and general.istruncated == "Yes"
+        plays = iso_samples.playable(path)
+        facts["truncated"] = flagged or bool(plays and plays.truncated)
+        if facts["truncated"] and plays is not None:
+            facts["duration_s"] = round(plays.seconds, 3)
 
 
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,15 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from conclave.edge.agents import iso_samples
 from conclave.edge.agents.base import CorruptMedia, MediaMismatch, clean
-from conclave.edge.agents.streams import OggStream, media_info, ogg_last_granule, ogg_streams
+from conclave.edge.agents.streams import (
+    ISO_MEDIA,
+    OggStream,
+    media_info,
+    ogg_last_granule,
+    ogg_streams,
+)
 
 
 def _number(value: Any) -> float | None:
@@ -64,6 +71,14 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     if theora is not None:
         # MediaInfo gives no duration for some Theora files and the audio's for others.
         duration = _theora_seconds(path, theora) or duration
+    truncated = general.istruncated == "Yes"
+    if fmt in ISO_MEDIA:
+        # A cut-off movie: its sample tables say how far the bytes present play (MediaInfo
+        # flags a media data box that runs past the end, not a file that lacks one).
+        held = iso_samples.playable(path)
+        truncated = truncated or bool(held and held.truncated)
+        if truncated and held is not None:
+            duration = round(held.seconds, 3)
     return clean(
         {
             "container": general.format,
@@ -75,6 +90,6 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
             "audio_codecs": [t.format for t in audios],
             "bitrate_bps": general.overall_bit_rate,
             "encoded_at": general.encoded_date or general.tagged_date,
-            "truncated": general.istruncated == "Yes",
+            "truncated": truncated,
         }
     )
