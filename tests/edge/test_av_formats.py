@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Backend
+from tests.edge import samples
 from tests.edge.conftest import edge_app, edge_settings, form
 
 _FMT = b"fmt " + struct.pack("<IHHIIHH", 16, 1, 2, 44_100, 4 * 44_100, 4, 16)
@@ -141,3 +142,15 @@ async def test_a_cut_off_vbr_mp3_reports_the_share_its_header_table_gives(
     stated = 12_000 * 1152 / 44_100  # what the Xing header says: 313.5 s
     assert extracted["truncated"] is True
     assert extracted["duration_s"] == pytest.approx(stated / 2, abs=0.5)
+
+
+async def test_a_matroska_file_cut_short_of_its_segment_is_flagged(backend: Backend, tmp_path):
+    whole = samples.clip("matroska", frames=40)
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        complete = await _extracted(client, await _upload(client, "video", "a.mkv", whole))
+        cut = await _extracted(
+            client, await _upload(client, "video", "b.mkv", whole[: len(whole) // 2])
+        )
+    assert complete["truncated"] is False
+    assert cut["truncated"] is True
+    assert (cut["width"], cut["height"]) == (64, 48)

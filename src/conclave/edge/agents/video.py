@@ -2,11 +2,14 @@
 
 A container with no video stream is not a video: audio-only MP4/3GP/QuickTime, Ogg, FLV, ASF or
 Matroska files are refused with 415 (the audio ones belong on /audio), a container with no
-stream at all is 422.
+stream at all is 422. A file shorter than its container says (MP4 samples or a Matroska segment
+past its end, MediaInfo's IsTruncated for the rest) has ``truncated: true``; an MP4/QuickTime/3GPP
+one reports the time its whole samples play, the others their header's duration.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import Any
 
@@ -47,6 +50,32 @@ def _theora_seconds(path: str, stream: OggStream) -> float | None:
     return round(frames * denominator / numerator, 3)
 
 
+def _ebml_number(data: bytes, at: int) -> tuple[int, int, bool] | None:
+    """The EBML variable-size integer at ``at``: value, offset after it, and whether it is the
+    reserved "unknown size" (all value bits set, as a recorder writes while it records)."""
+    if at >= len(data) or not data[at]:
+        return None
+    length = 9 - data[at].bit_length()
+    if at + length > len(data):
+        return None
+    value = int.from_bytes(data[at : at + length]) & ((1 << (7 * length)) - 1)
+    return value, at + length, value == (1 << (7 * length)) - 1
+
+
+def _matroska_cut_off(path: str, size: int) -> bool:
+    """Whether the Matroska/WebM segment states more bytes than the file has after it."""
+    with open(path, "rb") as stream:
+        head = stream.read(64)
+    header = _ebml_number(head, 4)  # the EBML header's size, after its 4-byte ID
+    if header is None or header[1] + header[0] + 4 > len(head):
+        return False
+    at = header[1] + header[0]
+    if head[at : at + 4] != b"\x18\x53\x80\x67":  # the Segment element
+        return False
+    segment = _ebml_number(head, at + 4)
+    return segment is not None and not segment[2] and segment[1] + segment[0] > size
+
+
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """The video agent's summary."""
     theora: OggStream | None = None
@@ -72,6 +101,8 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
         # MediaInfo gives no duration for some Theora files and the audio's for others.
         duration = _theora_seconds(path, theora) or duration
     truncated = general.istruncated == "Yes"
+    if fmt == "matroska":
+        truncated = truncated or _matroska_cut_off(path, os.path.getsize(path))
     if fmt in ISO_MEDIA:
         # A cut-off movie: its sample tables say how far the bytes present play (MediaInfo
         # flags a media data box that runs past the end, not a file that lacks one).
