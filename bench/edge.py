@@ -22,6 +22,12 @@ parser worker processes (the server's children) apart, plus the kernel's peak ``
 workload. Before each measurement the page cache is written back (``sync``), so dirty pages one
 server left behind do not slow the other; the large uploads alternate between the two servers.
 MB = 10^6 bytes.
+
+Parser worker memory, apart from the HTTP workloads: a fresh parser worker (spawned as the edge
+spawns them, default address-space limit) parses a 300 MiB and a 2 GiB WAV (sparse: a header,
+then a hole), a 300 MiB one ending in a 200 MiB ID3 chunk, and the large MP4; its idle RSS and
+its peak (``VmHWM``) are printed. Target: metadata extraction flat in file size, the 2 GiB peak
+within 10 % of the 300 MiB one.
 """
 
 from __future__ import annotations
@@ -298,6 +304,117 @@ class MemorySampler:
             peak.children = max(peak.children, len(children))
 
 
+# Parser worker memory -------------------------------------------------------------------------
+
+WAV_SIZES = (300 * MIB, 2048 * MIB)
+TAG_BYTES = 200 * MIB
+
+# Run in a fresh interpreter (``python -c``), so that the spawned worker re-imports no benchmark
+# module (PyAV, Pillow) and holds what a service's worker holds. One worker per file: its idle
+# RSS, then its kernel high-water mark (VmHWM, reset first) after parsing the file.
+_PARSER_PEAK = """
+import asyncio, os, sys
+from conclave.edge.parsing import ParserPool
+from conclave.edge.sniff import HEAD_BYTES, sniff
+from conclave.settings.edge import EdgeSettings
+
+def kib(pid, key):
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(key))
+
+async def main(media_type, path):
+    settings = EdgeSettings()
+    pool = ParserPool(1, timeout=600, memory_bytes=settings.parse_memory_bytes)
+    try:
+        await pool.prestart()
+        [pid] = pool.worker_pids()
+        idle = kib(pid, "VmRSS:")
+        with open(f"/proc/{pid}/clear_refs", "w") as clear:
+            clear.write("5")
+        with open(path, "rb") as stream:
+            fmt = sniff(media_type, stream.read(HEAD_BYTES), os.path.getsize(path)).format
+        await pool.parse(media_type, path, fmt, {}, time_limit=600)
+        print(idle, kib(pid, "VmHWM:"))
+    finally:
+        await pool.close()
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def sparse_wav(path: Path, size: int, tag_bytes: int = 0) -> None:
+    """A 16-bit stereo 44.1 kHz WAV of ``size`` bytes whose samples are a hole in the file: it
+    reads as silence and takes no disk. With ``tag_bytes``, an ``id3`` chunk of that size ends
+    it (an ID3v2.3 tag of padding, as a large cover picture would weigh)."""
+    tag = b""
+    if tag_bytes:
+        body = tag_bytes - 10
+        syncsafe = bytes((body >> shift) & 0x7F for shift in (21, 14, 7, 0))
+        tag = b"id3 " + struct.pack("<I", tag_bytes) + b"ID3\x03\x00\x00" + syncsafe
+    data = size - 44 - (8 + tag_bytes if tag else 0)
+    header = struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", size - 8, b"WAVE", b"fmt ", 16, 1, 2,
+                         44_100, 4 * 44_100, 4, 16, b"data", data)  # fmt: skip
+    with path.open("wb") as out:
+        out.write(header)
+        out.seek(44 + data)
+        out.write(tag)
+        out.truncate(size)
+
+
+@dataclass
+class ParserPeak:
+    """One file parsed by a fresh parser worker: its RSS before (KiB) and its peak (KiB)."""
+
+    label: str
+    size: int
+    idle_kib: int
+    peak_kib: int
+
+
+def parser_peak(label: str, media_type: str, path: Path) -> ParserPeak:
+    """Parse ``path`` on the ``media_type`` route in a fresh parser worker; its memory."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PARSER_PEAK, media_type, str(path)],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    idle, peak = (int(value) for value in done.stdout.split())
+    return ParserPeak(label, path.stat().st_size, idle, peak)
+
+
+def parser_memory(work: Path, video: Path) -> list[ParserPeak]:
+    """Parser worker peaks for sparse WAVs of :data:`WAV_SIZES` and the large MP4."""
+    peaks = []
+    for size, tag in [(size, 0) for size in WAV_SIZES] + [(WAV_SIZES[0], TAG_BYTES)]:
+        wav = work / f"sparse-{size // MIB}.wav"
+        sparse_wav(wav, size, tag)
+        label = f"WAV {size // MIB:,} MiB" + (f", {tag // MIB} MiB ID3 chunk" if tag else "")
+        peaks.append(parser_peak(label, "audio", wav))
+        wav.unlink()
+    peaks.append(parser_peak(f"MP4 {video.stat().st_size // MIB:,} MiB", "video", video))
+    return peaks
+
+
+def print_parser_memory(peaks: list[ParserPeak]) -> None:
+    """The parser worker table, and the verdict: metadata extraction flat in file size."""
+    print("| file | bytes | idle worker RSS MB | worker peak (VmHWM) MB | over idle MB |")
+    print("|---|---:|---:|---:|---:|")
+    for peak in peaks:
+        print(
+            f"| {peak.label} | {peak.size:,} | {_mb(peak.idle_kib)} | {_mb(peak.peak_kib)} | "
+            f"{_mb(peak.peak_kib - peak.idle_kib)} |"
+        )
+    small, large, tagged = peaks[0], peaks[1], peaks[2]
+    ratio = large.peak_kib / small.peak_kib
+    tagged_ratio = tagged.peak_kib / small.peak_kib
+    met = abs(ratio - 1) <= 0.10
+    print(
+        f"parser worker peak, {large.label} / {small.label}: {ratio:.2f} "
+        f"(target within 10 %: {_verdict(met)}); with a {TAG_BYTES // MIB} MiB ID3 chunk: "
+        f"{tagged_ratio:.2f} (no target; tags past 16 MiB go to MediaInfo)"
+    )
+    target("edge: parser worker peak, 2 GiB / 300 MiB WAV", f"{ratio:.2f}", "0.90-1.10", met)
+
+
 # Run ------------------------------------------------------------------------------------------
 
 
@@ -387,10 +504,16 @@ def _verdict(met: bool) -> str:
 async def main(options: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="conclave-bench-edge-"))
     print("generating sample files ...", file=sys.stderr)
-    png_base = small_png()
-    jpeg_base = camera_jpeg()
     video = work / "survey.mp4"
     video_size = large_mp4(video)
+    if options.parser_memory_only:
+        try:
+            print_parser_memory(await asyncio.to_thread(parser_memory, work, video))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
+    png_base = small_png()
+    jpeg_base = camera_jpeg()
     cleanup = AsyncExitStack()
     stores = await cleanup.enter_async_context(scratch_stores())
     (work / "bare").mkdir()
@@ -440,6 +563,8 @@ async def main(options: argparse.Namespace) -> None:
                 await _settle()
                 route = path + ("video" if name == "edge" else "")
                 await _large(port, route, pid, video, video_size, runs["large", name])
+        print("measuring parser worker memory ...", file=sys.stderr)
+        peaks = await asyncio.to_thread(parser_memory, work, video)
         await asyncio.sleep(2.0)  # let the relay publish the last events
         packs = await stores.count("SELECT count(*) FROM edge_evidence_packs")
         unpublished = await stores.unpublished()
@@ -506,6 +631,7 @@ async def main(options: argparse.Namespace) -> None:
     target("edge: p99 upload-to-200, 5 MiB image", f"{p99:,.0f} ms", "< 1000 ms", p99 < 1000)
     peak_mb = peak_rss * 1024 / MB
     target("edge: service peak RSS", f"{peak_mb:.0f} MB", "< 150 MB", peak_mb < 150)
+    print_parser_memory(peaks)
     print(
         f"packs committed: {packs} for {edge_ok} answers 200; events on the stream: "
         f"{stream}; unpublished outbox rows: {unpublished}"
@@ -521,4 +647,7 @@ if __name__ == "__main__":
     parser.add_argument("--image-concurrency", type=int, default=2, help="5 MiB image connections")
     parser.add_argument("--large-runs", type=int, default=3)
     parser.add_argument("--no-fsync", action="store_true", help="run the edge with fsync off")
+    parser.add_argument(
+        "--parser-memory-only", action="store_true", help="only the parser worker memory table"
+    )
     asyncio.run(main(parser.parse_args()))

@@ -188,8 +188,13 @@ def kmz() -> bytes:
 
 def mp4(frames: int = 10, rate: int = 10) -> bytes:
     """A 64x48 MPEG-4 (Part 2 video) clip of ``frames`` frames at ``rate`` fps: 1 s by default."""
+    return clip("mp4", frames, rate)
+
+
+def clip(container_format: str, frames: int = 10, rate: int = 10) -> bytes:
+    """:func:`mp4`'s clip in another container (``matroska``, ``avi``, ...)."""
     buffer = io.BytesIO()
-    with av.open(buffer, "w", format="mp4") as container:
+    with av.open(buffer, "w", format=container_format) as container:
         stream = container.add_stream("mpeg4", rate=rate)
         stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
         for index in range(frames):

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import c2pa
 import pytest
 from PIL import Image, PngImagePlugin
 
@@ -202,3 +203,77 @@ def test_files_over_the_limit_are_not_read(tmp_path: Path) -> None:
         "checked": False,
         "reason": "The file is larger than 256 MiB.",
     }
+
+
+def _corpus_file(source: str, path: str, sha256: str) -> Path:
+    try:
+        return obtain(source, path, sha256)
+    except CorpusUnavailable as exc:
+        missing_service(f"the real-file corpus cannot be downloaded: {exc}")
+        raise
+    except CorpusMismatch as exc:
+        pytest.fail(str(exc))
+
+
+async def test_a_video_signed_with_the_c2pa_sdk_carries_its_credentials(
+    sqlite_engine: Any, memory_bus: Any, tmp_path: Path
+) -> None:
+    """No registry ships a C2PA video, so a real MP4 (pymediainfo's sample) is signed here with the
+    official SDK and the test certificate c2pa-python publishes, declaring AI generation."""
+    movie = _corpus_file(
+        "pypi:pymediainfo==7.0.1",
+        "pymediainfo-7.0.1/tests/data/sample.mp4",
+        "3cde735feab9d484365777ca77d09e0fd7e9ecf853375a38884ee20178693bcc",
+    )
+    certificate = _corpus_file(
+        "pypi:c2pa-python==0.8.3",
+        "c2pa_python-0.8.3/tests/fixtures/es256_certs.pem",
+        "f18a293626ac261b18201e269ee0ed9c10bc30afb3b5c8708bb16e41a05bf040",
+    )
+    key = _corpus_file(
+        "pypi:c2pa-python==0.8.3",
+        "c2pa_python-0.8.3/tests/fixtures/es256_private.key",
+        "f547ec8dbf24e50b51cf9924e58c250d246ed8844304408a072801fcf70a95d7",
+    )
+    manifest = {
+        "claim_generator_info": [{"name": "conclave-test", "version": "1.0"}],
+        "assertions": [
+            {
+                "label": "c2pa.actions",
+                "data": {
+                    "actions": [
+                        {
+                            "action": "c2pa.created",
+                            "digitalSourceType": "http://cv.iptc.org/newscodes/"
+                            "digitalsourcetype/trainedAlgorithmicMedia",
+                        }
+                    ]
+                },
+            }
+        ],
+    }
+    signer = c2pa.Signer.from_info(
+        c2pa.C2paSignerInfo(b"es256", certificate.read_bytes(), key.read_bytes(), None)
+    )
+    signed = tmp_path / "signed.mp4"
+    with movie.open("rb") as source, signed.open("w+b") as dest:
+        c2pa.Builder(manifest).sign(signer, "video/mp4", source, dest)
+
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path / "edge")) as (client, _app):
+        response = await client.post(
+            "/api/edge-intake/video", **form(("signed.mp4", signed.read_bytes()))
+        )
+        assert response.status_code == 200, response.text
+        [evidence_id] = response.json()["evidence_ids"]
+        pack = (await client.get(f"/api/edge-intake/evidence/{evidence_id}")).json()
+    credentials = pack["extracted"]["content_credentials"]
+    assert credentials["present"] is True
+    assert credentials["validation"] == "untrusted"  # intact, but no trust list is configured
+    assert credentials["claim_generator"].startswith("conclave-test")
+    assert credentials["ai_generated"] is True
+    assert [a["action"] for a in credentials["actions"]] == ["c2pa.created"]
+    assert pack["extracted"]["video_codecs"]  # still described as the video it is
+
+    events = await eventually(lambda: memory_bus.read(CHANNEL))
+    assert events[0].payload["extracted"]["content_credentials"]["ai_generated"] is True

@@ -153,6 +153,10 @@ class ParserPool:
             raise Unprocessable(value, code="CORRUPT_MEDIA")
         return value  # type: ignore[no-any-return]
 
+    def worker_pids(self) -> list[int]:
+        """Process ids of the started workers (the benchmark reads their memory from /proc)."""
+        return [worker.process.pid for worker in self._all if worker.process.pid is not None]
+
     async def close(self) -> None:
         """Stop every worker."""
         for worker in list(self._all):

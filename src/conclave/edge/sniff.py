@@ -25,8 +25,10 @@ class Sniffed:
     mime: str
 
 
-_AUDIO_BRANDS = {b"M4A ", b"M4B ", b"M4P ", b"F4A ", b"F4B "}
-_IMAGE_BRANDS = {b"heic", b"heix", b"hevc", b"mif1", b"msf1", b"avif", b"avis"}
+# QuickTime files from cameras often have no `ftyp`: they start with another top-level box.
+_QUICKTIME_FIRST_BOXES = {b"moov", b"mdat", b"wide", b"free", b"skip", b"pnot"}
+_QUICKTIME_TOP_BOXES = _QUICKTIME_FIRST_BOXES | {b"ftyp", b"uuid", b"meta", b"PICT"}
+_MOVIE_BOXES = {b"mvhd", b"cmov", b"trak", b"udta", b"meta", b"iods", b"prfl", b"clip"}
 # HEIF (ISO/IEC 23008-12) and AVIF brands: still images (mif*, hei*, avif, miaf) and image
 # sequences (msf1, hev*, avis). Cameras and phones put their own brand first (Canon `heix`, Apple
 # lists `MiHE`/`MiHB` after `mif1`), so the compatible brands count too.
@@ -71,6 +73,63 @@ def _heif(head: bytes) -> Sniffed | None:
     return None
 
 
+def _box(head: bytes, offset: int) -> tuple[bytes, int, int] | None:
+    """The type, header length and total size (0: to the end of the file) of the box at
+    ``offset``, or ``None`` when the head holds no plausible box header there."""
+    if offset + 8 > len(head):
+        return None
+    size, kind = struct.unpack_from(">I4s", head, offset)
+    header = 8
+    if size == 1:
+        if offset + 16 > len(head):
+            return None
+        size, header = struct.unpack_from(">Q", head, offset + 8)[0], 16
+    if (size != 0 and size < header) or not re.fullmatch(rb"[\x20-\x7e]{4}", kind):
+        return None
+    return kind, header, size
+
+
+def _bare_quicktime(head: bytes) -> bool:
+    """A QuickTime movie without `ftyp` (cameras write `moov`, `mdat` or `wide` first): the first
+    box must be one a movie starts with, and what follows it must fit, so that four letters at
+    offset 4 are not enough."""
+    first = _box(head, 0)
+    if first is None or first[0] not in _QUICKTIME_FIRST_BOXES:
+        return False
+    kind, header, size = first
+    if kind == b"moov":
+        child = _box(head, header)
+        return child is not None and child[0] in _MOVIE_BOXES
+    if size == 0 or size >= len(head):
+        return kind == b"mdat"  # media data to the end, or past what the head holds
+    following = _box(head, size)
+    return following is not None and following[0] in _QUICKTIME_TOP_BOXES
+
+
+def _iso_media(head: bytes, kind: str) -> Sniffed | None:
+    """An ISO base media (MP4, QuickTime, 3GPP) file, a candidate for the audio or the video
+    route: the agent reads its tracks and refuses it (415) where they contradict the route, so
+    the brand (an M4A can hold video, an `mp42` only audio) does not decide."""
+    brand = _ftyp_brand(head)
+    if brand is None:
+        return Sniffed("quicktime", f"{kind}/quicktime") if _bare_quicktime(head) else None
+    if _heif(head) is not None:
+        return None  # a HEIF or AVIF image (by any of its brands) belongs to the image routes
+    if brand.startswith(b"3gp") or brand.startswith(b"3ge") or brand.startswith(b"3gg"):
+        return Sniffed("3gpp", f"{kind}/3gpp")
+    if brand.startswith(b"3g2") or brand == b"kddi":
+        return Sniffed("3gpp2", f"{kind}/3gpp2")
+    if brand == b"qt  ":
+        return Sniffed("quicktime", f"{kind}/quicktime")
+    return Sniffed("mp4", f"{kind}/mp4")
+
+
+def _m2ts(head: bytes) -> bool:
+    """MPEG-2 TS in 192-byte packets (a 4-byte timestamp before each 188-byte packet): Blu-ray
+    and AVCHD cameras' `.m2ts`/`.mts`. Three sync bytes in a row, as for plain TS."""
+    return len(head) > 388 and head[4] == 0x47 and head[196] == 0x47 and head[388] == 0x47
+
+
 def _image(head: bytes) -> Sniffed | None:
     if head.startswith(b"\xff\xd8\xff"):
         return Sniffed("jpeg", "image/jpeg")
@@ -106,17 +165,13 @@ def _audio(head: bytes) -> Sniffed | None:
         return Sniffed("aiff", "audio/aiff")
     if head.startswith(b"#!AMR"):
         return Sniffed("amr", "audio/amr")
-    if _ftyp_brand(head) in _AUDIO_BRANDS:
-        return Sniffed("mp4", "audio/mp4")
-    return None
+    return _iso_media(head, "audio")
 
 
 def _video(head: bytes) -> Sniffed | None:
-    brand = _ftyp_brand(head)
-    if brand is not None and brand not in _AUDIO_BRANDS and brand not in _IMAGE_BRANDS:
-        if brand == b"qt  ":
-            return Sniffed("quicktime", "video/quicktime")
-        return Sniffed("mp4", "video/mp4")
+    iso = _iso_media(head, "video")
+    if iso is not None:
+        return iso
     if head.startswith(b"\x1a\x45\xdf\xa3"):
         return Sniffed("matroska", "video/webm" if b"webm" in head[:64] else "video/x-matroska")
     if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
@@ -129,6 +184,8 @@ def _video(head: bytes) -> Sniffed | None:
         return Sniffed("mpeg-ps", "video/mpeg")
     if len(head) > 376 and head[0] == 0x47 and head[188] == 0x47 and head[376] == 0x47:
         return Sniffed("mpeg-ts", "video/mp2t")
+    if _m2ts(head):
+        return Sniffed("m2ts", "video/mp2t")
     if head.startswith(b"OggS"):
         return Sniffed("ogg", "video/ogg")
     return None
