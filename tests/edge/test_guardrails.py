@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+import json
+import multiprocessing
+import os
+import pickle
+import struct
+import threading
+import time
+from multiprocessing.connection import Connection
 
+import pytest
+import uvloop
+
+from conclave.edge.agents.base import clean
 from conclave.edge.guardrails import sanitize_filename
-from conclave.edge.parsing import ParserPool
+from conclave.edge.parsing import ParserPool, receive_message
 from conclave.platform.errors import Unprocessable
 from tests.conftest import Backend
 from tests.edge import samples
@@ -116,3 +128,89 @@ async def test_a_worker_started_ahead_serves_the_first_uploads(tmp_path) -> None
         assert pool._all == {started}
     finally:
         await pool.close()
+
+
+def _slow_geojson(path, features: int) -> None:
+    point = '{"type":"Feature","geometry":{"type":"Point","coordinates":[1.0,2.0]}},'
+    path.write_text(
+        '{"type":"FeatureCollection","features":[' + point * features + point[:-1] + "]}"
+    )
+
+
+def _send_in_two_parts(connection: Connection, answer: object) -> None:
+    # What a worker's large answer looks like to the reader: part of it, then a pause while the
+    # pipe's buffer drains, then the rest (multiprocessing's framing: a 4-byte length first).
+    payload = pickle.dumps(answer)
+    message = memoryview(struct.pack("!i", len(payload)) + payload)
+    os.write(connection.fileno(), message[:1000])
+    time.sleep(0.2)
+    message = message[1000:]
+    while message:
+        message = message[os.write(connection.fileno(), message) :]
+
+
+def test_a_result_larger_than_the_pipe_arrives_whole_under_uvloop() -> None:
+    """uvicorn runs on uvloop, which leaves a watched pipe non-blocking: a parser's answer that
+    arrived in parts used to fail halfway (BlockingIOError) and a valid file was refused as
+    corrupt."""
+    receiving, sending = multiprocessing.Pipe()
+    answer = ("ok", {"layers": ["é" * 500] * 2000})  # about 2 MB pickled, far past 64 KiB
+    sender = threading.Thread(target=_send_in_two_parts, args=(sending, answer))
+    loop = uvloop.new_event_loop()
+    try:
+        sender.start()
+        assert loop.run_until_complete(receive_message(receiving, 5)) == answer
+    finally:
+        sender.join()
+        loop.close()
+        receiving.close()
+        sending.close()
+
+
+async def test_an_upload_waits_a_bounded_time_for_a_busy_parser(embedded, tmp_path) -> None:
+    slow = tmp_path / "slow.geojson"
+    _slow_geojson(slow, 400_000)
+    settings = edge_settings(tmp_path, parser_queue_seconds=0.2, parser_prestart=False)
+    async with edge_app(embedded, settings) as (client, _app):
+        busy = asyncio.create_task(
+            client.post("/api/edge-intake/geo", **form(("slow.geojson", slow.read_bytes())))
+        )
+        await asyncio.sleep(0.3)  # the only worker is parsing the slow file
+        refused = await client.post(
+            "/api/edge-intake/geo", **form(("a.geojson", samples.geojson()))
+        )
+        assert refused.status_code == 503
+        assert refused.headers["content-type"] == "application/problem+json"
+        assert refused.json()["code"] == "PARSERS_BUSY"
+        assert refused.headers["Retry-After"] == "1"
+        assert (await busy).status_code == 200
+        # The worker went back to the pool: the next upload is parsed as usual.
+        again = await client.post("/api/edge-intake/geo", **form(("a.geojson", samples.geojson())))
+        assert again.status_code == 200, again.text
+
+
+async def test_all_the_files_of_one_upload_share_one_parse_budget(embedded, tmp_path) -> None:
+    slow = tmp_path / "slow.geojson"
+    _slow_geojson(slow, 400_000)
+    files = [(f"slow-{n}.geojson", slow.read_bytes()) for n in range(3)]
+    settings = edge_settings(tmp_path, parse_request_seconds=0.5)
+    async with edge_app(embedded, settings) as (client, _app):
+        response = await client.post("/api/edge-intake/geo", **form(files))
+        assert response.status_code == 422
+        assert response.json()["code"] == "PARSE_TIMEOUT"
+        pipeline = (await client.get("/api/edge-intake/pipeline")).json()
+        assert pipeline["total_events"] == 0  # all or none: nothing was stored
+
+
+def test_a_summary_is_bounded_in_size_and_says_when_it_was_cut() -> None:
+    layers = [f"{n:04d}" + "é" * 508 for n in range(500)]
+    summary = {"layers": layers, "blocks": {"b": [layers] * 8}, "format": "dxf", "layer_count": 500}
+    facts = clean(summary)
+    stored = json.dumps(facts, ensure_ascii=False).encode()
+    assert len(stored) < 600_000  # was 2.3 MB in the stored row and again in the event
+    assert b"null" not in stored  # cut lists end early, they are not padded
+    assert facts["facts_truncated"] is True
+    assert (facts["format"], facts["layer_count"]) == ("dxf", 500)  # kept, though named last
+    assert list(facts)[:2] == ["layers", "blocks"]  # in the agent's order
+    assert facts["layers"][:2] == layers[:2]
+    assert "facts_truncated" not in clean({"format": "dxf", "layers": layers[:10]})

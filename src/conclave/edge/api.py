@@ -106,7 +106,8 @@ async def health(service: Service) -> JSONResponse:
         s413="A file, a field or the count of files or fields exceeds its limit",
         s415="Not multipart, or the file's bytes are not a format of this type",
         s422="Empty, missing or corrupt file, bad metadata or coordinates",
-        s503="Store unavailable: nothing was stored",
+        s503="Store unavailable, or every parser worker busy (STORE_UNAVAILABLE, PARSERS_BUSY "
+        "with Retry-After): nothing was stored",
     ),
 )
 async def upload(

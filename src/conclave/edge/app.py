@@ -37,6 +37,7 @@ def create_app(settings: EdgeSettings, *, platform: Platform | None = None) -> F
             settings.parser_workers,
             timeout=settings.parse_timeout_seconds,
             memory_bytes=settings.parse_memory_bytes,
+            queue_seconds=settings.parser_queue_seconds,
         )
         warm_up = None
         if settings.parser_prestart:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import resource
 from multiprocessing.connection import Connection
 from typing import Any
 
-from conclave.platform.errors import Unprocessable, UnsupportedMediaType
+from conclave.platform.errors import Unavailable, Unprocessable, UnsupportedMediaType
 
 _STARTUP_TIMEOUT_SECONDS = 60.0
 
@@ -36,6 +37,29 @@ def _worker_main(connection: Connection, memory_bytes: int) -> None:
         connection.send(run_agent(*job))
 
 
+async def receive_message(connection: Connection, seconds: float) -> Any:
+    """The next message on ``connection``, waited for without blocking the event loop; raises
+    ``TimeoutError`` when none starts within ``seconds``."""
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future[None] = loop.create_future()
+    descriptor = connection.fileno()
+
+    def wake() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(descriptor, wake)
+    try:
+        await asyncio.wait_for(readable, seconds)
+    finally:
+        loop.remove_reader(descriptor)
+    # uvloop (what uvicorn runs on) leaves a descriptor it watched non-blocking, so recv() of a
+    # message larger than the pipe's buffer raised BlockingIOError halfway and a valid file was
+    # refused as a parser crash. The rest of the message is read blocking, in a thread.
+    os.set_blocking(descriptor, True)
+    return await asyncio.to_thread(connection.recv)
+
+
 class _Worker:
     def __init__(self, context: Any, memory_bytes: int) -> None:
         self.connection, child = context.Pipe()
@@ -49,20 +73,7 @@ class _Worker:
         child.close()
 
     async def receive(self, seconds: float) -> Any:
-        loop = asyncio.get_running_loop()
-        readable: asyncio.Future[None] = loop.create_future()
-        descriptor = self.connection.fileno()
-
-        def wake() -> None:
-            if not readable.done():
-                readable.set_result(None)
-
-        loop.add_reader(descriptor, wake)
-        try:
-            await asyncio.wait_for(readable, seconds)
-        finally:
-            loop.remove_reader(descriptor)
-        return self.connection.recv()
+        return await receive_message(self.connection, seconds)
 
     async def kill(self) -> None:
         self.process.kill()
@@ -74,9 +85,12 @@ class ParserPool:
     """A fixed number of parser worker processes, started on first use (one may be started ahead
     with :meth:`prestart`) and replaced when killed."""
 
-    def __init__(self, workers: int, *, timeout: float, memory_bytes: int) -> None:
+    def __init__(
+        self, workers: int, *, timeout: float, memory_bytes: int, queue_seconds: float = 10.0
+    ) -> None:
         self._timeout = timeout
         self._memory = memory_bytes
+        self._queue_seconds = queue_seconds
         self._context = multiprocessing.get_context("spawn")
         # Last in, first out: a started worker is handed out before an empty slot, so one that
         # was started ahead serves the first upload, and sequential uploads start only one.
@@ -111,6 +125,33 @@ class ParserPool:
         finally:
             self._idle.put_nowait(worker)
 
+    async def _take(self) -> _Worker | None:
+        """An idle worker or slot, waited for at most ``queue_seconds``: when every worker stays
+        busy (large files, or files made to be slow) the upload is refused (503) instead of
+        queueing behind them for as long as they take."""
+        getter = asyncio.ensure_future(self._idle.get())
+        try:
+            await asyncio.wait({getter}, timeout=self._queue_seconds)
+        except asyncio.CancelledError:
+            self._give_back(getter)
+            raise
+        if getter.done():
+            return getter.result()
+        self._give_back(getter)
+        raise Unavailable(
+            "Every parser worker is busy; try again shortly.",
+            code="PARSERS_BUSY",
+            headers={"Retry-After": str(max(1, round(self._queue_seconds)))},
+        )
+
+    def _give_back(self, getter: asyncio.Future[_Worker | None]) -> None:
+        # A pending get() that is cancelled takes nothing from the queue; one that already
+        # finished holds a worker that must go back, or the pool would shrink for good.
+        if getter.done() and not getter.cancelled():
+            self._idle.put_nowait(getter.result())
+        else:
+            getter.cancel()
+
     async def _retire(self, worker: _Worker) -> None:
         self._all.discard(worker)
         await worker.kill()
@@ -126,7 +167,7 @@ class ParserPool:
     ) -> dict[str, Any]:
         """The agent summary of one file; 422 when the file breaks or outlasts its parser, 415 when
         its inside contradicts the route's type."""
-        worker = await self._idle.get()
+        worker = await self._take()
         try:
             if worker is None or not worker.process.is_alive():
                 worker = await self._spawn()

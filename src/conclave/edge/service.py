@@ -232,6 +232,9 @@ class IntakeService:
             if earlier:
                 return UploadResult("duplicate", earlier)
         analysed = []
+        # One budget for all the files of the upload: sixteen files each made to take just under
+        # the per-file time-out would otherwise hold a parser worker for minutes.
+        deadline = time.monotonic() + self.settings.parse_request_seconds
         for index, part in enumerate(upload.files):
             if part.blob.size == 0:
                 raise Unprocessable(
@@ -240,9 +243,19 @@ class IntakeService:
                     errors=[{"field": f"file[{index}]", "message": "empty"}],
                 )
             sniffed = sniff(media_type, part.blob.head, part.blob.size)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Unprocessable(
+                    "Parsing the upload's files took longer than allowed in all.",
+                    code="PARSE_TIMEOUT",
+                )
             started = time.perf_counter()
             extracted = await self.parsers.parse(
-                media_type, str(part.blob.path), sniffed.format, metadata
+                media_type,
+                str(part.blob.path),
+                sniffed.format,
+                metadata,
+                time_limit=min(self.settings.parse_timeout_seconds, remaining),
             )
             self.metrics.parse_duration.labels(media_type).observe(time.perf_counter() - started)
             mime = extracted.pop("mime", None) or sniffed.mime

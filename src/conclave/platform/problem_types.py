@@ -186,7 +186,11 @@ PROBLEM_TYPES = _registry(
     _P("CORRUPT_MEDIA", (422,), "Corrupt media", "The file's parser could not read it."),
     _P("PARSER_FAILED", (422,), "Parser failed", "No parser worker could be started."),
     _P("PARSE_TIMEOUT", (422,), "Parse timed out",
-       "Parsing the file took longer than `EDGE_PARSE_TIMEOUT_SECONDS`."),
+       "Parsing a file took longer than `EDGE_PARSE_TIMEOUT_SECONDS`, or all the files of the "
+       "upload longer than `EDGE_PARSE_REQUEST_SECONDS`."),
+    _P("PARSERS_BUSY", (503,), "Parsers busy",
+       "Every parser worker stayed busy for `EDGE_PARSER_QUEUE_SECONDS`; `Retry-After` says when "
+       "to retry."),
     _P("SIGNATURE_REQUIRED", (401,), "Signature required", "This device must sign its uploads."),
     _P("INVALID_SIGNATURE", (401,), "Invalid signature", "The upload signature does not match."),
     _P("SIGNATURE_EXPIRED", (401,), "Signature expired",

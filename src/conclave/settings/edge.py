@@ -37,6 +37,18 @@ class EdgeSettings(CommonSettings):
         alias="EDGE_PARSE_TIMEOUT_SECONDS",
         description="Longest a media parser may run on one file before the upload gets a 422.",
     )
+    parse_request_seconds: float = Field(
+        120.0,
+        alias="EDGE_PARSE_REQUEST_SECONDS",
+        description="Longest the parsers may spend on all the files of one upload together; "
+        "past it the upload gets a 422 (each file also has its own time-out).",
+    )
+    parser_queue_seconds: float = Field(
+        10.0,
+        alias="EDGE_PARSER_QUEUE_SECONDS",
+        description="Longest an upload waits for a free parser worker before it is refused with "
+        "503 PARSERS_BUSY and Retry-After.",
+    )
     parse_memory_bytes: int = Field(
         2 * 1024**3,
         alias="EDGE_PARSE_MEMORY_BYTES",

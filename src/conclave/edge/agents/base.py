@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, overload
+from dataclasses import dataclass
+from typing import Any
 
 from conclave.platform.inputs import INT_MAX, INT_MIN, escape_text
 
@@ -26,15 +27,43 @@ class MediaMismatch(Exception):
     """Looking inside shows the file is not of the route's type after all (415)."""
 
 
-# An agent cleans its whole summary (a mapping, so a dict comes back); the recursion, any value.
-@overload
-def clean(value: Mapping[Any, Any]) -> dict[str, Any]: ...
-@overload
-def clean(value: object, depth: int) -> Any: ...
-def clean(value: Any, depth: int = 0) -> Any:
-    """Make parser output safe to store, publish and answer as JSON: bounded strings and lists,
-    finite numbers and 64-bit integers, no control characters, lone surrogates escaped — in keys
-    too (EXIF and PDF metadata carry arbitrary bytes; a GeoJSON file any JSON string)."""
+_MAX_VALUES = 20_000
+"""Values (scalars, keys) in one file's summary: with 500 items a list nested 8 deep, the per-list
+bound alone would let a file fill a row and an event with megabytes of facts."""
+_MAX_CHARACTERS = 256 * 1024
+"""Characters of all strings and keys in one file's summary (500 layer names of 512 characters
+were half a megabyte)."""
+
+
+@dataclass
+class _Budget:
+    values: int = _MAX_VALUES
+    characters: int = _MAX_CHARACTERS
+    exhausted: bool = False
+
+    def spend(self, characters: int = 0) -> bool:
+        """Whether one more value (of ``characters``) still fits; marks the budget spent if not."""
+        if self.values <= 0 or self.characters < characters:
+            self.exhausted = True
+            return False
+        self.values -= 1
+        self.characters -= characters
+        return True
+
+
+def clean(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """Make an agent's summary safe to store, publish and answer as JSON: bounded strings, lists
+    and size in all, finite numbers and 64-bit integers, no control characters, lone surrogates
+    escaped — in keys too (EXIF and PDF metadata carry arbitrary bytes; a GeoJSON file any JSON
+    string). A summary cut to its budget says so with ``facts_truncated: true``."""
+    budget = _Budget()
+    cleaned: dict[str, Any] = _clean(summary, 0, budget)
+    if budget.exhausted:
+        cleaned["facts_truncated"] = True
+    return cleaned
+
+
+def _clean(value: Any, depth: int, budget: _Budget) -> Any:
     if depth > 8:
         return None
     if isinstance(value, bool) or value is None:
@@ -46,18 +75,34 @@ def clean(value: Any, depth: int = 0) -> Any:
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     if isinstance(value, str):
-        return _text(value, _MAX_STRING)
+        text = _text(value, _MAX_STRING)
+        return text if budget.spend(len(text)) else None
     if isinstance(value, Mapping):
-        return {
-            _text(str(key), 128): clean(item, depth + 1)
-            for key, item in list(value.items())[:_MAX_ITEMS]
-        }
+        # Plain values first, so that a long list cannot crowd out the facts named after it
+        # (format, width, ...); the keys keep their order.
+        entries = [(_text(str(key), 128), item) for key, item in list(value.items())[:_MAX_ITEMS]]
+        cleaned: dict[str, Any] = {}
+        for nested in (False, True):
+            for name, item in entries:
+                if isinstance(item, Mapping | list | tuple | set) is nested and budget.spend(
+                    len(name)
+                ):
+                    cleaned[name] = _clean(item, depth + 1, budget)
+        return {name: cleaned[name] for name, _ in entries if name in cleaned}
     if isinstance(value, list | tuple | set):
-        return [clean(item, depth + 1) for item in list(value)[:_MAX_ITEMS]]
+        items = []
+        for item in list(value)[:_MAX_ITEMS]:
+            if not budget.spend():
+                break
+            cleaned_item = _clean(item, depth + 1, budget)
+            if budget.exhausted and cleaned_item is None:
+                break  # the item did not fit: the list ends here rather than in nulls
+            items.append(cleaned_item)
+        return items
     try:
-        return clean(float(value), depth + 1)  # Pillow's IFDRational, Fraction, Decimal
+        return _clean(float(value), depth + 1, budget)  # Pillow's IFDRational, Fraction, Decimal
     except (TypeError, ValueError, ZeroDivisionError):
-        return clean(str(value), depth + 1)
+        return _clean(str(value), depth + 1, budget)
 
 
 def _text(value: str, limit: int) -> str:
