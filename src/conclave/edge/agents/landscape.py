@@ -8,6 +8,7 @@ is parsed.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -25,8 +26,14 @@ _OSM_HASH = re.compile(r"map=(\d{1,2}(?:\.\d+)?)/(-?\d+(?:\.\d+)?)/(-?\d+(?:\.\d
 
 
 def _code(value: Any) -> int | None:
-    # tifffile gives known codes as IntEnum members, others as plain ints (tuples when malformed)
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    # tifffile gives known codes as IntEnum members, others as plain ints, numpy integers when
+    # the key directory has more than 1024 values, and tuples or text when malformed.
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def _corners(structure: TiffStructure, point: bool) -> list[tuple[float, float]] | None:
@@ -88,7 +95,7 @@ def geotiff_reference(structure: TiffStructure) -> dict[str, Any] | None:
         reference["pixel_scale"] = list(structure.pixel_scale[:2])
     if len(structure.tiepoints) >= 6:
         reference["tiepoint"] = list(structure.tiepoints[:6])
-        reference["tiepoints"] = len(structure.tiepoints) // 6
+        reference["tiepoints"] = structure.tiepoint_count
     if len(structure.transformation) == 16:
         reference["transformation"] = list(structure.transformation)
     corners = _corners(structure, point)
