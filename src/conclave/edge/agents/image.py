@@ -15,10 +15,13 @@ from datetime import datetime
 from typing import Any
 
 import pillow_heif
-from PIL import ExifTags, Image, UnidentifiedImageError
+from PIL import AvifImagePlugin, ExifTags, Image, ImageFile, UnidentifiedImageError
+from pillow_heif.as_plugin import HeifImageFile
 
 from conclave.edge.agents.base import CorruptMedia, clean
 from conclave.edge.agents.credentials import content_credentials
+from conclave.edge.agents.gif_frames import GifFrames, count_frames
+from conclave.edge.agents.jpeg_scans import count_scans
 from conclave.edge.agents.tiff import TiffStructure, read_structure
 
 _MAKE, _MODEL, _SOFTWARE, _ORIENTATION, _DATETIME = 271, 272, 305, 274, 306
@@ -36,6 +39,14 @@ Image.MAX_IMAGE_PIXELS = 1 << 30
 _FULL_DECODE_PIXELS = 64_000_000
 """HEIF/AVIF images up to this size are decoded in full to prove their data (a 33 Mpx camera
 HEIF takes 4.5 s); larger ones are checked as far as their container is parsed on opening."""
+
+# Opened by the sniffed format: each plugin's own check accepts a short list of major brands
+# (pillow-heif neither "miaf" nor a phone's "MiHE", and it claims an AVIF whose major brand is
+# "mif1" although it has no AV1 decoder), while the files only need a compatible brand.
+_OPENERS: dict[str, Callable[[str], ImageFile.ImageFile]] = {
+    "heif": HeifImageFile,
+    "avif": AvifImagePlugin.AvifImageFile,
+}
 
 _FAILURES = (
     UnidentifiedImageError,
@@ -117,10 +128,14 @@ def exif_summary(exif: Image.Exif) -> dict[str, Any]:
     return {key: value for key, value in summary.items() if value is not None}
 
 
-def open_checked(path: str) -> Image.Image:
+def open_checked(path: str, fmt: str) -> Image.Image:
     """Open an image and prove its data decodes, without decoding large images in full."""
+    if fmt == "jpeg":
+        # Before Pillow reads the headers: the scans bound what libjpeg's decode costs.
+        with open(path, "rb") as stream:
+            count_scans(stream)
     try:
-        image = Image.open(path)
+        image = _OPENERS[fmt](path) if fmt in _OPENERS else Image.open(path)
         if image.format == "JPEG":
             # Decoding at 1/8 scale walks the whole entropy-coded stream cheaply.
             image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
@@ -137,9 +152,15 @@ def open_checked(path: str) -> Image.Image:
     return image
 
 
-def _frames(image: Image.Image) -> int:
+def _frames(image: Image.Image, path: str) -> GifFrames:
+    if image.format == "GIF":
+        # Pillow's count seeks to every frame, in Python per data sub-block: too slow for a
+        # crafted file of a million frames.
+        with open(path, "rb") as stream:
+            found = count_frames(stream)
+        return GifFrames(max(found.frames, 1), found.at_least)
     try:
-        return int(getattr(image, "n_frames", 1))
+        return GifFrames(int(getattr(image, "n_frames", 1)))
     except _FAILURES as exc:  # counting walks every frame's header
         raise CorruptMedia(f"The image's frames cannot be read: {type(exc).__name__}.") from exc
 
@@ -199,18 +220,21 @@ def describe_image(path: str, fmt: str) -> dict[str, Any]:
     """Technical facts of a raster image of the sniffed format ``fmt``."""
     if fmt == "tiff":
         return describe_tiff(path, read_structure(path))
-    with open_checked(path) as image:
+    with open_checked(path, fmt) as image:
         width, height = image.size
         if image.format == "JPEG":
             with Image.open(path) as original:
                 width, height = original.size  # draft mode shrank the decoded copy
+        frames = _frames(image, path)
         facts: dict[str, Any] = {
             "format": image.format,
             "width": width,
             "height": height,
             "mode": image.mode,
-            "frames": _frames(image),
+            "frames": frames.frames,
         }
+        if frames.at_least:
+            facts["frames_at_least"] = True  # the count stopped within its budget
         exif = _exif_or_nothing(image.getexif)
         if exif:
             facts["exif"] = exif
