@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import BinaryIO
 
-MAX_BLOCKS = 1 << 20
-"""Blocks and sub-blocks walked per GIF, a quarter of a second at most. An encoder's 255-byte
-sub-blocks hold 250 MiB of image data in this many; the image route takes 50 MiB."""
+MAX_BLOCKS = 1 << 18
+"""Blocks and sub-blocks walked per GIF, under a tenth of a second: enough for 64 MiB of image
+data in an encoder's 255-byte sub-blocks (the image route takes 50 MiB), or some 30,000 frames
+(each costs about 8: a control extension, a descriptor, code size, data and terminators)."""
 
 _CHUNK = 1 << 20
 
