@@ -14,8 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from conclave.edge.agents.base import clean
-from conclave.edge.agents.credentials import content_credentials
-from conclave.edge.agents.image import describe_image, describe_tiff
+from conclave.edge.agents.image import credentials_of, describe_image, describe_tiff
 from conclave.edge.agents.tiff import TiffStructure, read_structure
 
 _USER_DEFINED = 32767
@@ -213,6 +212,6 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
             references.append({"kind": "map_url", **shown})
     facts["geo_reference"] = references
     facts["georeferenced"] = bool(references)
-    if (credentials := content_credentials(path)) is not None:
+    if (credentials := credentials_of(path, facts)) is not None:
         facts["content_credentials"] = credentials
     return clean(facts)
