@@ -33,12 +33,24 @@ pillow_heif.register_heif_opener()
 
 # Pillow's decompression-bomb check guards a full decode. This agent decodes JPEG at 1/8 scale,
 # verifies PNG, GIF, WebP and BMP without decoding, never decodes TIFF, and decodes HEIF/AVIF only
-# up to _FULL_DECODE_PIXELS; the worker's address-space limit bounds the rest. At Pillow's default
+# up to _FULL_DECODE_BYTES; the worker's address-space limit bounds the rest. At Pillow's default
 # (179 Mpx refused) a 200 Mpx phone photo and any large map scan were refused as bombs.
 Image.MAX_IMAGE_PIXELS = 1 << 30
-_FULL_DECODE_PIXELS = 64_000_000
-"""HEIF/AVIF images up to this size are decoded in full to prove their data (a 33 Mpx camera
-HEIF takes 4.5 s); larger ones are checked as far as their container is parsed on opening."""
+_FULL_DECODE_BYTES = 192_000_000
+"""HEIF/AVIF images whose decoded samples take up to this much (64 Mpx of 8-bit RGB, 48 Mpx with
+alpha, 24 Mpx of 10-bit RGBA) are decoded in full to prove their data (a 33 Mpx camera HEIF takes
+4.5 s); larger ones are checked as far as their container is parsed on opening. libheif and
+libavif peak at about three times this: 0.6 GB for 64 Mpx of 8-bit RGB, and a 28 kB HEIF of
+64 Mpx 10-bit RGBA took 1.3 GB before this bound counted bit depth and alpha."""
+
+
+def _decoded_bytes(image: Image.Image) -> int:
+    # pillow-heif states the bit depth (deeper samples are decoded to 16 bits before becoming 8);
+    # Pillow's AVIF plugin does not.
+    depth = image.info.get("bit_depth")
+    sample = 2 if isinstance(depth, int) and depth > 8 else 1
+    return image.width * image.height * len(image.getbands()) * sample
+
 
 # Opened by the sniffed format: each plugin's own check accepts a short list of major brands
 # (pillow-heif neither "miaf" nor a phone's "MiHE", and it claims an AVIF whose major brand is
@@ -142,7 +154,7 @@ def open_checked(path: str, fmt: str) -> Image.Image:
             image.load()
         elif image.format in ("HEIF", "AVIF"):
             # Their "verify" checks nothing; decoding is the proof, within a budget.
-            if image.width * image.height <= _FULL_DECODE_PIXELS:
+            if _decoded_bytes(image) <= _FULL_DECODE_BYTES:
                 image.load()
         else:
             with Image.open(path) as second:
