@@ -63,12 +63,17 @@ def form(
 
 
 async def upload_facts(
-    backend: Backend, tmp_path: Path, route: str, name: str, content: bytes
+    backend: Backend,
+    tmp_path: Path,
+    route: str,
+    name: str,
+    content: bytes,
+    metadata: dict[str, Any] | None = None,
 ) -> tuple[int, Any]:
-    """Upload one file to ``route`` on a fresh edge app: ``(200, extracted facts)`` or the
-    refusal's ``(status, problem)``."""
+    """Upload one file (with ``metadata``) to ``route`` on a fresh edge app: ``(200, extracted
+    facts)`` or the refusal's ``(status, problem)``."""
     async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
-        response = await client.post(f"/api/edge-intake/{route}", **form((name, content)))
+        response = await client.post(f"/api/edge-intake/{route}", **form((name, content), metadata))
         if response.status_code != 200:
             return response.status_code, response.json()
         [evidence_id] = response.json()["evidence_ids"]

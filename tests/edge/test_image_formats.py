@@ -6,8 +6,10 @@ from __future__ import annotations
 import io
 
 import numpy
+import pillow_heif
 import pytest
 import tifffile
+from PIL import Image
 
 from conclave.edge.sniff import sniff
 from conclave.platform.errors import UnsupportedMediaType
@@ -141,3 +143,149 @@ async def test_crafted_headers_of_accepted_formats_are_refused_as_corrupt(
 ):
     status, body = await upload_facts(backend, tmp_path, route, "crafted.bin", content)
     assert status == 422 and body["code"] == "CORRUPT_MEDIA", body
+
+
+def _progressive_jpeg(side: int, scans: int) -> bytes:
+    """A grey progressive JPEG whose scans are end-of-band runs only: a few bytes per scan, and
+    every scan makes libjpeg visit every block."""
+
+    def segment(marker: int, data: bytes) -> bytes:
+        return bytes((0xFF, marker)) + (len(data) + 2).to_bytes(2, "big") + data
+
+    bits = ""
+    left = (side // 8) ** 2
+    while left > 0:  # symbol 0xE0 (code "0"): a run of 16384 + 14 bits more blocks
+        run = max(min(left, 32767), 16384)
+        bits += "0" + format(run - 16384, "014b")
+        left -= run
+    bits += "1" * (-len(bits) % 8)
+    data = bytes(int(bits[i : i + 8], 2) for i in range(0, len(bits), 8)).replace(
+        b"\xff", b"\xff\x00"
+    )
+    header = (
+        segment(0xDB, bytes(1) + bytes([1] * 64))
+        + segment(0xC2, bytes([8]) + side.to_bytes(2, "big") * 2 + bytes([1, 1, 0x11, 0]))
+        + segment(0xC4, bytes([0x10, 1]) + bytes(15) + bytes([0xE0]))
+    )
+    first = segment(0xDA, bytes([1, 1, 0, 1, 63, 0x00])) + data
+    refinement = segment(0xDA, bytes([1, 1, 0, 1, 63, 0x10])) + data
+    return b"\xff\xd8" + header + first + refinement * (scans - 1) + b"\xff\xd9"
+
+
+@pytest.mark.parametrize(
+    ("side", "scans", "detail"),
+    [(8, 101, "more than 100 scans"), (16000, 20, "scans decode more than")],
+    ids=["scan-count", "blocks-times-scans"],
+)
+async def test_a_progressive_jpeg_costing_more_decoding_than_the_edge_allows_is_refused(
+    backend: Backend, tmp_path, side: int, scans: int, detail: str
+):
+    # 16000 x 16000 grey is 4 M blocks: twenty scans walk 80 M of them, 3 s of libjpeg's time
+    # (300 scans were 40 s), from a file of 10 kB.
+    content = _progressive_jpeg(side, scans)
+    status, body = await upload_facts(backend, tmp_path, "image", "scans.jpg", content)
+    assert status == 422 and body["code"] == "CORRUPT_MEDIA", body
+    assert detail in body["detail"]
+
+
+async def test_a_progressive_jpeg_as_encoders_write_it_is_read(backend: Backend, tmp_path):
+    buffer = io.BytesIO()
+    pixels = numpy.random.default_rng(17).integers(0, 255, (900, 1200, 3), numpy.uint8)
+    Image.fromarray(pixels).save(buffer, "JPEG", progressive=True, quality=90)
+    status, facts = await upload_facts(backend, tmp_path, "image", "photo.jpg", buffer.getvalue())
+    assert status == 200, facts
+    assert (facts["format"], facts["width"], facts["height"]) == ("JPEG", 1200, 900)
+
+
+@pytest.mark.parametrize("route", ["image", "landscape"])
+async def test_a_geotiff_with_hundreds_of_ground_control_points_is_described(
+    backend: Backend, tmp_path, route: str
+):
+    # tifffile hands a tag of more than 1024 values over as an array, not a tuple.
+    points = tuple(float(v) for i in range(200) for v in (i, i, 0, 7 + i / 100, 45 + i / 100, 0))
+    buffer = io.BytesIO()
+    tifffile.imwrite(
+        buffer, numpy.zeros((100, 100), numpy.uint8), extratags=[(33922, 12, 1200, points, True)]
+    )
+    status, facts = await upload_facts(backend, tmp_path, route, "gcps.tif", buffer.getvalue())
+    assert status == 200, facts
+    if route == "landscape":
+        [geotiff] = facts["geo_reference"]
+        assert geotiff["tiepoints"] == 200
+        assert geotiff["tiepoint"] == [0.0, 0.0, 0.0, 7.0, 45.0, 0.0]
+
+
+def _png() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("map_url", "expected"),
+    [
+        ("https://maps.example/#map=5/999/-999", []),
+        ("https://maps.example/?bbox=7,46,8,45&zoom=31", []),
+        (
+            "https://maps.example/?zoom=\N{SUPERSCRIPT TWO}&lat=45.5&lon=7.25",
+            [
+                {
+                    "kind": "map_url",
+                    "host": "maps.example",
+                    "center": {"latitude": 45.5, "longitude": 7.25},
+                }
+            ],
+        ),
+    ],
+    ids=["centre-out-of-range", "bbox-upside-down", "zoom-not-ascii"],
+)
+async def test_a_map_url_part_out_of_range_or_unreadable_is_left_out_never_refusing_the_file(
+    backend: Backend, tmp_path, map_url: str, expected: list[dict[str, object]]
+):
+    status, facts = await upload_facts(
+        backend, tmp_path, "landscape", "map.png", _png(), {"map_url": map_url}
+    )
+    assert status == 200, facts
+    assert facts["geo_reference"] == expected
+    assert facts["georeferenced"] is bool(expected)
+
+
+def _gif(frames: bytes, count: int) -> bytes:
+    screen = b"GIF89a" + (1).to_bytes(2, "little") * 2 + bytes([0x80, 0, 0]) + bytes(6)
+    return screen + frames * count + b";"
+
+
+async def test_gif_frames_are_counted_within_a_budget(backend: Backend, tmp_path):
+    # One-pixel frames: an image descriptor, LZW code size 2, data sub-blocks, terminator.
+    frame = b",\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02\x44\x01\x00"
+    status, facts = await upload_facts(backend, tmp_path, "image", "a.gif", _gif(frame, 300))
+    assert status == 200, facts
+    assert facts["frames"] == 300 and "frames_at_least" not in facts
+    # A frame split into 2^18 one-byte sub-blocks: the count stops, and says so.
+    split = b",\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02" + b"\x01\x44" * (1 << 18) + b"\x00"
+    status, facts = await upload_facts(backend, tmp_path, "image", "b.gif", _gif(split, 2))
+    assert status == 200, facts
+    assert facts["frames"] == 1 and facts["frames_at_least"] is True
+    # c2pa would read those blocks one Python call each: not asked.
+    assert facts["content_credentials"]["checked"] is False
+
+
+@pytest.mark.parametrize(
+    ("fmt", "brand"),
+    [("HEIF", b"MiHE"), ("HEIF", b"miaf"), ("AVIF", b"mif1"), ("AVIF", b"miaf")],
+)
+async def test_heif_and_avif_are_decoded_whatever_their_major_brand(
+    backend: Backend, tmp_path, fmt: str, brand: bytes
+):
+    # The sniffer takes a file by its compatible brands; the decoder must follow it.
+    buffer = io.BytesIO()
+    image = Image.new("RGB", (64, 48), (9, 99, 200))
+    if fmt == "HEIF":
+        pillow_heif.from_pillow(image).save(buffer, format="HEIF")
+    else:
+        image.save(buffer, "AVIF")
+    written = buffer.getvalue()
+    content = written[:8] + brand + written[12:]
+    status, facts = await upload_facts(backend, tmp_path, "image", "photo.heic", content)
+    assert status == 200, facts
+    assert (facts["format"], facts["width"], facts["height"]) == (fmt, 64, 48)

@@ -15,10 +15,13 @@ from datetime import datetime
 from typing import Any
 
 import pillow_heif
-from PIL import ExifTags, Image, UnidentifiedImageError
+from PIL import AvifImagePlugin, ExifTags, Image, ImageFile, UnidentifiedImageError
+from pillow_heif.as_plugin import HeifImageFile
 
 from conclave.edge.agents.base import CorruptMedia, clean
 from conclave.edge.agents.credentials import content_credentials
+from conclave.edge.agents.gif_frames import count_frames
+from conclave.edge.agents.jpeg_scans import count_scans
 from conclave.edge.agents.tiff import TiffStructure, read_structure
 
 _MAKE, _MODEL, _SOFTWARE, _ORIENTATION, _DATETIME = 271, 272, 305, 274, 306
@@ -30,12 +33,32 @@ pillow_heif.register_heif_opener()
 
 # Pillow's decompression-bomb check guards a full decode. This agent decodes JPEG at 1/8 scale,
 # verifies PNG, GIF, WebP and BMP without decoding, never decodes TIFF, and decodes HEIF/AVIF only
-# up to _FULL_DECODE_PIXELS; the worker's address-space limit bounds the rest. At Pillow's default
+# up to _FULL_DECODE_BYTES; the worker's address-space limit bounds the rest. At Pillow's default
 # (179 Mpx refused) a 200 Mpx phone photo and any large map scan were refused as bombs.
 Image.MAX_IMAGE_PIXELS = 1 << 30
-_FULL_DECODE_PIXELS = 64_000_000
-"""HEIF/AVIF images up to this size are decoded in full to prove their data (a 33 Mpx camera
-HEIF takes 4.5 s); larger ones are checked as far as their container is parsed on opening."""
+_FULL_DECODE_BYTES = 192_000_000
+"""HEIF/AVIF images whose decoded samples take up to this much (64 Mpx of 8-bit RGB, 48 Mpx with
+alpha, 24 Mpx of 10-bit RGBA) are decoded in full to prove their data (a 33 Mpx camera HEIF takes
+4.5 s); larger ones are checked as far as their container is parsed on opening. libheif and
+libavif peak at about three times this: 0.6 GB for 64 Mpx of 8-bit RGB, and a 28 kB HEIF of
+64 Mpx 10-bit RGBA took 1.3 GB before this bound counted bit depth and alpha."""
+
+
+def _decoded_bytes(image: Image.Image) -> int:
+    # pillow-heif states the bit depth (deeper samples are decoded to 16 bits before becoming 8);
+    # Pillow's AVIF plugin does not.
+    depth = image.info.get("bit_depth")
+    sample = 2 if isinstance(depth, int) and depth > 8 else 1
+    return image.width * image.height * len(image.getbands()) * sample
+
+
+# Opened by the sniffed format: each plugin's own check accepts a short list of major brands
+# (pillow-heif neither "miaf" nor a phone's "MiHE", and it claims an AVIF whose major brand is
+# "mif1" although it has no AV1 decoder), while the files only need a compatible brand.
+_OPENERS: dict[str, Callable[[str], ImageFile.ImageFile]] = {
+    "heif": HeifImageFile,
+    "avif": AvifImagePlugin.AvifImageFile,
+}
 
 _FAILURES = (
     UnidentifiedImageError,
@@ -117,17 +140,21 @@ def exif_summary(exif: Image.Exif) -> dict[str, Any]:
     return {key: value for key, value in summary.items() if value is not None}
 
 
-def open_checked(path: str) -> Image.Image:
+def open_checked(path: str, fmt: str) -> Image.Image:
     """Open an image and prove its data decodes, without decoding large images in full."""
+    if fmt == "jpeg":
+        # Before Pillow reads the headers: the scans bound what libjpeg's decode costs.
+        with open(path, "rb") as stream:
+            count_scans(stream)
     try:
-        image = Image.open(path)
+        image = _OPENERS[fmt](path) if fmt in _OPENERS else Image.open(path)
         if image.format == "JPEG":
             # Decoding at 1/8 scale walks the whole entropy-coded stream cheaply.
             image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
             image.load()
         elif image.format in ("HEIF", "AVIF"):
             # Their "verify" checks nothing; decoding is the proof, within a budget.
-            if image.width * image.height <= _FULL_DECODE_PIXELS:
+            if _decoded_bytes(image) <= _FULL_DECODE_BYTES:
                 image.load()
         else:
             with Image.open(path) as second:
@@ -137,9 +164,16 @@ def open_checked(path: str) -> Image.Image:
     return image
 
 
-def _frames(image: Image.Image) -> int:
+def _frames(image: Image.Image, path: str) -> tuple[int, bool]:
+    """The image's frames, and whether that is a lower bound (a GIF's count is budgeted)."""
+    if image.format == "GIF":
+        # Pillow's count seeks to every frame, in Python per data sub-block: seconds for a
+        # crafted 50 MiB file, minutes on the landscape route's 2 GiB.
+        with open(path, "rb") as stream:
+            found = count_frames(stream)
+        return max(found.frames, 1), found.at_least
     try:
-        return int(getattr(image, "n_frames", 1))
+        return int(getattr(image, "n_frames", 1)), False
     except _FAILURES as exc:  # counting walks every frame's header
         raise CorruptMedia(f"The image's frames cannot be read: {type(exc).__name__}.") from exc
 
@@ -199,27 +233,40 @@ def describe_image(path: str, fmt: str) -> dict[str, Any]:
     """Technical facts of a raster image of the sniffed format ``fmt``."""
     if fmt == "tiff":
         return describe_tiff(path, read_structure(path))
-    with open_checked(path) as image:
+    with open_checked(path, fmt) as image:
         width, height = image.size
         if image.format == "JPEG":
             with Image.open(path) as original:
                 width, height = original.size  # draft mode shrank the decoded copy
+        frames, at_least = _frames(image, path)
         facts: dict[str, Any] = {
             "format": image.format,
             "width": width,
             "height": height,
             "mode": image.mode,
-            "frames": _frames(image),
+            "frames": frames,
         }
+        if at_least:
+            facts["frames_at_least"] = True  # the count stopped within its budget
         exif = _exif_or_nothing(image.getexif)
         if exif:
             facts["exif"] = exif
     return facts
 
 
+def credentials_of(path: str, facts: dict[str, Any]) -> dict[str, Any] | None:
+    """The content credentials of an image described as ``facts``, unless its blocks are too
+    many to read (:func:`content_credentials` gives the shapes)."""
+    if facts.get("frames_at_least"):
+        # c2pa reads a GIF block by block, each a call into Python (3.5 us): a GIF past the
+        # frame walk's budget may hold millions of blocks, longer than the parse time-out.
+        return {"checked": False, "reason": "The GIF has more blocks than are read."}
+    return content_credentials(path)
+
+
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """The image agent's summary."""
     facts = describe_image(path, fmt)
-    if (credentials := content_credentials(path)) is not None:
+    if (credentials := credentials_of(path, facts)) is not None:
         facts["content_credentials"] = credentials
     return clean(facts)

@@ -8,25 +8,36 @@ is parsed.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from conclave.edge.agents.base import clean
-from conclave.edge.agents.credentials import content_credentials
-from conclave.edge.agents.image import describe_image, describe_tiff
+from conclave.edge.agents.image import credentials_of, describe_image, describe_tiff
 from conclave.edge.agents.tiff import TiffStructure, read_structure
 
 _USER_DEFINED = 32767
 """GeoTIFF's code for "not an EPSG code: the CRS is described by further keys"."""
 _UNITS = {9001: "metre", 9002: "foot", 9003: "us_survey_foot", 9101: "radian", 9102: "degree"}
-_TILE = re.compile(r"/(\d{1,2})/(\d{1,8})/(\d{1,8})(?:@\dx)?(?:\.\w{2,5})?$")
-_OSM_HASH = re.compile(r"map=(\d{1,2}(?:\.\d+)?)/(-?\d+(?:\.\d+)?)/(-?\d+(?:\.\d+)?)")
+_MAX_ZOOM = 30
+"""Deepest web-map zoom level taken: a tile of about 4 cm at the equator."""
+# ASCII: \d takes every script's digits.
+_TILE = re.compile(r"/(\d{1,2})/(\d{1,8})/(\d{1,8})(?:@\dx)?(?:\.\w{2,5})?$", re.ASCII)
+_OSM_HASH = re.compile(
+    r"map=(\d{1,2}(?:\.\d{1,6})?)/(-?\d{1,3}(?:\.\d{1,15})?)/(-?\d{1,3}(?:\.\d{1,15})?)", re.ASCII
+)
 
 
 def _code(value: Any) -> int | None:
-    # tifffile gives known codes as IntEnum members, others as plain ints (tuples when malformed)
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    # tifffile gives known codes as IntEnum members, others as plain ints, numpy integers when
+    # the key directory has more than 1024 values, and tuples or text when malformed.
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def _corners(structure: TiffStructure, point: bool) -> list[tuple[float, float]] | None:
@@ -88,7 +99,7 @@ def geotiff_reference(structure: TiffStructure) -> dict[str, Any] | None:
         reference["pixel_scale"] = list(structure.pixel_scale[:2])
     if len(structure.tiepoints) >= 6:
         reference["tiepoint"] = list(structure.tiepoints[:6])
-        reference["tiepoints"] = len(structure.tiepoints) // 6
+        reference["tiepoints"] = structure.tiepoint_count
     if len(structure.transformation) == 16:
         reference["transformation"] = list(structure.transformation)
     corners = _corners(structure, point)
@@ -117,29 +128,63 @@ def _floats(text: str, count: int) -> list[float] | None:
     return values if len(values) == count and all(map(math.isfinite, values)) else None
 
 
+def _centre(latitude: float, longitude: float) -> dict[str, float] | None:
+    if -90 <= latitude <= 90 and -180 <= longitude <= 180:
+        return {"latitude": latitude, "longitude": longitude}
+    return None
+
+
+def _bbox(text: str) -> list[float] | None:
+    # west, south, east, north in degrees (OpenStreetMap's order); west > east crosses the
+    # antimeridian. Other orders and projected units are not guessed at.
+    values = _floats(text, 4)
+    if values is None:
+        return None
+    west, south, east, north = values
+    if -180 <= west <= 180 and -180 <= east <= 180 and -90 <= south <= north <= 90:
+        return values
+    return None
+
+
+def _zoom(text: str) -> float | None:
+    # ASCII digits only: str.isdigit takes "²", which float() then refuses.
+    if re.fullmatch(r"[0-9]{1,2}(?:\.[0-9]{1,6})?", text, re.ASCII) and float(text) <= _MAX_ZOOM:
+        return float(text)
+    return None
+
+
 def parse_map_url(url: str) -> dict[str, Any]:
-    """What a map URL says about the area shown: bbox, centre, zoom, tile."""
-    parts = urlsplit(url)
+    """What a map URL says about the area shown: bbox, centre, zoom, tile. A part that is out of
+    range or unreadable is left out: the URL is the uploader's note, never a reason to refuse
+    the file."""
+    try:
+        parts = urlsplit(url)
+        found: dict[str, Any] = {"host": parts.hostname}
+    except ValueError:  # an unclosed IPv6 literal, a bad port
+        return {}
     query = {key.lower(): values[-1] for key, values in parse_qs(parts.query).items()}
-    found: dict[str, Any] = {"host": parts.hostname}
-    if "bbox" in query and (bbox := _floats(query["bbox"], 4)):
+    if "bbox" in query and (bbox := _bbox(query["bbox"])):
         found["bbox"] = bbox
     for key in ("center", "ll", "latlon"):
-        if key in query and (centre := _floats(query[key], 2)):
-            found["center"] = {"latitude": centre[0], "longitude": centre[1]}
+        if key in query and (pair := _floats(query[key], 2)) and (centre := _centre(*pair)):
+            found["center"] = centre
     if (
         "lat" in query
         and "lon" in query
-        and (centre := _floats(f"{query['lat']},{query['lon']}", 2))
+        and (pair := _floats(f"{query['lat']},{query['lon']}", 2))
+        and (centre := _centre(*pair))
     ):
-        found["center"] = {"latitude": centre[0], "longitude": centre[1]}
-    zoom = query.get("zoom") or query.get("z")
-    if zoom and zoom.replace(".", "", 1).isdigit():
-        found["zoom"] = float(zoom)
+        found["center"] = centre
+    if (zoom_text := query.get("zoom") or query.get("z")) and (
+        zoom := _zoom(zoom_text)
+    ) is not None:
+        found["zoom"] = zoom
     if match := _OSM_HASH.search(parts.fragment):
-        found["zoom"] = float(match.group(1))
-        found["center"] = {"latitude": float(match.group(2)), "longitude": float(match.group(3))}
-    if (match := _TILE.search(parts.path)) and int(match.group(1)) <= 30:
+        if (zoom := _zoom(match.group(1))) is not None:
+            found["zoom"] = zoom
+        if centre := _centre(float(match.group(2)), float(match.group(3))):
+            found["center"] = centre
+    if (match := _TILE.search(parts.path)) and int(match.group(1)) <= _MAX_ZOOM:
         zoom_level, x, y = (int(group) for group in match.groups())
         if x < 2**zoom_level and y < 2**zoom_level:
             found["tile"] = {"z": zoom_level, "x": x, "y": y}
@@ -162,9 +207,11 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
         references.append({"kind": "exif_gps", **gps})
     map_url = metadata.get("map_url")
     if isinstance(map_url, str) and map_url.startswith(("http://", "https://")):
-        references.append({"kind": "map_url", **parse_map_url(map_url[:2048])})
+        shown = parse_map_url(map_url[:2048])
+        if "center" in shown or "bbox" in shown:  # a host or zoom alone places nothing
+            references.append({"kind": "map_url", **shown})
     facts["geo_reference"] = references
     facts["georeferenced"] = bool(references)
-    if (credentials := content_credentials(path)) is not None:
+    if (credentials := credentials_of(path, facts)) is not None:
         facts["content_credentials"] = credentials
     return clean(facts)

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy
 import tifffile
 
 from conclave.edge.agents.base import CorruptMedia
@@ -41,6 +42,8 @@ class TiffStructure:
     """GeoKeyDirectory entries by tifffile's key names (``ProjectedCSTypeGeoKey``, …)."""
     pixel_scale: tuple[float, ...] = ()
     tiepoints: tuple[float, ...] = ()
+    """The first tie point (raster i, j, k and model x, y, z)."""
+    tiepoint_count: int = 0
     transformation: tuple[float, ...] = ()
 
 
@@ -58,14 +61,20 @@ def _floats(page: tifffile.TiffPage, code: int, limit: int) -> tuple[float, ...]
     value = page.tags.valueof(code)
     if value is None:
         return ()
-    values = value if isinstance(value, tuple | list) else (value,)
-    return tuple(float(v) for v in values[:limit])
+    # tifffile gives one value as a scalar, a few as a tuple and more than 1024 as an ndarray.
+    try:
+        values = numpy.ravel(value)[:limit].astype(numpy.float64)
+    except (TypeError, ValueError):
+        return ()  # a tag of the wrong type: the image stands, its geo reference is unknown
+    return tuple(float(v) for v in values)
 
 
 def _read_georeference(page: tifffile.TiffPage, structure: TiffStructure) -> None:
     # The model tags are read raw: a TIFF may carry a tie point and scale without any GeoKeys.
     structure.pixel_scale = _floats(page, 33550, 3)
-    structure.tiepoints = _floats(page, 33922, 6 * 1024)  # ground control points beyond: unused
+    structure.tiepoints = _floats(page, 33922, 6)  # further ground control points are counted
+    if structure.tiepoints and (tag := page.tags.get(33922)) is not None:
+        structure.tiepoint_count = int(tag.count) // 6
     structure.transformation = _floats(page, 34264, 16)
     if not page.is_geotiff:
         return
