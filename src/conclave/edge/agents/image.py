@@ -9,6 +9,7 @@ describes the TIFF layouts Pillow has no mode for.
 from __future__ import annotations
 
 import math
+import os
 import struct
 from collections.abc import Callable
 from datetime import datetime
@@ -42,6 +43,15 @@ alpha, 24 Mpx of 10-bit RGBA) are decoded in full to prove their data (a 33 Mpx 
 4.5 s); larger ones are checked as far as their container is parsed on opening. libheif and
 libavif peak at about three times this: 0.6 GB for 64 Mpx of 8-bit RGB, and a 28 kB HEIF of
 64 Mpx 10-bit RGBA took 1.3 GB before this bound counted bit depth and alpha."""
+
+
+_BOMB_PIXELS = 64_000_000
+_BOMB_PIXELS_PER_BYTE = 1024
+"""Past 64 Mpx, an image declaring more than 1024 pixels per byte of file is a decompression
+bomb (a 50 kB PNG of 20000 x 20000 zeros): it is refused, whatever the pixel limit above allows,
+because whoever decodes the stored file downstream pays for every pixel. Real large images carry
+far more bytes: a 200 Mpx phone JPEG about one per 10 pixels, a near-blank 1-bit scan about one
+per 100."""
 
 
 def _decoded_bytes(image: Image.Image) -> int:
@@ -148,6 +158,12 @@ def open_checked(path: str, fmt: str) -> Image.Image:
             count_scans(stream)
     try:
         image = _OPENERS[fmt](path) if fmt in _OPENERS else Image.open(path)
+        pixels = image.width * image.height
+        if pixels > _BOMB_PIXELS and pixels > _BOMB_PIXELS_PER_BYTE * os.path.getsize(path):
+            raise CorruptMedia(
+                f"The image declares {pixels:,} pixels in {os.path.getsize(path):,} bytes: "
+                "a decompression bomb."
+            )
         if image.format == "JPEG":
             # Decoding at 1/8 scale walks the whole entropy-coded stream cheaply.
             image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
