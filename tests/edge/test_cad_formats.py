@@ -193,3 +193,14 @@ async def _extracted(client, route: str, file: tuple[str, bytes]) -> dict:
     assert response.status_code == 200, response.text
     [evidence_id] = response.json()["evidence_ids"]
     return (await client.get(f"/api/edge-intake/evidence/{evidence_id}")).json()["extracted"]
+
+
+async def test_step_of_empty_statements_is_counted_in_linear_time(
+    sqlite_engine, memory_bus, tmp_path
+):
+    # Two 1 MiB chunks of ";": each statement start used to copy the rest of its chunk.
+    semicolons = b"ISO-10303-21;\n" + b";" * (2 << 20)
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path, parse_timeout_seconds=5)) as (client, _):
+        extracted = await _extracted(client, "cad", ("semi.stp", semicolons))
+    assert extracted["entity_instances"] == 0
