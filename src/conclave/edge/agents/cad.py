@@ -42,9 +42,12 @@ _BINARY_DXF = b"AutoCAD Binary DXF\r\n\x1a\x00"
 _MAX_TABLE_TAGS = 2_000_000
 """Tags read ahead for the HEADER and TABLES sections (they precede the drawing's content)."""
 _MAX_EXPLODED = 20_000
-"""Entities measured exactly, block references exploded, before extents fall back to measuring
-each block once: nested references multiply (ten references ten levels deep are 10¹⁰ lines from
-a file of a few kilobytes) and exploding costs about 0.1 ms per entity."""
+"""Entities visited (every block reference and MINSERT copy, every entity a block or a dimension
+yields, whether or not it has geometry) while measuring extents exactly, block references
+exploded, before extents fall back to measuring each block once: nested references and MINSERT
+grids multiply (ten references ten levels deep are 10¹⁰ entities from a file of a few kilobytes,
+a 30000 by 30000 MINSERT of an empty block 9·10⁸ copies that yield nothing) and exploding costs
+about 0.1 ms per entity."""
 _STL_FACET = re.compile(rb"[^a-z]facet\s", re.IGNORECASE)
 _CHUNK = 1 << 20
 
@@ -132,13 +135,15 @@ class _BlockBoxes:
     a little larger than the geometry), a MINSERT grid's box spans its corner copies. Linear in
     the file's size however deep blocks nest or however large a grid they declare."""
 
-    def __init__(self) -> None:
+    def __init__(self, work: _Work) -> None:
         self._blocks: dict[str, BoundingBox] = {}
         self._open: set[str] = set()
+        self._work = work
 
     def of(self, entities: Iterable[Any]) -> BoundingBox:
         box = BoundingBox()
         for entity in entities:
+            self._work.spend(1)  # dimensions may share one block: theirs are not measured once
             if isinstance(entity, Insert):
                 box.extend(self._reference(entity))
                 box.extend(self.of(entity.attribs))
@@ -175,30 +180,72 @@ class _BlockBoxes:
         return box
 
 
+class _TooMuchWork(Exception):
+    """The extents measurement visited more entities than its budget allows."""
+
+
+class _Work:
+    """A budget of entities visited: spent before the work, so a loop that yields nothing (a
+    MINSERT grid of an empty block) is counted too."""
+
+    def __init__(self, budget: int) -> None:
+        self.left = budget
+
+    def spend(self, count: int) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise _TooMuchWork
+
+
+def _decomposed(entities: Iterable[Any], work: _Work) -> Iterator[Any]:
+    """ezdxf's ``disassemble.recursive_decompose`` with every visited entity paid for."""
+    for entity in entities:
+        work.spend(1)
+        if isinstance(entity, Insert):
+            dxf = entity.dxf
+            if entity.mcount > 1:
+                # ezdxf walks the whole grid of rows and columns, even where zero spacing makes the
+                # copies coincide and only the distinct ones are yielded.
+                work.spend(max(dxf.row_count, 1) * max(dxf.column_count, 1))
+                yield from _decomposed(entity.multi_insert(), work)
+            else:
+                block = entity.block()
+                work.spend(len(block) if block is not None else 0)
+                yield from _decomposed(entity.attribs, work)
+                yield from _decomposed(virtual_entities(entity), work)
+        elif isinstance(entity, SupportsVirtualEntities):
+            yield from _decomposed(virtual_entities(entity), work)  # DIMENSION, LEADER, MLINE…
+        else:
+            yield entity
+
+
 def _exploded_box(msp: Any) -> BoundingBox | None:
     """The exact extents, block references exploded into their entities; ``None`` past
-    ``_MAX_EXPLODED`` entities (each costs a copy and a transformation per nesting level)."""
+    ``_MAX_EXPLODED`` entities visited (each costs a copy and a transformation per nesting
+    level)."""
     box = BoundingBox()
-    flat = itertools.islice(disassemble.recursive_decompose(msp), _MAX_EXPLODED + 1)
-    for count, primitive in enumerate(disassemble.to_primitives(flat)):
-        if count >= _MAX_EXPLODED:
-            return None
-        if not primitive.is_empty:
-            box.extend(primitive.bbox())
+    try:
+        for primitive in disassemble.to_primitives(_decomposed(msp, _Work(_MAX_EXPLODED))):
+            if not primitive.is_empty:
+                box.extend(primitive.bbox())
+    except _TooMuchWork:
+        return None
     return box
 
 
-def _extents(msp: Any) -> list[float] | None:
+def _extents(doc: Any) -> list[float] | None:
     """``[min_x, min_y, max_x, max_y]`` of the model space's geometry, block references included
     (AutoCAD's $EXTMIN/$EXTMAX cover them too, but files carry stale or unset values there)."""
+    msp = doc.modelspace()
     try:
         box = _exploded_box(msp)
     except RecursionError:
         box = None  # a block that references itself
     try:
         if box is None:
-            box = _BlockBoxes().of(msp)
-    except RecursionError:
+            # Each block once: linear in the file's entities, unless dimensions share a block.
+            box = _BlockBoxes(_Work(_MAX_EXPLODED + 4 * len(doc.entitydb))).of(msp)
+    except (RecursionError, _TooMuchWork):
         return None  # blocks nested deeper than Python's stack: no extents rather than no file
     if not box.has_data:
         return None
@@ -230,7 +277,7 @@ def _dxf(path: str) -> dict[str, Any]:
             # Recovery turns any bytes after a "0 SECTION" into an empty drawing; an empty
             # drawing is only believed when the file has a header or a layer table of its own.
             raise CorruptMedia("The DXF structure is broken and nothing could be recovered.")
-        extents = _extents(msp)
+        extents = _extents(doc)
     except (DXFError, OSError, ValueError, UnicodeError, IndexError, KeyError, TypeError) as exc:
         raise CorruptMedia(f"The DXF file cannot be read: {type(exc).__name__}.") from exc
     return {
