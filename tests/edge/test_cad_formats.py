@@ -153,6 +153,37 @@ async def test_stl_encoding_follows_the_size_not_the_header_text(
     assert (read_ascii["encoding"], read_ascii["triangles"]) == ("ascii", 5000)
 
 
+async def test_ascii_stl_is_text_with_closed_facets(sqlite_engine, memory_bus, tmp_path):
+    # "solid" and "facet" in the head make an STL candidate; the rest must be an STL too, not a
+    # ZIP (or any binary) riding behind it, nor facets left open.
+    polyglot = b"solid x\nfacet\n" + b"PK\x03\x04\x14\x00" + b"\x00" * 64 + b"evil.exe"
+    unclosed = b"solid x\nfacet normal 0 0 1\n outer loop\n" + b"vertex 0 0 0\n" * 3
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        for name, content in [("zip.stl", polyglot), ("open.stl", unclosed)]:
+            response = await client.post("/api/edge-intake/cad", **form((name, content)))
+            assert response.status_code == 422, (name, response.text)
+            assert response.json()["code"] == "CORRUPT_MEDIA"
+        extracted = await _extracted(client, "cad", ("part.stl", _stl_ascii()))
+    assert extracted["triangles"] == 3
+
+
+async def test_dxf_facts_list_a_bounded_number_of_layers_and_count_them_all(
+    sqlite_engine, memory_bus, tmp_path
+):
+    doc = ezdxf.new("R12")
+    for index in range(300):
+        doc.layers.add(f"L{index:03}" + "x" * 400)
+    stream = io.StringIO()
+    doc.write(stream)
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        extracted = await _extracted(client, "cad", ("layers.dxf", stream.getvalue().encode()))
+    assert extracted["layer_count"] == 302  # with "0" and "Defpoints"
+    assert len(extracted["layers"]) == 100
+    assert "L000" + "x" * 251 in extracted["layers"]
+
+
 def _nested_blocks(levels: int, *, cyclic: bool = False) -> bytes:
     # Ten references per block, `levels` deep: 10**levels lines from a few kilobytes.
     doc = ezdxf.new("R2000")

@@ -48,7 +48,17 @@ exploded, before extents fall back to measuring each block once: nested referenc
 grids multiply (ten references ten levels deep are 10¹⁰ entities from a file of a few kilobytes,
 a 30000 by 30000 MINSERT of an empty block 9·10⁸ copies that yield nothing) and exploding costs
 about 0.1 ms per entity."""
-_STL_FACET = re.compile(rb"[^a-z]facet\s", re.IGNORECASE)
+_MAX_LISTED = 100
+"""Layer names and entity types listed in the facts (the counts stay exact): a file of a few
+hundred kilobytes can declare thousands of layers, each named with hundreds of characters, and
+the facts are stored in the pack and sent in its event."""
+_MAX_NAME = 255
+"""Characters kept of a listed name: AutoCAD's limit for a layer name."""
+# The white space after "endfacet" is a lookahead: it may be the one before the next "facet".
+_STL_FACET = re.compile(rb"[^a-z](end)?facet(?=\s)", re.IGNORECASE)
+_STL_FACET_LONGEST = len(b"\nendfacet ")
+# Bytes no text has (C0 controls other than white space): an ASCII STL is text throughout.
+_STL_NOT_TEXT = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")
 _CHUNK = 1 << 20
 
 
@@ -285,9 +295,11 @@ def _dxf(path: str) -> dict[str, Any]:
         "version": declared.version,
         "release": _RELEASES.get(declared.version or ""),
         "units": units.unit_name(doc.header.get("$INSUNITS", 0)),
-        "layers": layers,
+        "layers": [name[:_MAX_NAME] for name in layers[:_MAX_LISTED]],
         "layer_count": len(layers),
-        "entity_counts": dict(entities.most_common()),
+        "entity_counts": {
+            kind[:_MAX_NAME]: count for kind, count in entities.most_common(_MAX_LISTED)
+        },
         "entity_total": sum(entities.values()),
         "extents": extents,
         "recovered": recovered,
@@ -296,16 +308,23 @@ def _dxf(path: str) -> dict[str, Any]:
     }
 
 
-def _stl_facets(stream: Any) -> Iterator[int]:
-    # Counted in chunks (an ASCII STL may be one long line); a match must end inside the chunk
-    # to count there, else it is counted in the next one, which starts with this chunk's tail.
+def _stl_facets(stream: Any) -> Iterator[tuple[int, int]]:
+    """``(facet, endfacet)`` counts per chunk of an ASCII STL; ``CorruptMedia`` at a byte no
+    text has (a head that reads "solid … facet" followed by anything else is no STL)."""
+    # Counted in chunks (an ASCII STL may be one long line); a match must start early enough in
+    # the chunk to end inside it, else it is counted in the next one, which starts with this
+    # chunk's tail.
     carry = b"\n"
     while chunk := stream.read(_CHUNK):
+        if _STL_NOT_TEXT.search(chunk):
+            raise CorruptMedia("The ASCII STL holds bytes that are not text.")
         data = carry + chunk
-        cut = len(data) - 8
-        yield sum(1 for m in _STL_FACET.finditer(data) if m.start() < cut)
+        cut = len(data) - _STL_FACET_LONGEST
+        ends = [m.group(1) is not None for m in _STL_FACET.finditer(data) if m.start() < cut]
+        yield len(ends) - sum(ends), sum(ends)
         carry = data[cut:] if cut > 0 else data
-    yield len(_STL_FACET.findall(carry + b"\n"))
+    ends = [m.group(1) is not None for m in _STL_FACET.finditer(carry + b"\n")]
+    yield len(ends) - sum(ends), sum(ends)
 
 
 def _stl(path: str) -> dict[str, Any]:
@@ -318,7 +337,12 @@ def _stl(path: str) -> dict[str, Any]:
             triangles = struct.unpack_from("<I", head, 80)[0]
             return {"format": "stl", "encoding": "binary", "triangles": triangles}
         stream.seek(0)
-        return {"format": "stl", "encoding": "ascii", "triangles": sum(_stl_facets(stream))}
+        facets = ends = 0
+        for opened, closed in _stl_facets(stream):
+            facets, ends = facets + opened, ends + closed
+        if facets != ends:
+            raise CorruptMedia(f"The ASCII STL opens {facets} facets and closes {ends}.")
+        return {"format": "stl", "encoding": "ascii", "triangles": facets}
 
 
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
