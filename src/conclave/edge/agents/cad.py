@@ -16,7 +16,7 @@ from ezdxf.lldxf.const import DXFError
 from ezdxf.lldxf.tagger import binary_tags_loader
 from ezdxf.lldxf.types import DXFTag
 from ezdxf.math import BoundingBox, Vec3
-from ezdxf.protocols import SupportsVirtualEntities, virtual_entities
+from ezdxf.protocols import virtual_entities
 from ezdxf.tools.codepage import toencoding
 
 from conclave.edge.agents import step
@@ -41,6 +41,8 @@ _RELEASES = {
 _BINARY_DXF = b"AutoCAD Binary DXF\r\n\x1a\x00"
 _MAX_TABLE_TAGS = 2_000_000
 """Tags read ahead for the HEADER and TABLES sections (they precede the drawing's content)."""
+_MAX_TABLE_BYTES = 32 * 1024**2
+"""Bytes of a binary DXF read for its HEADER and TABLES sections."""
 _MAX_EXPLODED = 20_000
 """Entities visited (every block reference and MINSERT copy, every entity a block or a dimension
 yields, whether or not it has geometry) while measuring extents exactly, block references
@@ -130,8 +132,9 @@ def _file_tables(path: str) -> _FileTables:
         stream.seek(0)
         try:
             if binary:
-                # Binary DXF: ezdxf's loader takes the whole file (as ezdxf's own reading does).
-                found.read(binary_tags_loader(stream.read()))
+                # ezdxf's binary loader takes bytes: only the start, where HEADER and TABLES are,
+                # is handed to it (a tag cut at the end is a struct error: what was read stays).
+                found.read(binary_tags_loader(stream.read(_MAX_TABLE_BYTES)))
             else:
                 found.read(recover.bytes_loader(stream))
         except (DXFError, ValueError, UnicodeError, IndexError, struct.error):
@@ -157,7 +160,7 @@ class _BlockBoxes:
             if isinstance(entity, Insert):
                 box.extend(self._reference(entity))
                 box.extend(self.of(entity.attribs))
-            elif isinstance(entity, SupportsVirtualEntities):
+            elif _has_virtual_entities(entity):
                 box.extend(self.of(virtual_entities(entity)))  # DIMENSION, LEADER, MLINE…
             else:
                 primitive = disassemble.make_primitive(entity)
@@ -223,40 +226,56 @@ def _decomposed(entities: Iterable[Any], work: _Work) -> Iterator[Any]:
                 work.spend(len(block) if block is not None else 0)
                 yield from _decomposed(entity.attribs, work)
                 yield from _decomposed(virtual_entities(entity), work)
-        elif isinstance(entity, SupportsVirtualEntities):
+        elif _has_virtual_entities(entity):
             yield from _decomposed(virtual_entities(entity), work)  # DIMENSION, LEADER, MLINE…
         else:
             yield entity
 
 
-def _exploded_box(msp: Any) -> BoundingBox | None:
-    """The exact extents, block references exploded into their entities; ``None`` past
-    ``_MAX_EXPLODED`` entities visited (each costs a copy and a transformation per nesting
-    level)."""
+def _has_virtual_entities(entity: Any) -> bool:
+    # ezdxf's SupportsVirtualEntities protocol, checked without isinstance(): a runtime protocol
+    # check costs about 20 µs, more than measuring a LINE.
+    return hasattr(entity, "__virtual_entities__")
+
+
+def _exploded_box(entity: Any, work: _Work) -> BoundingBox:
+    """The exact box of one model-space entity, its block references exploded."""
     box = BoundingBox()
-    try:
-        for primitive in disassemble.to_primitives(_decomposed(msp, _Work(_MAX_EXPLODED))):
-            if not primitive.is_empty:
-                box.extend(primitive.bbox())
-    except _TooMuchWork:
-        return None
+    for primitive in disassemble.to_primitives(_decomposed([entity], work)):
+        if not primitive.is_empty:
+            box.extend(primitive.bbox())
     return box
 
 
 def _extents(doc: Any) -> list[float] | None:
     """``[min_x, min_y, max_x, max_y]`` of the model space's geometry, block references included
-    (AutoCAD's $EXTMIN/$EXTMAX cover them too, but files carry stale or unset values there)."""
-    msp = doc.modelspace()
-    try:
-        box = _exploded_box(msp)
-    except RecursionError:
-        box = None  # a block that references itself
-    try:
-        if box is None:
+    (AutoCAD's $EXTMIN/$EXTMAX cover them too, but files carry stale or unset values there).
+
+    Exact, block references exploded, for the entities measured within ``_MAX_EXPLODED`` entities
+    visited; the entity that exceeds it (or nests deeper than Python's stack: a block containing
+    itself) and those after it are measured with each block once, so the work done before is kept.
+    """
+    box = BoundingBox()
+    work = _Work(_MAX_EXPLODED)
+    entities = iter(doc.modelspace())
+    for entity in entities:
+        if not isinstance(entity, Insert) and not _has_virtual_entities(entity):
+            work.left -= 1
+            primitive = disassemble.make_primitive(entity)
+            if not primitive.is_empty:
+                box.extend(primitive.bbox())
+            continue
+        try:
+            # Its own box: a reference given up half exploded must not leave copies behind.
+            box.extend(_exploded_box(entity, work))
+        except (_TooMuchWork, RecursionError):
+            rest = itertools.chain([entity], entities)
             # Each block once: linear in the file's entities, unless dimensions share a block.
-            box = _BlockBoxes(_Work(_MAX_EXPLODED + 4 * len(doc.entitydb))).of(msp)
-    except (RecursionError, _TooMuchWork):
-        return None  # blocks nested deeper than Python's stack: no extents rather than no file
+            try:
+                box.extend(_BlockBoxes(_Work(_MAX_EXPLODED + 4 * len(doc.entitydb))).of(rest))
+            except (_TooMuchWork, RecursionError):
+                return None  # blocks nested deeper than Python's stack: no extents, not no file
+            break
     if not box.has_data:
         return None
     return [box.extmin.x, box.extmin.y, box.extmax.x, box.extmax.y]
