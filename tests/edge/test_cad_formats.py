@@ -153,6 +153,37 @@ async def test_stl_encoding_follows_the_size_not_the_header_text(
     assert (read_ascii["encoding"], read_ascii["triangles"]) == ("ascii", 5000)
 
 
+async def test_ascii_stl_is_text_with_closed_facets(sqlite_engine, memory_bus, tmp_path):
+    # "solid" and "facet" in the head make an STL candidate; the rest must be an STL too, not a
+    # ZIP (or any binary) riding behind it, nor facets left open.
+    polyglot = b"solid x\nfacet\n" + b"PK\x03\x04\x14\x00" + b"\x00" * 64 + b"evil.exe"
+    unclosed = b"solid x\nfacet normal 0 0 1\n outer loop\n" + b"vertex 0 0 0\n" * 3
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        for name, content in [("zip.stl", polyglot), ("open.stl", unclosed)]:
+            response = await client.post("/api/edge-intake/cad", **form((name, content)))
+            assert response.status_code == 422, (name, response.text)
+            assert response.json()["code"] == "CORRUPT_MEDIA"
+        extracted = await _extracted(client, "cad", ("part.stl", _stl_ascii()))
+    assert extracted["triangles"] == 3
+
+
+async def test_dxf_facts_list_a_bounded_number_of_layers_and_count_them_all(
+    sqlite_engine, memory_bus, tmp_path
+):
+    doc = ezdxf.new("R12")
+    for index in range(300):
+        doc.layers.add(f"L{index:03}" + "x" * 400)
+    stream = io.StringIO()
+    doc.write(stream)
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        extracted = await _extracted(client, "cad", ("layers.dxf", stream.getvalue().encode()))
+    assert extracted["layer_count"] == 302  # with "0" and "Defpoints"
+    assert len(extracted["layers"]) == 100
+    assert "L000" + "x" * 251 in extracted["layers"]
+
+
 def _nested_blocks(levels: int, *, cyclic: bool = False) -> bytes:
     # Ten references per block, `levels` deep: 10**levels lines from a few kilobytes.
     doc = ezdxf.new("R2000")
@@ -188,8 +219,59 @@ async def test_dxf_extents_of_deeply_nested_and_self_referencing_blocks_are_boun
     assert cyclic["errors"] >= 1  # the audit reports the cycle
 
 
+def _minsert_of_empty_block(row_spacing: int) -> bytes:
+    # 169 bytes: a 30000 by 30000 MINSERT grid of a block holding nothing (one code or value a
+    # line, as a text DXF has them).
+    tags = (
+        "0 SECTION 2 BLOCKS 0 BLOCK 8 0 2 E 70 0 10 0 20 0 30 0 0 ENDBLK 0 ENDSEC"
+        " 0 SECTION 2 ENTITIES 0 INSERT 8 0 2 E 10 0 20 0 30 0 70 30000 71 30000"
+        f" 44 1 45 {row_spacing} 0 ENDSEC 0 EOF"
+    )
+    return "\n".join(tags.split()).encode() + b"\n"
+
+
+def _nested_empty_blocks(levels: int) -> bytes:
+    doc = ezdxf.new("R2000")
+    doc.blocks.new("B0")
+    for level in range(1, levels + 1):
+        block = doc.blocks.new(f"B{level}")
+        for index in range(10):
+            block.add_blockref(f"B{level - 1}", (index, 0))
+    doc.modelspace().add_line((0, 0), (1, 1))
+    doc.modelspace().add_blockref(f"B{levels}", (0, 0))
+    stream = io.StringIO()
+    doc.write(stream)
+    return stream.getvalue().encode()
+
+
+async def test_dxf_extents_count_references_that_produce_no_geometry(
+    sqlite_engine, memory_bus, tmp_path
+):
+    # Copies of an empty block measure nothing, yet each one costs: 9·10⁸ grid cells (also when
+    # a zero row spacing makes the rows coincide), 10¹⁰ nested references.
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path, parse_timeout_seconds=5)) as (client, _):
+        grid = await _extracted(client, "cad", ("grid.dxf", _minsert_of_empty_block(1)))
+        rows = await _extracted(client, "cad", ("rows.dxf", _minsert_of_empty_block(0)))
+        nested = await _extracted(client, "cad", ("nest.dxf", _nested_empty_blocks(10)))
+    assert grid["entity_counts"] == rows["entity_counts"] == {"INSERT": 1}
+    assert grid.get("extents") is rows.get("extents") is None
+    assert nested["extents"] == [0.0, 0.0, 1.0, 1.0]
+
+
 async def _extracted(client, route: str, file: tuple[str, bytes]) -> dict:
     response = await client.post(f"/api/edge-intake/{route}", **form(file))
     assert response.status_code == 200, response.text
     [evidence_id] = response.json()["evidence_ids"]
     return (await client.get(f"/api/edge-intake/evidence/{evidence_id}")).json()["extracted"]
+
+
+async def test_step_of_empty_statements_is_counted_in_linear_time(
+    sqlite_engine, memory_bus, tmp_path
+):
+    # Two 1 MiB chunks of ";": each statement start used to copy the rest of its chunk.
+    semicolons = b"ISO-10303-21;\n" + b";" * (2 << 20)
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path, parse_timeout_seconds=5)) as (client, _):
+        extracted = await _extracted(client, "cad", ("semi.stp", semicolons))
+    assert extracted["entity_instances"] == 0

@@ -71,3 +71,39 @@ async def test_geojson_is_judged_by_the_whole_document_when_its_type_comes_late(
     assert extracted["bbox"] == [7.5, 45.1, 7.5, 45.1]
     assert refused.status_code == 415
     assert refused.json()["code"] == "UNSUPPORTED_MEDIA_TYPE"
+
+
+async def test_gpx_with_a_dtd_and_kml_nested_too_deep_are_refused(
+    sqlite_engine, memory_bus, tmp_path
+):
+    # An internal entity of 30 track points referenced 2000 times: expat would expand it 100-fold
+    # in memory. GPX has no DTD, so any is refused.
+    points = "<trkpt lat='1' lon='1'/>" * 30
+    entities = (
+        f'<?xml version="1.0"?><!DOCTYPE gpx [<!ENTITY e "{points}">]>'
+        f'<gpx version="1.1" creator="x"><trk><trkseg>{"&e;" * 2000}</trkseg></trk></gpx>'
+    ).encode()
+    deep = b"<kml>" + b"<Folder>" * 1000 + b"</Folder>" * 1000 + b"</kml>"
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        for name, content in [("bomb.gpx", entities), ("deep.kml", deep)]:
+            response = await _upload(client, name, content)
+            assert response.status_code == 422, (name, response.text)
+            assert response.json()["code"] == "CORRUPT_MEDIA"
+
+
+async def test_a_long_kml_coordinates_text_is_read_in_slices(sqlite_engine, memory_bus, tmp_path):
+    # Three megabytes of tuples, with and without altitude, the extremes far apart: every slice
+    # the text is cut into counts, whichever way its tuples are written.
+    plain = "7.5,45.1 " * 150_000
+    with_altitude = "7.5,45.1,300 " * 100_000
+    tuples = f"-3.25,40.5 {plain}{with_altitude}7.5,45.1 {plain}12.75,47.0,10"
+    kml = (
+        '<kml xmlns="http://www.opengis.net/kml/2.2"><Placemark><LineString><coordinates>'
+        f"{tuples}</coordinates></LineString></Placemark></kml>"
+    ).encode()
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        extracted = await _extracted(client, "long.kml", kml)
+    assert extracted["bbox"] == [-3.25, 40.5, 12.75, 47.0]
+    assert extracted["positions"] == 2 + 150_000 * 2 + 100_000 + 1

@@ -16,7 +16,7 @@ from ezdxf.lldxf.const import DXFError
 from ezdxf.lldxf.tagger import binary_tags_loader
 from ezdxf.lldxf.types import DXFTag
 from ezdxf.math import BoundingBox, Vec3
-from ezdxf.protocols import SupportsVirtualEntities, virtual_entities
+from ezdxf.protocols import virtual_entities
 from ezdxf.tools.codepage import toencoding
 
 from conclave.edge.agents import step
@@ -41,11 +41,26 @@ _RELEASES = {
 _BINARY_DXF = b"AutoCAD Binary DXF\r\n\x1a\x00"
 _MAX_TABLE_TAGS = 2_000_000
 """Tags read ahead for the HEADER and TABLES sections (they precede the drawing's content)."""
+_MAX_TABLE_BYTES = 32 * 1024**2
+"""Bytes of a binary DXF read for its HEADER and TABLES sections."""
 _MAX_EXPLODED = 20_000
-"""Entities measured exactly, block references exploded, before extents fall back to measuring
-each block once: nested references multiply (ten references ten levels deep are 10¹⁰ lines from
-a file of a few kilobytes) and exploding costs about 0.1 ms per entity."""
-_STL_FACET = re.compile(rb"[^a-z]facet\s", re.IGNORECASE)
+"""Entities visited (every block reference and MINSERT copy, every entity a block or a dimension
+yields, whether or not it has geometry) while measuring extents exactly, block references
+exploded, before extents fall back to measuring each block once: nested references and MINSERT
+grids multiply (ten references ten levels deep are 10¹⁰ entities from a file of a few kilobytes,
+a 30000 by 30000 MINSERT of an empty block 9·10⁸ copies that yield nothing) and exploding costs
+about 0.1 ms per entity."""
+_MAX_LISTED = 100
+"""Layer names and entity types listed in the facts (the counts stay exact): a file of a few
+hundred kilobytes can declare thousands of layers, each named with hundreds of characters, and
+the facts are stored in the pack and sent in its event."""
+_MAX_NAME = 255
+"""Characters kept of a listed name: AutoCAD's limit for a layer name."""
+# The white space after "endfacet" is a lookahead: it may be the one before the next "facet".
+_STL_FACET = re.compile(rb"[^a-z](end)?facet(?=\s)", re.IGNORECASE)
+_STL_FACET_LONGEST = len(b"\nendfacet ")
+# Bytes no text has (C0 controls other than white space): an ASCII STL is text throughout.
+_STL_NOT_TEXT = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")
 _CHUNK = 1 << 20
 
 
@@ -117,8 +132,9 @@ def _file_tables(path: str) -> _FileTables:
         stream.seek(0)
         try:
             if binary:
-                # Binary DXF: ezdxf's loader takes the whole file (as ezdxf's own reading does).
-                found.read(binary_tags_loader(stream.read()))
+                # ezdxf's binary loader takes bytes: only the start, where HEADER and TABLES are,
+                # is handed to it (a tag cut at the end is a struct error: what was read stays).
+                found.read(binary_tags_loader(stream.read(_MAX_TABLE_BYTES)))
             else:
                 found.read(recover.bytes_loader(stream))
         except (DXFError, ValueError, UnicodeError, IndexError, struct.error):
@@ -132,17 +148,19 @@ class _BlockBoxes:
     a little larger than the geometry), a MINSERT grid's box spans its corner copies. Linear in
     the file's size however deep blocks nest or however large a grid they declare."""
 
-    def __init__(self) -> None:
+    def __init__(self, work: _Work) -> None:
         self._blocks: dict[str, BoundingBox] = {}
         self._open: set[str] = set()
+        self._work = work
 
     def of(self, entities: Iterable[Any]) -> BoundingBox:
         box = BoundingBox()
         for entity in entities:
+            self._work.spend(1)  # dimensions may share one block: theirs are not measured once
             if isinstance(entity, Insert):
                 box.extend(self._reference(entity))
                 box.extend(self.of(entity.attribs))
-            elif isinstance(entity, SupportsVirtualEntities):
+            elif _has_virtual_entities(entity):
                 box.extend(self.of(virtual_entities(entity)))  # DIMENSION, LEADER, MLINE…
             else:
                 primitive = disassemble.make_primitive(entity)
@@ -175,31 +193,89 @@ class _BlockBoxes:
         return box
 
 
-def _exploded_box(msp: Any) -> BoundingBox | None:
-    """The exact extents, block references exploded into their entities; ``None`` past
-    ``_MAX_EXPLODED`` entities (each costs a copy and a transformation per nesting level)."""
+class _TooMuchWork(Exception):
+    """The extents measurement visited more entities than its budget allows."""
+
+
+class _Work:
+    """A budget of entities visited: spent before the work, so a loop that yields nothing (a
+    MINSERT grid of an empty block) is counted too."""
+
+    def __init__(self, budget: int) -> None:
+        self.left = budget
+
+    def spend(self, count: int) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise _TooMuchWork
+
+
+def _decomposed(entities: Iterable[Any], work: _Work) -> Iterator[Any]:
+    """ezdxf's ``disassemble.recursive_decompose`` with every visited entity paid for."""
+    for entity in entities:
+        work.spend(1)
+        if isinstance(entity, Insert):
+            dxf = entity.dxf
+            if entity.mcount > 1:
+                # ezdxf walks the whole grid of rows and columns, even where zero spacing makes the
+                # copies coincide and only the distinct ones are yielded.
+                work.spend(max(dxf.row_count, 1) * max(dxf.column_count, 1))
+                yield from _decomposed(entity.multi_insert(), work)
+            else:
+                block = entity.block()
+                work.spend(len(block) if block is not None else 0)
+                yield from _decomposed(entity.attribs, work)
+                yield from _decomposed(virtual_entities(entity), work)
+        elif _has_virtual_entities(entity):
+            yield from _decomposed(virtual_entities(entity), work)  # DIMENSION, LEADER, MLINE…
+        else:
+            yield entity
+
+
+def _has_virtual_entities(entity: Any) -> bool:
+    # ezdxf's SupportsVirtualEntities protocol, checked without isinstance(): a runtime protocol
+    # check costs about 20 µs, more than measuring a LINE.
+    return hasattr(entity, "__virtual_entities__")
+
+
+def _exploded_box(entity: Any, work: _Work) -> BoundingBox:
+    """The exact box of one model-space entity, its block references exploded."""
     box = BoundingBox()
-    flat = itertools.islice(disassemble.recursive_decompose(msp), _MAX_EXPLODED + 1)
-    for count, primitive in enumerate(disassemble.to_primitives(flat)):
-        if count >= _MAX_EXPLODED:
-            return None
+    for primitive in disassemble.to_primitives(_decomposed([entity], work)):
         if not primitive.is_empty:
             box.extend(primitive.bbox())
     return box
 
 
-def _extents(msp: Any) -> list[float] | None:
+def _extents(doc: Any) -> list[float] | None:
     """``[min_x, min_y, max_x, max_y]`` of the model space's geometry, block references included
-    (AutoCAD's $EXTMIN/$EXTMAX cover them too, but files carry stale or unset values there)."""
-    try:
-        box = _exploded_box(msp)
-    except RecursionError:
-        box = None  # a block that references itself
-    try:
-        if box is None:
-            box = _BlockBoxes().of(msp)
-    except RecursionError:
-        return None  # blocks nested deeper than Python's stack: no extents rather than no file
+    (AutoCAD's $EXTMIN/$EXTMAX cover them too, but files carry stale or unset values there).
+
+    Exact, block references exploded, for the entities measured within ``_MAX_EXPLODED`` entities
+    visited; the entity that exceeds it (or nests deeper than Python's stack: a block containing
+    itself) and those after it are measured with each block once, so the work done before is kept.
+    """
+    box = BoundingBox()
+    work = _Work(_MAX_EXPLODED)
+    entities = iter(doc.modelspace())
+    for entity in entities:
+        if not isinstance(entity, Insert) and not _has_virtual_entities(entity):
+            work.left -= 1
+            primitive = disassemble.make_primitive(entity)
+            if not primitive.is_empty:
+                box.extend(primitive.bbox())
+            continue
+        try:
+            # Its own box: a reference given up half exploded must not leave copies behind.
+            box.extend(_exploded_box(entity, work))
+        except (_TooMuchWork, RecursionError):
+            rest = itertools.chain([entity], entities)
+            # Each block once: linear in the file's entities, unless dimensions share a block.
+            try:
+                box.extend(_BlockBoxes(_Work(_MAX_EXPLODED + 4 * len(doc.entitydb))).of(rest))
+            except (_TooMuchWork, RecursionError):
+                return None  # blocks nested deeper than Python's stack: no extents, not no file
+            break
     if not box.has_data:
         return None
     return [box.extmin.x, box.extmin.y, box.extmax.x, box.extmax.y]
@@ -230,7 +306,7 @@ def _dxf(path: str) -> dict[str, Any]:
             # Recovery turns any bytes after a "0 SECTION" into an empty drawing; an empty
             # drawing is only believed when the file has a header or a layer table of its own.
             raise CorruptMedia("The DXF structure is broken and nothing could be recovered.")
-        extents = _extents(msp)
+        extents = _extents(doc)
     except (DXFError, OSError, ValueError, UnicodeError, IndexError, KeyError, TypeError) as exc:
         raise CorruptMedia(f"The DXF file cannot be read: {type(exc).__name__}.") from exc
     return {
@@ -238,9 +314,11 @@ def _dxf(path: str) -> dict[str, Any]:
         "version": declared.version,
         "release": _RELEASES.get(declared.version or ""),
         "units": units.unit_name(doc.header.get("$INSUNITS", 0)),
-        "layers": layers,
+        "layers": [name[:_MAX_NAME] for name in layers[:_MAX_LISTED]],
         "layer_count": len(layers),
-        "entity_counts": dict(entities.most_common()),
+        "entity_counts": {
+            kind[:_MAX_NAME]: count for kind, count in entities.most_common(_MAX_LISTED)
+        },
         "entity_total": sum(entities.values()),
         "extents": extents,
         "recovered": recovered,
@@ -249,16 +327,23 @@ def _dxf(path: str) -> dict[str, Any]:
     }
 
 
-def _stl_facets(stream: Any) -> Iterator[int]:
-    # Counted in chunks (an ASCII STL may be one long line); a match must end inside the chunk
-    # to count there, else it is counted in the next one, which starts with this chunk's tail.
+def _stl_facets(stream: Any) -> Iterator[tuple[int, int]]:
+    """``(facet, endfacet)`` counts per chunk of an ASCII STL; ``CorruptMedia`` at a byte no
+    text has (a head that reads "solid … facet" followed by anything else is no STL)."""
+    # Counted in chunks (an ASCII STL may be one long line); a match must start early enough in
+    # the chunk to end inside it, else it is counted in the next one, which starts with this
+    # chunk's tail.
     carry = b"\n"
     while chunk := stream.read(_CHUNK):
+        if _STL_NOT_TEXT.search(chunk):
+            raise CorruptMedia("The ASCII STL holds bytes that are not text.")
         data = carry + chunk
-        cut = len(data) - 8
-        yield sum(1 for m in _STL_FACET.finditer(data) if m.start() < cut)
+        cut = len(data) - _STL_FACET_LONGEST
+        ends = [m.group(1) is not None for m in _STL_FACET.finditer(data) if m.start() < cut]
+        yield len(ends) - sum(ends), sum(ends)
         carry = data[cut:] if cut > 0 else data
-    yield len(_STL_FACET.findall(carry + b"\n"))
+    ends = [m.group(1) is not None for m in _STL_FACET.finditer(carry + b"\n")]
+    yield len(ends) - sum(ends), sum(ends)
 
 
 def _stl(path: str) -> dict[str, Any]:
@@ -271,7 +356,12 @@ def _stl(path: str) -> dict[str, Any]:
             triangles = struct.unpack_from("<I", head, 80)[0]
             return {"format": "stl", "encoding": "binary", "triangles": triangles}
         stream.seek(0)
-        return {"format": "stl", "encoding": "ascii", "triangles": sum(_stl_facets(stream))}
+        facets = ends = 0
+        for opened, closed in _stl_facets(stream):
+            facets, ends = facets + opened, ends + closed
+        if facets != ends:
+            raise CorruptMedia(f"The ASCII STL opens {facets} facets and closes {ends}.")
+        return {"format": "stl", "encoding": "ascii", "triangles": facets}
 
 
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:

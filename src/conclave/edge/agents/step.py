@@ -23,7 +23,7 @@ _TOKEN = re.compile(
 _INSTANCE = re.compile(rb"#\d+\s*=")
 _INSTANCE_PREFIX = re.compile(rb"#\d*\s*\Z")
 _NEXT_TOKEN = re.compile(rb"'|/\*|;")
-_SPACE = re.compile(rb"\s*")
+_SPACE = re.compile(rb"[\s;]*")  # an empty statement leaves the next one at its start
 _X2 = re.compile(
     r"\\X2\\((?:[0-9A-Fa-f]{4})*)\\X0\\"  # UTF-16 code units
     r"|\\X4\\((?:[0-9A-Fa-f]{8})*)\\X0\\"  # UTF-32 code points
@@ -144,9 +144,12 @@ class InstanceCounter:
                     position = instance.end()
                 elif data.startswith(b"/*", position):
                     position, self._state = position + 2, "comment"
-                elif (
-                    _INSTANCE_PREFIX.match(data, position) or data[position:] == b"/"
-                ) and end - position <= _MAX_PENDING:
+                elif end - position <= _MAX_PENDING and (
+                    # Compared in place: slicing the rest of the chunk at every statement would
+                    # make a chunk of ";" quadratic.
+                    _INSTANCE_PREFIX.match(data, position)
+                    or (position == end - 1 and data[position] == ord("/"))
+                ):
                     self._carry = data[position:]  # undecided until the next chunk
                     return
                 else:
