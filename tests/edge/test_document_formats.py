@@ -264,6 +264,28 @@ async def test_pdf_text_extraction_stops_at_its_budget_of_content(backend: Backe
     assert (facts["text_length"], facts["text_length_complete"]) == (6, True)
 
 
+async def test_a_form_drawn_over_and_over_is_charged_to_the_text_budget(backend: Backend, tmp_path):
+    # pypdf parses a form again each time it is drawn: 1,000 draws of a 100 KB form.
+    form = zlib.compress(b"BT /F1 1 Tf (a) Tj ET\n" * 5_000, 9)
+    page = zlib.compress(b"/X0 Do\n" * 1_000, 9)
+    pdf = _pdf_of(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 10 10] /Contents 4 0 R"
+            b" /Resources << /XObject << /X0 5 0 R >> >> >>",
+            b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(page), page),
+            b"<< /Type /XObject /Subtype /Form /BBox [0 0 1 1] /Length %d /Filter /FlateDecode"
+            b" /Resources << /Font << /F1 6 0 R >> >> >>\nstream\n%s\nendstream"
+            % (len(form), form),
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        ]
+    )
+    status, facts = await upload_facts(backend, tmp_path, "document", "forms.pdf", pdf)
+    assert status == 200, facts
+    assert (facts["pages"], facts["text_length_complete"]) == (1, False)
+
+
 async def test_a_text_head_in_front_of_other_bytes_is_no_text_document(backend: Backend, tmp_path):
     polyglot = b"Field log, day one.\n" * 400 + _package({"payload.bin": b"\x00" * 64})
     status, body = await upload_facts(backend, tmp_path, "document", "log.txt", polyglot)
