@@ -149,13 +149,15 @@ def _page_text_length(page: PageObject, budget: _TextBudget) -> int:
         budget.check()
         if operator != b"Do":
             return
-        xobject = _resolved(_dictionary(resources[-1].get("/XObject")).get(operands[0]))
-        form = xobject if isinstance(xobject, StreamObject) else None
-        if form is None or form.get("/Subtype") == NameObject("/Image"):
-            resources.append(resources[-1])
+        # Every Do is pushed, whatever it names, so that ``after`` pops in step.
+        resources.append(resources[-1])
+        name = operands[0] if operands else None
+        xobjects = _dictionary(resources[-2].get("/XObject"))
+        form = _resolved(xobjects.get(name)) if isinstance(name, NameObject) else None
+        if not isinstance(form, StreamObject) or form.get("/Subtype") == NameObject("/Image"):
             return
         budget.charge(len(form.get_data()))
-        resources.append(_dictionary(form.get("/Resources")))
+        resources[-1] = _dictionary(form.get("/Resources"))
         _charge_fonts(resources[-1], budget)
 
     def after(operator: bytes, *_arguments: Any) -> None:
