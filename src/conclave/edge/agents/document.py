@@ -7,15 +7,33 @@ import codecs
 from collections.abc import Mapping
 from typing import Any
 
-from pypdf import PdfReader
+from pypdf import PageObject, PdfReader
 from pypdf.errors import PdfReadError, PyPdfError
-from pypdf.generic import DictionaryObject, IndirectObject, NumberObject, PdfObject, read_object
+from pypdf.generic import (
+    ArrayObject,
+    DictionaryObject,
+    IndirectObject,
+    NameObject,
+    NumberObject,
+    PdfObject,
+    StreamObject,
+    read_object,
+)
 
 from conclave.edge.agents import document_ole, document_packages
-from conclave.edge.agents.base import CorruptMedia, clean
+from conclave.edge.agents.base import CorruptMedia, MediaMismatch, clean
 
-# Text extraction is the slow part of a PDF; past this many pages the length is a lower bound.
+# Text extraction is the slow part of a PDF: past this many pages, or past the budget below, the
+# length is a lower bound.
 MAX_TEXT_PAGES = 200
+# pypdf parses a content stream again each time it is drawn (a stream shared by many pages, a form
+# drawn many times), at about 0.5 MiB/s when the stream is dense with operators. The budget counts
+# the decoded bytes of every stream each time it is drawn, charged before it is parsed: about 4 s
+# at worst, and a 200-page report (10 KiB a page) is read whole.
+TEXT_BUDGET_BYTES = 2 * 1024**2
+# pypdf also builds each font of the resources in force anew for every page and every form drawn
+# (50-1000 µs a font, plus its /ToUnicode map): each costs this much of the budget, plus the map.
+_FONT_COST_BYTES = 1024
 # What pypdf raises on a malformed file (beyond its own errors, the built-ins its parsers hit).
 _PDF_ERRORS = (
     PdfReadError,
@@ -69,6 +87,98 @@ def _clear_page_count(reader: PdfReader) -> int | None:
     return int(count) if isinstance(count, NumberObject) and count >= 0 else None
 
 
+class _TextBudgetSpent(Exception):
+    """Text extraction would parse more content than its budget allows."""
+
+
+class _TextBudget:
+    """Decoded content bytes text extraction may still parse; once spent, it stays spent."""
+
+    def __init__(self, limit: int) -> None:
+        self.remaining = limit
+
+    def charge(self, size: int) -> None:
+        self.remaining -= size
+        self.check()
+
+    def check(self) -> None:
+        if self.remaining < 0:
+            raise _TextBudgetSpent
+
+
+def _resolved(value: Any) -> Any:
+    return value.get_object() if isinstance(value, IndirectObject) else value
+
+
+def _decoded_size(value: Any) -> int:
+    stream = _resolved(value)
+    return len(stream.get_data()) if isinstance(stream, StreamObject) else 0
+
+
+def _dictionary(value: Any) -> DictionaryObject:
+    found = _resolved(value)
+    return found if isinstance(found, DictionaryObject) else DictionaryObject()
+
+
+def _charge_contents(contents: Any, budget: _TextBudget) -> None:
+    """Charge a page's content stream, or its array of streams, stream by stream: decoding stops at
+    the first one past the budget (pypdf decodes one stream to 75 MB at most)."""
+    contents = _resolved(contents)
+    for part in contents if isinstance(contents, ArrayObject) else [contents]:
+        budget.charge(_decoded_size(part))
+
+
+def _charge_fonts(resources: DictionaryObject, budget: _TextBudget) -> None:
+    for font in _dictionary(resources.get("/Font")).values():
+        budget.charge(_FONT_COST_BYTES + _decoded_size(_dictionary(font).get("/ToUnicode")))
+
+
+def _page_text_length(page: PageObject, budget: _TextBudget) -> int:
+    """The length of a page's text, with every stream pypdf parses for it charged to ``budget``.
+
+    pypdf draws a form through the resources of the stream that names it, and tells a visitor
+    about each operator before it acts on it and again after: forms are charged as they are drawn,
+    with a stack of the resources in force."""
+    _charge_contents(page.get("/Contents"), budget)
+    resources = [_dictionary(page.get_inherited("/Resources"))]
+    _charge_fonts(resources[-1], budget)
+
+    def before(operator: bytes, operands: list[Any], *_matrices: Any) -> None:
+        # pypdf carries on past an exception raised inside a form; the next operator outside it
+        # raises again, so the page stops at the first operator past the budget.
+        budget.check()
+        if operator != b"Do":
+            return
+        # Every Do is pushed, whatever it names, so that ``after`` pops in step.
+        resources.append(resources[-1])
+        name = operands[0] if operands else None
+        xobjects = _dictionary(resources[-2].get("/XObject"))
+        form = _resolved(xobjects.get(name)) if isinstance(name, NameObject) else None
+        if not isinstance(form, StreamObject) or form.get("/Subtype") == NameObject("/Image"):
+            return
+        budget.charge(len(form.get_data()))
+        resources[-1] = _dictionary(form.get("/Resources"))
+        _charge_fonts(resources[-1], budget)
+
+    def after(operator: bytes, *_arguments: Any) -> None:
+        if operator == b"Do":
+            resources.pop()
+
+    return len(page.extract_text(visitor_operand_before=before, visitor_operand_after=after) or "")
+
+
+def _text_length(reader: PdfReader, pages: int) -> tuple[int, bool]:
+    """The text length of the first pages within the budget, and whether that is all the text."""
+    budget = _TextBudget(TEXT_BUDGET_BYTES)
+    length = 0
+    for page in reader.pages[:MAX_TEXT_PAGES]:
+        try:
+            length += _page_text_length(page, budget)
+        except _TextBudgetSpent:
+            return length, False
+    return length, pages <= MAX_TEXT_PAGES
+
+
 def _info_text(value: Any) -> str | None:
     """A document information string as written (an empty one is no information)."""
     return str(value) if value is not None and str(value).strip() else None
@@ -90,7 +200,7 @@ def _pdf(path: str) -> dict[str, Any]:
                 "text_length": None,
             }
         pages = len(reader.pages)
-        text_length = sum(len(page.extract_text() or "") for page in reader.pages[:MAX_TEXT_PAGES])
+        text_length, text_complete = _text_length(reader, pages)
         info: Mapping[str, Any] = reader.metadata or {}
     except _PDF_ERRORS as exc:
         raise CorruptMedia(f"The PDF cannot be read: {type(exc).__name__}.") from exc
@@ -101,7 +211,7 @@ def _pdf(path: str) -> dict[str, Any]:
         "password_required": False,
         "pages": pages,
         "text_length": text_length,
-        "text_length_complete": pages <= MAX_TEXT_PAGES,
+        "text_length_complete": text_complete,
         "title": _info_text(info.get("/Title")),
         "producer": _info_text(info.get("/Producer")),
         "creator": _info_text(info.get("/Creator")),
@@ -110,14 +220,21 @@ def _pdf(path: str) -> dict[str, Any]:
 
 
 def _text(path: str, fmt: str) -> dict[str, Any]:
-    decoder = codecs.getincrementaldecoder("utf-8-sig")("replace")
+    """Facts of a UTF-8 text file; the sniffer saw only its head, so the whole file is checked: a
+    text head in front of other bytes (a ZIP, an executable) is no text document."""
+    decoder = codecs.getincrementaldecoder("utf-8-sig")("strict")
     characters = lines = 0
-    with open(path, "rb") as stream:
-        while chunk := stream.read(1024 * 1024):
-            text = decoder.decode(chunk)
-            characters += len(text)
-            lines += text.count("\n")
-    characters += len(decoder.decode(b"", final=True))
+    try:
+        with open(path, "rb") as stream:
+            while chunk := stream.read(1024 * 1024):
+                if b"\x00" in chunk:
+                    raise MediaMismatch("The file holds NUL bytes: it is not a text document.")
+                text = decoder.decode(chunk)
+                characters += len(text)
+                lines += text.count("\n")
+        characters += len(decoder.decode(b"", final=True))
+    except UnicodeDecodeError as exc:
+        raise MediaMismatch("The file is not UTF-8 text past its first bytes.") from exc
     return {"type": fmt, "encoding": "utf-8", "text_length": characters, "lines": lines}
 
 
