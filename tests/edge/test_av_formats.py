@@ -7,14 +7,18 @@ Real files (cut-off recordings, camera movies, audio in MP4 and Ogg) are in the 
 
 from __future__ import annotations
 
+import io
 import struct
+import time
 from typing import Any
 
+import av
+import numpy
 import pytest
 
 from tests.conftest import Backend
 from tests.edge import samples
-from tests.edge.conftest import edge_app, edge_settings, form
+from tests.edge.conftest import corpus_file, edge_app, edge_settings, form
 
 _FMT = b"fmt " + struct.pack("<IHHIIHH", 16, 1, 2, 44_100, 4 * 44_100, 4, 16)
 
@@ -154,3 +158,79 @@ async def test_a_matroska_file_cut_short_of_its_segment_is_flagged(backend: Back
     assert complete["truncated"] is False
     assert cut["truncated"] is True
     assert (cut["width"], cut["height"]) == (64, 48)
+
+
+def _declaring_four_billion(movie: bytes, table: bytes) -> bytes:
+    """``movie`` with the entry count of its first ``table`` box set to 2^32 - 1."""
+    data = bytearray(movie)
+    at = data.index(table) + 8  # type, then version and flags
+    data[at : at + 4] = b"\xff\xff\xff\xff"
+    return bytes(data)
+
+
+@pytest.mark.parametrize("table", [b"stts", b"elst"])
+async def test_a_movie_table_declaring_more_entries_than_it_holds_is_refused_at_once(
+    sqlite_engine, memory_bus, tmp_path, table: bytes
+) -> None:
+    """MediaInfo loops over a table's declared count: a real M4A whose ``stts`` or ``elst`` claims
+    4 billion entries held a parser worker until its time-out (a 1.5 kB file, two of them in
+    flight, kept every other upload waiting)."""
+    real = corpus_file(  # the attacker's 1.5 kB file was this one, changed
+        "pypi:pymediainfo==7.0.1",
+        "pymediainfo-7.0.1/tests/data/mp4-with-audio.mp4",
+        "60ddc774c7b5fd0c01d169321a444da403d60c0042f6bee01b0c96f6e1535fda",
+    ).read_bytes()
+    crafted = _declaring_four_billion(real, table)
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    settings = edge_settings(tmp_path, parse_timeout_seconds=10)
+    async with edge_app(backend, settings) as (client, _app):
+        for route in ("audio", "video"):
+            started = time.monotonic()
+            response = await _upload(client, route, "a.m4a", crafted)
+            assert (response.status_code, response.json()["code"]) == (422, "CORRUPT_MEDIA")
+            assert "declares more entries than it holds" in response.json()["detail"]
+            assert time.monotonic() - started < 5
+        # The same file, untouched, is the audio it is.
+        assert (await _upload(client, "audio", "a.m4a", real)).status_code == 200
+
+
+def _encoded(container: str, *, video: bool) -> bytes:
+    """A one-second file PyAV's FFmpeg writes: Opus audio, and VP8 video when asked."""
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format=container) as output:
+        audio = output.add_stream("libopus", rate=48_000, layout="mono")
+        picture = output.add_stream("libvpx", rate=10) if video else None
+        if picture is not None:
+            picture.width, picture.height = 64, 48
+            for index in range(10):
+                frame = av.VideoFrame.from_ndarray(numpy.zeros((48, 64, 3), numpy.uint8), "rgb24")
+                frame.pts = index
+                output.mux(picture.encode(frame))
+            output.mux(picture.encode())
+        for index in range(50):
+            samples_ = numpy.zeros((1, 960), numpy.int16)
+            frame = av.AudioFrame.from_ndarray(samples_, format="s16", layout="mono")
+            frame.sample_rate, frame.pts = 48_000, index * 960
+            output.mux(audio.encode(frame))
+        output.mux(audio.encode())
+    return buffer.getvalue()
+
+
+async def test_audio_only_webm_is_audio_and_a_movie_is_never_audio(
+    sqlite_engine, memory_bus, tmp_path
+) -> None:
+    """A browser's MediaRecorder writes audio/webm: it had no route (415 on both). A movie with an
+    ID3 tag in front sniffs as MP3: it was accepted on /audio, its video track ignored."""
+    voice = _encoded("webm", video=False)
+    movie = _encoded("matroska", video=True)
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        facts = await _extracted(client, await _upload(client, "audio", "voice.webm", voice))
+        assert (facts["container"], facts["codec"], facts["channels"]) == ("Matroska", "opus", 1)
+        assert facts["duration_s"] == pytest.approx(1.0, abs=0.1)
+        refused = await _upload(client, "video", "voice.webm", voice)
+        assert (refused.status_code, refused.json()["code"]) == (415, "UNSUPPORTED_MEDIA_TYPE")
+        for name, content in (("movie.mkv", movie), ("movie.mp3", b"ID3\x04" + bytes(6) + movie)):
+            refused = await _upload(client, "audio", name, content)
+            assert (refused.status_code, refused.json()["code"]) == (415, "UNSUPPORTED_MEDIA_TYPE")
+            assert "video" in refused.json()["detail"]

@@ -165,6 +165,10 @@ def _audio(head: bytes) -> Sniffed | None:
         return Sniffed("aiff", "audio/aiff")
     if head.startswith(b"#!AMR"):
         return Sniffed("amr", "audio/amr")
+    if head.startswith(b"\x1a\x45\xdf\xa3"):
+        # Matroska/WebM: a browser's MediaRecorder writes audio/webm. A candidate, as ISO media
+        # is: the agent reads the tracks and sends a movie to /video (415).
+        return Sniffed("matroska", "audio/webm" if b"webm" in head[:64] else "audio/x-matroska")
     return _iso_media(head, "audio")
 
 

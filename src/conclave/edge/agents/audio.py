@@ -8,6 +8,7 @@ its header says (a cut-off recording or upload) reports the duration of the audi
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from typing import Any
@@ -23,6 +24,7 @@ from conclave.edge.agents.streams import (
     media_info,
     ogg_header_bytes,
     ogg_streams,
+    plausible_seconds,
 )
 
 _CODECS = {
@@ -46,6 +48,7 @@ _CONTAINERS = {
     "3gpp": "3GPP",
     "3gpp2": "3GPP2",
     "quicktime": "QuickTime",
+    "matroska": "Matroska",
 }
 # MediaInfo's names where mutagen's differ (the rest: MediaInfo's, lower-case).
 _MEDIAINFO_CODECS = {"MPEG Audio": "mp3", "AMR": "amr"}
@@ -81,6 +84,10 @@ def _with_mutagen(path: str) -> dict[str, Any] | None:
 
 
 def _with_mediainfo(tracks: list[Any]) -> dict[str, Any] | None:
+    if "video" in kinds_of(tracks):
+        # Whatever the head looked like (an ID3 tag put in front of a movie sniffs as MP3),
+        # a file with a video track is not audio.
+        raise MediaMismatch("The file holds a video track: use /video.")
     general = next((t for t in tracks if t.track_type == "General"), None)
     audio = next((t for t in tracks if t.track_type == "Audio"), None)
     if audio is None:
@@ -108,6 +115,7 @@ def _route_check(path: str, fmt: str) -> tuple[list[Any] | None, list[OggStream]
             raise CorruptMedia("The Ogg file holds no audio stream this route can read.")
         return None, streams
     if fmt in ISO_MEDIA:
+        iso_samples.check_tables(path)  # before MediaInfo, which loops over declared counts
         tracks = media_info(path)
         kinds = kinds_of(tracks)
         if "video" in kinds:
@@ -162,8 +170,11 @@ def _held_seconds(path: str) -> tuple[float, bool] | None:
                 return None
             frames = struct.unpack_from(">I", header, 2)[0]
             exponent, mantissa = struct.unpack_from(">HQ", header, 8)  # 80-bit extended rate
-            rate = mantissa * 2.0 ** ((exponent & 0x7FFF) - 16383 - 63)
-            stated = frames / rate if rate > 0 else 0.0
+            try:
+                rate = math.ldexp(mantissa, (exponent & 0x7FFF) - 16383 - 63)
+                stated = frames / rate if rate > 0 else 0.0
+            except (OverflowError, ZeroDivisionError):
+                return None  # a rate no recording has: the header says nothing usable
             if b"SSND" not in named:
                 return (0.0, True) if ended and frames else None
             offset, declared = named[b"SSND"]
@@ -273,4 +284,5 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     facts["container"] = _CONTAINERS.get(fmt, facts.get("container"))
     _truncation(path, fmt, facts, tracks)
     facts.pop("_frame_offset", None)
+    facts["duration_s"] = plausible_seconds(facts.get("duration_s"))
     return clean(facts)

@@ -131,6 +131,18 @@ def media_info(path: str) -> list[Any]:
         raise CorruptMedia(f"The container cannot be read: {type(exc).__name__}.") from exc
 
 
+_MAX_SECONDS = 10_000_000.0
+"""About 116 days: no recording lasts longer; a larger figure comes from a crafted header (a
+Theora frame rate of 1/2^32 and a last granule of 2^63 made 4e28 seconds)."""
+
+
+def plausible_seconds(value: Any) -> float | None:
+    """A duration a recording can have, else ``None`` (not a fact the bytes support)."""
+    if isinstance(value, int | float) and 0 <= value <= _MAX_SECONDS:
+        return float(value)
+    return None
+
+
 def kinds_of(tracks: list[Any]) -> set[str]:
     """``audio`` and/or ``video``: the kinds of MediaInfo's tracks (cover art is no track)."""
     return {t.track_type.lower() for t in tracks if t.track_type in ("Audio", "Video")}

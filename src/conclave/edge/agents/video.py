@@ -22,6 +22,7 @@ from conclave.edge.agents.streams import (
     media_info,
     ogg_last_granule,
     ogg_streams,
+    plausible_seconds,
 )
 
 
@@ -87,6 +88,8 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
                 raise MediaMismatch("The Ogg file holds only audio: use /audio.")
             raise CorruptMedia("The Ogg file holds no video stream this route can read.")
         theora = next((s for s in streams if s.codec == "theora"), None)
+    if fmt in ISO_MEDIA:
+        iso_samples.check_tables(path)  # before MediaInfo, which loops over declared counts
     tracks = media_info(path)
     general = next((t for t in tracks if t.track_type == "General"), None)
     videos = [t for t in tracks if t.track_type == "Video"]
@@ -113,7 +116,7 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
             duration = round(held.seconds, 3)
     facts: dict[str, Any] = {
         "container": general.format,
-        "duration_s": duration,
+        "duration_s": plausible_seconds(duration),
         "width": first.width,
         "height": first.height,
         "frame_rate": _number(first.frame_rate),
