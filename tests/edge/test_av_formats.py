@@ -234,3 +234,14 @@ async def test_audio_only_webm_is_audio_and_a_movie_is_never_audio(
             refused = await _upload(client, "audio", name, content)
             assert (refused.status_code, refused.json()["code"]) == (415, "UNSUPPORTED_MEDIA_TYPE")
             assert "video" in refused.json()["detail"]
+
+
+async def test_a_wav_written_to_a_pipe_is_whole(sqlite_engine, memory_bus, tmp_path) -> None:
+    """ffmpeg writing to a pipe leaves the sizes at 0xFFFFFFFF: the data runs to the end of the
+    file, which is not a cut-off recording."""
+    streamed = _wav(bytes(4 * 44_100), 0xFFFFFFFF)
+    backend = Backend("embedded", sqlite_engine, memory_bus)
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        facts = await _extracted(client, await _upload(client, "audio", "pipe.wav", streamed))
+    assert facts["truncated"] is False
+    assert facts["duration_s"] == pytest.approx(1.0)

@@ -162,6 +162,10 @@ def _held_seconds(path: str) -> tuple[float, bool] | None:
                 return (0.0, True) if ended else None
             offset, declared = named[b"data"]
             present = min(declared, max(0, size - offset))
+            if declared in (0, 0xFFFFFFFF):
+                # A WAV written to a pipe (ffmpeg, arecord) cannot go back to fill its sizes in:
+                # its data runs to the end of the file, nothing is missing.
+                present, declared = max(0, size - offset), max(0, size - offset)
             return (present / byte_rate if byte_rate else 0.0), present < declared
         if b"COMM" in named:
             stream.seek(named[b"COMM"][0])
@@ -232,9 +236,9 @@ def _truncation(path: str, fmt: str, facts: dict[str, Any], tracks: list[Any] | 
     if fmt in ("wav", "aiff"):
         held = _held_seconds(path)
         if held is not None:
+            # What the bytes hold, cut off or not: a streamed WAV's header states no real size.
             facts["truncated"] = held[1]
-            if held[1]:
-                facts["duration_s"] = round(held[0], 3)
+            facts["duration_s"] = round(held[0], 3)
     elif fmt == "flac":
         played = flac_frames.samples_present(path)
         if played is not None:
