@@ -74,19 +74,26 @@ def _digest(path: Path, algorithm: str = "sha256") -> bytes:
     return hasher.digest()
 
 
-def _pypi(spec: str, artifact: str | None) -> Path:
-    name, _, version = spec.partition("==")
-    url = f"https://pypi.org/pypi/{name}/json"
+def _registry(url: str) -> httpx.Response:
+    """A registry's JSON answer about one package."""
     try:
         response = httpx.get(url, timeout=_TIMEOUT, follow_redirects=True)
         response.raise_for_status()
     except httpx.HTTPError as exc:
         raise CorpusUnavailable(f"{url}: {exc}") from exc
+    return response
+
+
+def _pypi(spec: str, artifact: str | None) -> Path:
+    name, _, version = spec.partition("==")
+    response = _registry(f"https://pypi.org/pypi/{name}/json")
     files = response.json()["releases"].get(version, [])
-    chosen = [
-        f for f in files
-        if (f["filename"] == artifact if artifact else f["packagetype"] == "sdist")
-    ]  # fmt: skip
+    wanted = (
+        (lambda f: f["filename"] == artifact)
+        if artifact
+        else (lambda f: f["packagetype"] == "sdist")
+    )
+    chosen = [f for f in files if wanted(f)]
     if not chosen:
         raise CorpusUnavailable(f"PyPI has no {artifact or 'sdist'} for {spec}")
     release = chosen[0]
@@ -101,13 +108,7 @@ def _pypi(spec: str, artifact: str | None) -> Path:
 
 def _npm(spec: str) -> Path:
     name, _, version = spec.rpartition("@")
-    url = f"https://registry.npmjs.org/{name}/{version}"
-    try:
-        response = httpx.get(url, timeout=_TIMEOUT, follow_redirects=True)
-        response.raise_for_status()
-    except httpx.HTTPError as exc:
-        raise CorpusUnavailable(f"{url}: {exc}") from exc
-    dist = response.json()["dist"]
+    dist = _registry(f"https://registry.npmjs.org/{name}/{version}").json()["dist"]
     algorithm, _, encoded = dist["integrity"].partition("-")
     expected = base64.b64decode(encoded)
     target = CACHE / "archives" / "npm" / f"{name.replace('/', '__')}-{version}.tgz"

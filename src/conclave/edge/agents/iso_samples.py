@@ -61,6 +61,22 @@ def _boxes(
     return found
 
 
+def _leaves(
+    stream: BinaryIO, start: int, span: int, parents: set[bytes], budget: list[int]
+) -> list[tuple[bytes, int, int]]:
+    """The boxes below ``start`` that are not ``parents``, descending into those that are."""
+    found = []
+    stack = [(start, span)]
+    while stack:
+        offset, length = stack.pop()
+        for kind, child_offset, child_size in _boxes(stream, offset, offset + length, budget):
+            if kind in parents:
+                stack.append((child_offset, child_size))
+            else:
+                found.append((kind, child_offset, child_size))
+    return found
+
+
 def _array(stream: BinaryIO, offset: int, count: int, code: str) -> array[int] | None:
     if count > _MAX_ENTRIES:
         return None
@@ -163,17 +179,11 @@ def check_tables(path: str) -> None:
     size = os.path.getsize(path)
     budget = [_MAX_BOXES]
     with open(path, "rb") as stream:
-        stack = [
-            (offset, length)
-            for kind, offset, length in _boxes(stream, 0, size, budget)
-            if kind == b"moov"
-        ]
-        while stack:
-            start, span = stack.pop()
-            for kind, offset, length in _boxes(stream, start, start + span, budget):
-                if kind in _TABLE_PARENTS:
-                    stack.append((offset, length))
-                elif kind in _COUNTED:
+        for movie in _boxes(stream, 0, size, budget):
+            if movie[0] != b"moov":
+                continue
+            for kind, offset, length in _leaves(stream, movie[1], movie[2], _TABLE_PARENTS, budget):
+                if kind in _COUNTED:
                     _check_count(stream, kind, offset, length)
 
 
@@ -209,14 +219,11 @@ def playable(path: str) -> Playable | None:
             if kind != b"trak":
                 continue
             tables: dict[bytes, tuple[int, int]] = {}
-            stack = [(offset, length)]
-            while stack:
-                start, span = stack.pop()
-                for child, child_offset, child_size in _boxes(stream, start, start + span, budget):
-                    if child in _CONTAINERS:
-                        stack.append((child_offset, child_size))
-                    elif child in _TABLES:
-                        tables.setdefault(child, (child_offset, child_size))
+            for child, child_offset, child_size in _leaves(
+                stream, offset, length, _CONTAINERS, budget
+            ):
+                if child in _TABLES:
+                    tables.setdefault(child, (child_offset, child_size))
             if b"hdlr" not in tables or b"mdhd" not in tables:
                 continue
             stream.seek(tables[b"hdlr"][0] + 8)
