@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
+from conclave.edge.blobs import TempBlob
 from tests.conftest import Backend
 from tests.edge import samples
 from tests.edge.conftest import edge_app, edge_settings, form
@@ -98,3 +100,20 @@ async def test_unknown_evidence_is_404(backend: Backend, tmp_path) -> None:
             response = await client.get(f"/api/edge-intake/evidence/nope{suffix}")
             assert response.status_code == 404
             assert response.json()["code"] == "EVIDENCE_NOT_FOUND"
+
+
+def test_a_part_written_back_as_it_arrives_is_stored_whole(tmp_path) -> None:
+    """With fsync on, each 32 MiB of a part is handed to the kernel's write-back as it arrives;
+    the file must still hold every byte, in order."""
+    chunk = bytes(range(256)) * 4096  # 1 MiB
+    blob = TempBlob(tmp_path / "part", 100 * 1024**2, write_back=True)
+    expected = hashlib.sha256()
+    for index in range(70):
+        data = bytes([index]) + chunk[1:]
+        blob.write(data)
+        expected.update(data)
+    blob.close()
+    assert blob.size == 70 * 1024**2
+    with (tmp_path / "part").open("rb") as stream:
+        assert hashlib.file_digest(stream, "sha256").hexdigest() == expected.hexdigest()
+    assert blob.sha256 == expected.hexdigest()

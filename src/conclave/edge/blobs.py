@@ -19,18 +19,24 @@ from conclave.edge.sniff import HEAD_BYTES
 from conclave.platform.errors import PayloadTooLarge
 
 _CHUNK = 1024 * 1024
+_WRITEBACK_BYTES = 32 * 1024 * 1024
+"""With fsync on, the kernel is asked to start writing a part back every 32 MiB as it arrives:
+the fsync before the pack commits then waits for the last few MiB instead of the whole file (a
+512 MiB upload spent 0.6 s in that one fsync, the large-file throughput target's shortfall)."""
 
 
 class TempBlob:
     """A file part being received: written to disk, hashed and measured as it arrives."""
 
-    def __init__(self, path: Path, max_bytes: int) -> None:
+    def __init__(self, path: Path, max_bytes: int, *, write_back: bool = False) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.size = 0
         self.head = b""
         self._hash = hashlib.sha256()
         self._file = path.open("wb")
+        self._write_back = write_back
+        self._written_back = 0
 
     def write(self, data: bytes) -> None:
         """Append ``data``; 413 once the file passes its type's limit."""
@@ -45,6 +51,16 @@ class TempBlob:
             self.head += data[: HEAD_BYTES - len(self.head)]
         self._hash.update(data)
         self._file.write(data)
+        if self._write_back and self.size - self._written_back >= _WRITEBACK_BYTES:
+            self._start_write_back()
+
+    def _start_write_back(self) -> None:
+        # POSIX_FADV_DONTNEED makes Linux start writing the range's dirty pages back without
+        # waiting for them (and drop the pages already clean): durable sooner, fsync cheaper.
+        self._file.flush()
+        length = self.size - self._written_back
+        os.posix_fadvise(self._file.fileno(), self._written_back, length, os.POSIX_FADV_DONTNEED)
+        self._written_back = self.size
 
     @property
     def sha256(self) -> str:
@@ -81,7 +97,7 @@ class BlobStore:
 
     def new_temp(self, max_bytes: int) -> TempBlob:
         """A temporary blob to stream one file part into."""
-        return TempBlob(self._tmp / f"{uuid.uuid4().hex}.part", max_bytes)
+        return TempBlob(self._tmp / f"{uuid.uuid4().hex}.part", max_bytes, write_back=self._fsync)
 
     def path_for(self, sha256: str) -> Path:
         """Where the blob with this digest lives."""
