@@ -352,8 +352,22 @@ def sparse_wav(path: Path, size: int, tag_bytes: int = 0) -> None:
         syncsafe = bytes((body >> shift) & 0x7F for shift in (21, 14, 7, 0))
         tag = b"id3 " + struct.pack("<I", tag_bytes) + b"ID3\x03\x00\x00" + syncsafe
     data = size - 44 - (8 + tag_bytes if tag else 0)
-    header = struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", size - 8, b"WAVE", b"fmt ", 16, 1, 2,
-                         44_100, 4 * 44_100, 4, 16, b"data", data)  # fmt: skip
+    header = struct.pack(
+        "<4sI4s4sIHHIIHH4sI",
+        b"RIFF",
+        size - 8,
+        b"WAVE",
+        b"fmt ",
+        16,
+        1,
+        2,
+        44_100,
+        4 * 44_100,
+        4,
+        16,
+        b"data",
+        data,
+    )
     with path.open("wb") as out:
         out.write(header)
         out.seek(44 + data)
@@ -375,8 +389,11 @@ def parser_peak(label: str, media_type: str, path: Path) -> ParserPeak:
     """Parse ``path`` on the ``media_type`` route in a fresh parser worker; its memory."""
     done = subprocess.run(
         [sys.executable, "-c", _PARSER_PEAK, media_type, str(path)],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     idle, peak = (int(value) for value in done.stdout.split())
     return ParserPeak(label, path.stat().st_size, idle, peak)
 

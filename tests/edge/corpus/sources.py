@@ -129,8 +129,11 @@ def _debian(spec: str) -> Path:
     try:
         subprocess.run(
             ["apt-get", "download", "-qq", spec],
-            cwd=folder, check=True, capture_output=True, timeout=600,
-        )  # fmt: skip
+            cwd=folder,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise CorpusUnavailable(f"apt-get download {spec}: {exc}") from exc
     found = sorted(folder.glob(f"{name}_*.deb"))
