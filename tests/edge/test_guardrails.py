@@ -214,3 +214,22 @@ def test_a_summary_is_bounded_in_size_and_says_when_it_was_cut() -> None:
     assert list(facts)[:2] == ["layers", "blocks"]  # in the agent's order
     assert facts["layers"][:2] == layers[:2]
     assert "facts_truncated" not in clean({"format": "dxf", "layers": layers[:10]})
+
+
+async def test_a_cancelled_parse_does_not_hand_its_answer_to_the_next_upload(tmp_path) -> None:
+    slow = tmp_path / "slow.geojson"
+    _slow_geojson(slow, 200_000)
+    small = tmp_path / "small.geojson"
+    small.write_bytes(samples.geojson())
+    pool = ParserPool(1, timeout=30, memory_bytes=2 * 1024**3)
+    try:
+        await pool.prestart()
+        parsing = asyncio.create_task(pool.parse("geo", str(slow), "geojson", {}))
+        await asyncio.sleep(0.2)  # the worker is busy with the slow file
+        parsing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await parsing
+        facts = await pool.parse("geo", str(small), "geojson", {})
+        assert facts["feature_count"] == 2  # its own answer, not the slow file's
+    finally:
+        await pool.close()

@@ -186,6 +186,15 @@ class ParserPool:
                 await self._retire(worker)
             worker = None
             raise Unprocessable("The file crashed its parser.", code="CORRUPT_MEDIA") from None
+        except asyncio.CancelledError:
+            # The upload went away mid-parse: the worker is still parsing, or its answer is
+            # still in the pipe (a thread may be reading it). Reused, it would hand that answer
+            # to the next upload; it is replaced instead.
+            if worker is not None:
+                worker.process.kill()
+                self._all.discard(worker)
+            worker = None
+            raise
         finally:
             self._idle.put_nowait(worker)
         if kind == "mismatch":
