@@ -17,9 +17,9 @@ Rows are stored as SQLAlchemy stores them: values go through each column's bind 
 (a JSON column's value travels as SQLAlchemy's own text of it, so the stored text is the same and a
 ``None`` is JSON ``null``), text is not cast to the column's length (storing checks it), scalar
 defaults apply. Why one JSON parameter per table: an array parameter per column cost the driver a
-type check and a conversion per value (a tenth of the gateway's CPU per call); as ``jsonb`` the
-server parses each row once (as ``json``, every ``->>`` re-read the row's text, and PostgreSQL's
-CPU per call doubled).
+type check and a conversion per value (a share of the gateway's CPU per call worth saving); as
+``jsonb`` the server parses each row once (as ``json``, every ``->>`` re-read the row's text, and
+PostgreSQL's CPU per call grew: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from sqlalchemy import JSON, Boolean, Column, DateTime, Enum, Float, Integer, String, Table
 
-from conclave.platform.db.driver_writes import Numbering, UpdateAllPlan, _CopyPlan, _Write
+from conclave.platform.db.driver_writes import InsertPlan, Numbering, RowWrite, UpdateAllPlan
 
 Reader = Callable[[Any], Any]
 
@@ -50,8 +50,8 @@ _MICROSECOND = timedelta(microseconds=1)
 
 
 def _microseconds(value: datetime) -> int:
-    """Microseconds since 1970 UTC, exactly (a naive value is UTC, as asyncpg takes it); a fifth
-    of ``isoformat``'s cost, and a governed call writes four timestamps."""
+    """Microseconds since 1970 UTC, exactly (a naive value is UTC, as asyncpg takes it): far
+    cheaper than ``isoformat``, and a governed call writes four timestamps."""
     return (value - (_EPOCH if value.tzinfo is not None else _NAIVE_EPOCH)) // _MICROSECOND
 
 
@@ -87,7 +87,7 @@ class _InsertPart:
     group's rows as one JSON array of arrays."""
 
     def __init__(self, table: Table, dialect: Any, given: tuple[str, ...], n: Numbering) -> None:
-        self._rows = _CopyPlan(table, dialect, given)  # columns, scalar defaults, bind processors
+        self._rows = InsertPlan(table, dialect, given)  # columns, scalar defaults, bind processors
         readers = [_reader(table.c[name], dialect, i) for i, name in enumerate(self._rows.columns)]
         self.usable = self._rows.usable and all(readers)
         self._make = [(i, r[1]) for i, r in enumerate(readers) if r is not None and r[1]]
@@ -98,7 +98,7 @@ class _InsertPart:
         source = f"jsonb_array_elements({n.next('jsonb')}) AS rows(r)"
         self.sql = f"INSERT INTO {target} ({columns}) SELECT {values} FROM {source}"
 
-    def arguments(self, writes: Sequence[_Write]) -> list[Any]:
+    def arguments(self, writes: Sequence[RowWrite]) -> list[Any]:
         rows = [list(record) for record in self._rows.records(writes)]
         for index, make in self._make:
             for row in rows:

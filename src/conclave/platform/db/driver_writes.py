@@ -1,13 +1,13 @@
 """The group commit's writes sent straight to asyncpg (PostgreSQL), inside the batch's transaction.
 
 SQLAlchemy's ``executemany`` costs Python work per row and statement: preparing the two rows of a
-governed call was a fifth of the gateway's CPU per call. Here inserts go through ``COPY`` (one per
-table) and updates through asyncpg's own prepared ``executemany`` of the SQL SQLAlchemy compiles.
-Each value is converted by its column's SQLAlchemy bind processor, so rows are stored exactly as
-SQLAlchemy stores them (JSON as JSON text, ``None`` in a JSON column as JSON ``null``, scalar
-column defaults filled in). A table with a column default computed in Python keeps SQLAlchemy's
-path. Errors are the driver's own: the batch writer retries a failed batch through SQLAlchemy,
-which raises its usual exceptions (for example ``IntegrityError``).
+governed call was a large share of the gateway's CPU per call (docs/benchmarks.md). Here inserts
+go through ``COPY`` (one per table) and updates through asyncpg's own prepared ``executemany`` of
+the SQL SQLAlchemy compiles. Each value is converted by its column's SQLAlchemy bind processor, so
+rows are stored exactly as SQLAlchemy stores them (JSON as JSON text, ``None`` in a JSON column
+as JSON ``null``, scalar column defaults filled in). A table with a column default computed in
+Python keeps SQLAlchemy's path. Errors are the driver's own: the batch writer retries a failed
+batch through SQLAlchemy, which raises its usual exceptions (for example ``IntegrityError``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeEngine
 
 
-class _Write(Protocol):
+class RowWrite(Protocol):
+    """A write carrying one row's values by column name (an ``Insert`` or an ``Update``)."""
+
     @property
     def values(self) -> Mapping[str, Any]: ...
 
@@ -37,8 +39,8 @@ class _Converter:
     """The values of ``names`` from a row's mapping, each through its column's bind processor.
 
     The values are picked in one ``itemgetter`` call and only the columns that have a processor
-    (JSON ones, mostly) are converted: a Python step per column was a twentieth of a governed
-    gateway call.
+    (JSON ones, mostly) are converted: a Python step per column was a measurable share of a
+    governed gateway call.
     """
 
     def __init__(self, names: Sequence[str], processors: list[Processor]) -> None:
@@ -54,8 +56,10 @@ class _Converter:
         return row
 
 
-class _CopyPlan:
-    """The columns a ``COPY`` fills for rows with the keys ``given``, and how values convert."""
+class InsertPlan:
+    """The columns an insert of rows with the keys ``given`` fills (the given ones, then those
+    with a scalar default), and how values convert: shared by ``COPY`` here and by the group
+    commit's single statement (:mod:`conclave.platform.db.batch_statement`)."""
 
     def __init__(self, table: Table, dialect: Any, given: tuple[str, ...]) -> None:
         defaults = {
@@ -71,7 +75,7 @@ class _CopyPlan:
         self.defaults = tuple(defaults.values())
         self._convert = _Converter(given, _processors(table, dialect, given))
 
-    def records(self, writes: Sequence[_Write]) -> list[tuple[Any, ...]]:
+    def records(self, writes: Sequence[RowWrite]) -> list[tuple[Any, ...]]:
         convert, defaults = self._convert, self.defaults
         return [(*convert(w.values), *defaults) for w in writes]
 
@@ -91,7 +95,7 @@ class _UpdatePlan:
         self.names = [name[2:] for name in compiled.positiontup or ()]
         self._convert = _Converter(self.names, _processors(table, dialect, self.names))
 
-    def records(self, writes: Sequence[_Write]) -> list[list[Any]]:
+    def records(self, writes: Sequence[RowWrite]) -> list[list[Any]]:
         return [self._convert(w.values) for w in writes]
 
 
@@ -102,7 +106,7 @@ def unbounded(kind: TypeEngine[Any]) -> TypeEngine[Any]:
     return String() if isinstance(kind, String) else kind
 
 
-_copy_plans: dict[tuple[str, tuple[str, ...]], _CopyPlan] = {}
+_copy_plans: dict[tuple[str, tuple[str, ...]], InsertPlan] = {}
 _update_plans: dict[tuple[str, str, tuple[str, ...]], _UpdatePlan] = {}
 
 
@@ -127,13 +131,13 @@ async def in_driver_transaction(connection: AsyncConnection) -> Any | None:
     return raw.driver_connection
 
 
-async def copy_inserts(driver: Any, dialect: Any, table: Table, writes: Sequence[_Write]) -> bool:
+async def copy_inserts(driver: Any, dialect: Any, table: Table, writes: Sequence[RowWrite]) -> bool:
     """Insert ``writes`` (all with the same keys) with one ``COPY``; ``False`` (nothing done)
     when the table has a column default computed in Python."""
     given = tuple(sorted(writes[0].values))
     plan = _copy_plans.get((table.name, given))
     if plan is None:
-        plan = _copy_plans[(table.name, given)] = _CopyPlan(table, dialect, given)
+        plan = _copy_plans[(table.name, given)] = InsertPlan(table, dialect, given)
     if not plan.usable:
         return False
     await driver.copy_records_to_table(
@@ -148,7 +152,7 @@ async def execute_updates(
     table: Table,
     key: str,
     columns: tuple[str, ...],
-    writes: Sequence[_Write],
+    writes: Sequence[RowWrite],
 ) -> None:
     """Update the row keyed by ``values[key]`` of each of ``writes`` (all with ``columns``)."""
     plan = _update_plans.get((table.name, key, columns))
