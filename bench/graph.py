@@ -32,7 +32,7 @@ from bench.report import target
 from bench.servers import cpu_seconds, free_port, start_process, wait_ready
 from conclave.graph.app import build_classifier
 from conclave.graph.coalesce import CoalescedGraph
-from conclave.graph.collector import CollectorClient, CollectorLookup
+from conclave.graph.collector_client import CollectorClient, CollectorLookup
 from conclave.graph.graph import GraphContext, define_graph
 from conclave.graph.models import DispatchRequest, DispatchResponse
 from conclave.graph.runner import SoloRunner

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conclave.graph.service import AUDIT_CHANNEL
+from conclave.graph.events import AUDIT_CHANNEL
 from tests.conftest import eventually
 from tests.graph.conftest import graph_app, graph_settings
 

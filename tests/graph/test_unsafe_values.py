@@ -9,7 +9,7 @@ import pytest
 from fastapi import FastAPI, Response
 from sqlalchemy import select
 
-from conclave.graph.service import AUDIT_CHANNEL
+from conclave.graph.events import AUDIT_CHANNEL
 from conclave.platform.db.schema import outbox_events
 from tests.conftest import eventually
 from tests.graph.conftest import graph_app, graph_settings

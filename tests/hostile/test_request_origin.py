@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from conclave.collector.store.tables import expeditions, schedules
 from conclave.edge.store import evidence_packs
 from conclave.gateway.store import mcp_tool_calls
-from conclave.graph.service import AUDIT_CHANNEL
+from conclave.graph.events import AUDIT_CHANNEL
 from conclave.platform.runtime import Platform
 from tests.conftest import Backend, eventually
 from tests.hostile.conftest import (

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from conclave import __version__
 from conclave.graph.api import DISPATCH_ROUTE, router
-from conclave.graph.collector import CollectorClient, CollectorLookup
+from conclave.graph.collector_client import CollectorClient, CollectorLookup
 from conclave.graph.graph import GraphContext, GraphExtension, define_graph, load_extension
 from conclave.graph.heartbeat import Heartbeat
 from conclave.graph.intents import IntentClassifier, load_intents

@@ -1,8 +1,8 @@
 """Coalesced graph runs: dispatches that arrive together share one LangGraph run.
 
-LangGraph's runtime costs about 0.3 ms of CPU per run plus 0.2 ms per superstep, whatever the
-nodes do; the default nodes themselves take about 0.03 ms each (docs/benchmarks.md). A run that
-carries many dispatches pays that once for all of them. :class:`CoalescedGraph` therefore turns
+LangGraph's runtime costs CPU per run and per superstep, whatever the nodes do, and far more than
+the default nodes themselves take (docs/benchmarks.md). A run that carries many dispatches pays
+that once for all of them. :class:`CoalescedGraph` therefore turns
 the dispatch graph (the ``StateGraph`` of per-dispatch nodes and edges that deployments extend)
 into a *batch* graph with the same node names, compiled and run by LangGraph:
 
@@ -212,8 +212,9 @@ def _merge(
         if dispatch.error is not None:
             continue
         if write.error is not None:
-            merged[index] = _Dispatch(dispatch.state, frozenset(), dispatch.context,
-                                      error=write.error)  # fmt: skip
+            merged[index] = _Dispatch(
+                dispatch.state, frozenset(), dispatch.context, error=write.error
+            )
             continue
         at = (dispatch.at - {write.node}) | write.goes_to
         arrived = dict(dispatch.arrived)

@@ -24,15 +24,15 @@ from typing import Annotated, Any, Protocol, TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from conclave.graph.collector import CollectorLookup
+from conclave.graph.collector_client import CollectorLookup
 from conclave.graph.intents import IntentClassifier, IntentMatch
 from conclave.platform.embedding import HashingEmbedder
 from conclave.settings import GraphSettings
 
 _SPACES = re.compile(r"\s+")
-# The hashing embedder takes ~0.2 ms for a sentence: cheaper inline than a thread hop. Longer
-# texts (up to the query limit, ~50 ms at 10,000 characters) and any other embedder run in a
-# worker thread so the event loop keeps serving other dispatches and the heartbeat.
+# The hashing embedder takes less for a sentence than a thread hop: it runs inline. Longer texts
+# (up to the query limit, far longer to embed) and any other embedder run in a worker thread so
+# the event loop keeps serving other dispatches and the heartbeat (docs/benchmarks.md).
 _INLINE_CHARS = 256
 
 

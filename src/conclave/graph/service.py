@@ -8,19 +8,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from conclave import __version__
+from conclave.graph.events import audit_event
 from conclave.graph.graph import DispatchState
 from conclave.graph.heartbeat import Heartbeat
 from conclave.graph.metrics import GraphMetrics
 from conclave.graph.models import DispatchRequest, DispatchResponse, EntityRef, GraphHealth
 from conclave.graph.runner import DispatchRunner
-from conclave.platform.bus.base import Event
 from conclave.platform.errors import Unprocessable
 from conclave.platform.ids import new_id
 from conclave.platform.outbox import outbox_write
 from conclave.platform.runtime import Platform
 from conclave.settings import GraphSettings
 
-AUDIT_CHANNEL = "graph.dispatch.completed"
 SERVICE_NAME = "api_graph"
 NEVER = "never"
 
@@ -118,33 +117,14 @@ class DispatchService:
             self.metrics.degraded.labels(step).inc()
         if self.settings.audit_monitoring:
             # Committed before answering: an audited dispatch is never answered unaudited.
-            event = self._audit_event(response, command)
+            event = audit_event(
+                response,
+                query=command.request.query,
+                user_id=command.user_id,
+                correlation_id=command.correlation_id,
+            )
             await self.platform.writer.write(outbox_write(event))
         return response
-
-    def _audit_event(self, response: DispatchResponse, command: DispatchCommand) -> Event:
-        # The query text stays out of the audit trail (it may carry personal data); its length
-        # and the entity ids are enough to correlate.
-        payload = {
-            "trace_id": response.trace_id,
-            "route": response.route,
-            "intent": response.intent,
-            "intent_confidence": response.intent_confidence,
-            "duration_ms": response.duration_ms,
-            "correlation_id": command.correlation_id,
-            "user_id": command.user_id,
-            "language": response.language,
-            "query_chars": len(command.request.query),
-            "entity_ids": [entity["id"] for entity in response.entities],
-            "results": len(response.results),
-            "degraded": response.degraded,
-        }
-        return Event(
-            channel=AUDIT_CHANNEL,
-            payload=payload,
-            source="graph",
-            correlation_id=command.correlation_id,
-        )
 
     def health(self) -> GraphHealth:
         """The spec's health body; ``status`` is ``healthy`` only while the heartbeat is on time."""
