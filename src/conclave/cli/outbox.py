@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from typing import Annotated, TypeVar
 
 import typer
@@ -58,16 +59,10 @@ def _chosen(event_ids: list[str] | None, every: bool) -> list[str] | None:
 
 
 def _as_json(event: QuarantinedEvent) -> dict[str, object]:
-    return {
-        "event_id": event.event_id,
-        "channel": event.channel,
-        "source": event.source,
-        "attempts": event.attempts,
-        "last_error": event.last_error,
-        "created_at": rfc3339(event.created_at),
-        "quarantined_at": rfc3339(event.quarantined_at),
-        "payload": event.payload,
-    }
+    document = asdict(event)  # the fields in their order, times as RFC 3339 text
+    document["created_at"] = rfc3339(event.created_at)
+    document["quarantined_at"] = rfc3339(event.quarantined_at)
+    return document
 
 
 @outbox_app.command("list")
@@ -91,9 +86,13 @@ def list_command(
     for event in events:
         error = (event.last_error or "-").splitlines()[0][:200]
         fields = (
-            event.event_id, event.channel, str(event.attempts), rfc3339(event.created_at),
-            rfc3339(event.quarantined_at), error,
-        )  # fmt: skip
+            event.event_id,
+            event.channel,
+            str(event.attempts),
+            rfc3339(event.created_at),
+            rfc3339(event.quarantined_at),
+            error,
+        )
         line = "\t".join(fields).encode("utf-8", "backslashreplace").decode()
         console.print(line, highlight=False, soft_wrap=True, markup=False)
 

@@ -78,3 +78,18 @@ def encode_entry(event: Event, max_bytes: int) -> list[bytes]:
     if size > max_bytes:
         raise EntryRefused(f"entry of {size} bytes exceeds the bus's limit of {max_bytes}")
     return parts
+
+
+def encode_entries(
+    events: Sequence[Event], max_bytes: int
+) -> tuple[list[tuple[Event, list[bytes]]], list[Refusal]]:
+    """The events that can be stream entries, each with its encoded entry (in order), and a
+    lasting :class:`Refusal` for each one that cannot (see :func:`encode_entry`)."""
+    encoded: list[tuple[Event, list[bytes]]] = []
+    refusals: list[Refusal] = []
+    for event in events:
+        try:
+            encoded.append((event, encode_entry(event, max_bytes)))
+        except EntryRefused as exc:
+            refusals.append(Refusal(event.event_id, str(exc), lasting=True))
+    return encoded, refusals

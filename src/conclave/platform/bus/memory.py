@@ -17,13 +17,7 @@ from conclave.platform.bus.base import (
     deliver,
     is_transient,
 )
-from conclave.platform.bus.entry import (
-    DEFAULT_MAX_EVENT_BYTES,
-    EntryRefused,
-    PublishRefused,
-    Refusal,
-    encode_entry,
-)
+from conclave.platform.bus.entry import DEFAULT_MAX_EVENT_BYTES, PublishRefused, encode_entries
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +70,8 @@ class MemoryBus:
     async def publish(self, events: Sequence[Event]) -> None:
         """Append ``events``; wake consumers. An event Redis could not take (it cannot be encoded
         as an entry) is left out, as on Redis: :class:`PublishRefused` once the others are in."""
-        refusals: list[Refusal] = []
-        for event in events:
-            try:
-                encode_entry(event, self._max_event_bytes)
-            except EntryRefused as exc:
-                refusals.append(Refusal(event.event_id, str(exc), lasting=True))
-                continue
+        encoded, refusals = encode_entries(events, self._max_event_bytes)
+        for event, _entry in encoded:
             self._append(event.channel, event)
         async with self._changed:
             self._changed.notify_all()

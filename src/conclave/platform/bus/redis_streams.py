@@ -32,11 +32,10 @@ from conclave.platform.bus.base import (
 )
 from conclave.platform.bus.entry import (
     DEFAULT_MAX_EVENT_BYTES,
-    EntryRefused,
     PublishRefused,
     Refusal,
     bulk,
-    encode_entry,
+    encode_entries,
 )
 from conclave.platform.bus.envelope import MalformedEntry, event_from_entry
 from conclave.platform.errors import BusUnavailable
@@ -74,13 +73,25 @@ return failed
 # fault of an entry. Inside the script they arrive as text; for the whole command redis-py raises
 # its own classes for some of them.
 _OUTAGE_REPLIES = (
-    "OOM", "LOADING", "BUSY", "READONLY", "MASTERDOWN", "MISCONF", "TRYAGAIN", "CLUSTERDOWN",
-    "NOREPLICAS", "NOPERM",
-)  # fmt: skip
+    "OOM",
+    "LOADING",
+    "BUSY",
+    "READONLY",
+    "MASTERDOWN",
+    "MISCONF",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "NOREPLICAS",
+    "NOPERM",
+)
 _OUTAGE_ERRORS = (
-    OutOfMemoryError, ReadOnlyError, TryAgainError, ClusterDownError, MasterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    TryAgainError,
+    ClusterDownError,
+    MasterDownError,
     NoPermissionError,
-)  # fmt: skip
+)
 
 
 def publish_command(entries: Sequence[tuple[bytes, list[bytes]]], maxlen: int) -> bytes:
@@ -138,25 +149,18 @@ class RedisStreamsBus:
         approximately to ``maxlen``.
 
         The command is packed here (:func:`publish_command`) and sent on a connection of redis-py's
-        pool, whose parser reads the reply: redis-py's generic pipeline took four times the CPU
-        per event, which was a sixth of a governed gateway call. An event that cannot be encoded
-        is left out and one Redis refuses does not stop the others: both raise
-        :class:`PublishRefused` once the others are added. Raises :class:`BusUnavailable` when
+        pool, whose parser reads the reply: redis-py's generic pipeline took several times the
+        CPU per event, a large share of a governed gateway call (docs/benchmarks.md). An event
+        that cannot be encoded is left out and one Redis refuses does not stop the others: both
+        raise :class:`PublishRefused` once the others are added. Raises :class:`BusUnavailable` when
         Redis cannot be reached or takes no writes (nothing is known to be added then).
         """
         if not events:
             return
-        entries: list[tuple[bytes, list[bytes]]] = []
-        sent: list[Event] = []
-        refusals: list[Refusal] = []
-        for event in events:
-            try:
-                key = self.key(event.channel).encode()
-                entries.append((key, encode_entry(event, self._max_event_bytes)))
-            except (EntryRefused, UnicodeEncodeError) as exc:
-                refusals.append(Refusal(event.event_id, str(exc), lasting=True))
-                continue
-            sent.append(event)
+        encoded, refusals = encode_entries(events, self._max_event_bytes)
+        # A channel that is not UTF-8 was refused with its entry (the channel is one of its fields).
+        entries = [(self.key(event.channel).encode(), entry) for event, entry in encoded]
+        sent = [event for event, _entry in encoded]
         if entries:
             failed = await self._send(publish_command(entries, self._maxlen))
             for position, error in zip(failed[::2], failed[1::2], strict=True):
@@ -342,9 +346,14 @@ class RedisStreamsBus:
             delivered = counts.get(entry_id)
             if delivered is not None:
                 await self._redis.xclaim(
-                    key, group, consumer, 0, [entry_id],
-                    retrycount=max(delivered - 1, 0), justid=True,
-                )  # fmt: skip
+                    key,
+                    group,
+                    consumer,
+                    0,
+                    [entry_id],
+                    retrycount=max(delivered - 1, 0),
+                    justid=True,
+                )
 
     async def _dead_letter(
         self, key: str, group: str, entry_id: str, fields: dict[str, str], reason: str
