@@ -66,9 +66,13 @@ def add(
         errors.print(f"[red]error[/red] --parameters is not JSON: {exc}")
         raise typer.Exit(2) from exc
     body = {
-        "name": name, "cron": cron, "expedition_type": expedition_type,
-        "target_collections": collection or [], "priority": priority, "parameters": params,
-    }  # fmt: skip
+        "name": name,
+        "cron": cron,
+        "expedition_type": expedition_type,
+        "target_collections": collection or [],
+        "priority": priority,
+        "parameters": params,
+    }
     with _client(server, token) as client:
         created = _checked(client.post("/schedules", json=body))
     console.print(
@@ -85,9 +89,14 @@ def list_schedules(server: Server = None, token: Token = None) -> None:
     console.print("name\tcron\ttype\tpriority\tenabled\tnext fire\tlast fired", highlight=False)
     for item in body["schedules"]:
         fields = (
-            item["name"], item["cron"], item["expedition_type"], item["priority"],
-            "yes" if item["enabled"] else "no", item["next_fire_at"], item["last_fired_at"] or "-",
-        )  # fmt: skip
+            item["name"],
+            item["cron"],
+            item["expedition_type"],
+            item["priority"],
+            "yes" if item["enabled"] else "no",
+            item["next_fire_at"],
+            item["last_fired_at"] or "-",
+        )
         console.print("\t".join(fields), highlight=False, soft_wrap=True)
 
 

@@ -45,8 +45,9 @@ class HashingEmbedder:
     digest picks a bucket and a sign. Texts repeat words far more than they bring new ones, so
     the buckets of each word (its unigram and trigrams) and of each word pair are remembered, up
     to :attr:`cache_limit` entries each (then forgotten at once and rebuilt); a batch is then
-    summed into one matrix by numpy. This is about ten times faster than hashing every feature
-    of every text, and gives the same vectors up to float rounding (sums are taken in float64).
+    summed into one matrix by numpy. This is much faster than hashing every feature of every
+    text (docs/benchmarks.md), and gives the same vectors up to float rounding (sums are taken
+    in float64).
     """
 
     cache_limit = 200_000

@@ -129,9 +129,12 @@ class ServiceApp(FastAPI):
     def _can_skip_the_stack(self) -> bool:
         if self._lanes_usable is None:  # middleware cannot change once requests come in
             own: set[Any] = {
-                RequestContextMiddleware, RequestGuardMiddleware, BodyLimitMiddleware, FastLane,
+                RequestContextMiddleware,
+                RequestGuardMiddleware,
+                BodyLimitMiddleware,
+                FastLane,
                 AsgiLane,
-            }  # fmt: skip
+            }
             only_own = all(middleware.cls in own for middleware in self.user_middleware)
             self._lanes_usable = only_own and not self.root_path
         return self._lanes_usable

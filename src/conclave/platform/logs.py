@@ -15,8 +15,11 @@ correlation_id_var: ContextVar[str | None] = ContextVar("correlation_id", defaul
 
 # Attributes every LogRecord has; anything else was passed with ``extra=`` and is logged as a field.
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {
-    "message", "asctime", "taskName", "color_message",
-}  # fmt: skip
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",
+}
 
 
 class JsonFormatter(logging.Formatter):

@@ -14,9 +14,23 @@ from prometheus_client.registry import Collector
 
 # Latency buckets from sub-millisecond (in-process tools) up to the longest time-outs.
 LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-)  # fmt: skip
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 
 
 class ServiceMetrics:
@@ -29,13 +43,15 @@ class ServiceMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.http_requests = self.counter(
-            "http_requests_total", "HTTP requests by method, route template and status.",
+            "http_requests_total",
+            "HTTP requests by method, route template and status.",
             ["method", "route", "status"],
-        )  # fmt: skip
+        )
         self.http_duration = self.histogram(
-            "http_request_duration_seconds", "HTTP request duration by route template.",
+            "http_request_duration_seconds",
+            "HTTP request duration by route template.",
             ["method", "route"],
-        )  # fmt: skip
+        )
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
         """``metric.labels(*labels)``, remembered. prometheus_client validates the values and

@@ -89,18 +89,23 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
     raw = exc.errors()
     if any(error.get("type") == "json_invalid" for error in raw):
         return problem(
-            400, "MALFORMED_JSON", "The request body is not valid JSON.",
-            instance=request.url.path,
-        )  # fmt: skip
+            400, "MALFORMED_JSON", "The request body is not valid JSON.", instance=request.url.path
+        )
     errors = [
-        {"field": _field(error.get("loc", ())), "message": error.get("msg", ""),
-         "type": error.get("type", "")}
+        {
+            "field": _field(error.get("loc", ())),
+            "message": error.get("msg", ""),
+            "type": error.get("type", ""),
+        }
         for error in raw
-    ]  # fmt: skip
+    ]
     return problem(
-        422, "VALIDATION_FAILED", "The request does not match its schema.",
-        instance=request.url.path, errors=errors,
-    )  # fmt: skip
+        422,
+        "VALIDATION_FAILED",
+        "The request does not match its schema.",
+        instance=request.url.path,
+        errors=errors,
+    )
 
 
 async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -109,15 +114,16 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
         # FastAPI's own JSON parsing failed in a way it does not classify (e.g. nesting so deep
         # that the decoder recursed out): still malformed input, not a server fault.
         return problem(
-            400, "MALFORMED_JSON", "The request body could not be parsed.",
+            400,
+            "MALFORMED_JSON",
+            "The request body could not be parsed.",
             instance=request.url.path,
-        )  # fmt: skip
+        )
     code = _HTTP_CODES.get(exc.status_code, f"HTTP_{exc.status_code}")
     detail = exc.detail if isinstance(exc.detail, str) else title_of(code)
     return problem(
-        exc.status_code, code, detail, instance=request.url.path,
-        headers=dict(exc.headers or {}),
-    )  # fmt: skip
+        exc.status_code, code, detail, instance=request.url.path, headers=dict(exc.headers or {})
+    )
 
 
 def internal_error(path: str, exc: BaseException) -> JSONResponse:

@@ -45,14 +45,28 @@ _MAX_ORIGIN = 300
 
 # What a browser may send cross-origin once CORS allows it, and what its script may read.
 CORS_HEADERS = (
-    "Authorization", "Content-Type", "Idempotency-Key", "X-Request-ID", "X-Correlation-ID",
-    "X-Conclave-Acting-User", "X-Conclave-Signature", "X-Conclave-Timestamp",
-    "X-Conclave-Nonce", "Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-ID",
-)  # fmt: skip
+    "Authorization",
+    "Content-Type",
+    "Idempotency-Key",
+    "X-Request-ID",
+    "X-Correlation-ID",
+    "X-Conclave-Acting-User",
+    "X-Conclave-Signature",
+    "X-Conclave-Timestamp",
+    "X-Conclave-Nonce",
+    "Mcp-Session-Id",
+    "Mcp-Protocol-Version",
+    "Last-Event-ID",
+)
 CORS_EXPOSED_HEADERS = (
-    "X-Request-ID", "X-Correlation-ID", "Retry-After", "WWW-Authenticate", "Idempotent-Replayed",
-    "Mcp-Session-Id", "Location",
-)  # fmt: skip
+    "X-Request-ID",
+    "X-Correlation-ID",
+    "Retry-After",
+    "WWW-Authenticate",
+    "Idempotent-Replayed",
+    "Mcp-Session-Id",
+    "Location",
+)
 
 
 def _address(name: str) -> str:

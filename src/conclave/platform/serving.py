@@ -77,9 +77,11 @@ _REFUSALS = {
     "HEADER_TIMEOUT": (408, "Request Timeout", "The request headers did not arrive in time."),
     "BODY_TIMEOUT": (408, "Request Timeout", "The request body did not arrive in time."),
     "HEADERS_TOO_LARGE": (
-        431, "Request Header Fields Too Large", "The request headers exceed the size limit.",
+        431,
+        "Request Header Fields Too Large",
+        "The request headers exceed the size limit.",
     ),
-}  # fmt: skip
+}
 
 
 def _refusal(code: str) -> bytes:

@@ -98,7 +98,8 @@ async def ping(engine: AsyncEngine) -> None:
 class HeldConnection:
     """A pooled PostgreSQL connection one task keeps between statements it sends straight to the
     driver (a group committer's one-statement batches): checking a connection out of the pool and
-    back in for every batch cost about a tenth of the batch's CPU in the service.
+    back in for every batch cost a noticeable share of the batch's CPU in the service
+    (docs/benchmarks.md).
 
     After a server-side error (say a unique violation) the connection is fine and kept; after any
     other failure (connection lost, cancelled mid-statement) it is discarded, and the next
