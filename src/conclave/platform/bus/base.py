@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from typing import Any, Protocol
 
 from conclave.platform.clock import rfc3339, utc_now
@@ -13,6 +15,8 @@ from conclave.platform.errors import Unavailable
 from conclave.platform.ids import new_id
 from conclave.platform.jsontext import COMPACT
 from conclave.platform.logs import correlation_id_var
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,34 @@ async def deliver(handler: Handler, event: Event) -> None:
         await handler(event)
     finally:
         correlation_id_var.reset(token)
+
+
+class Delivered(Enum):
+    """What one delivery of an event to its handler came to, for the bus to act on."""
+
+    HANDLED = "handled"  # acknowledge it
+    REJECTED = "rejected"  # the handler refused it for good: dead-letter it at once
+    WAITING = "waiting"  # a dependency is down: this delivery does not count, retry later
+    FAILED = "failed"  # left pending: delivered again after the idle time
+
+
+async def deliver_once(
+    handler: Handler, event: Event, where: Mapping[str, str]
+) -> tuple[Delivered, str]:
+    """Deliver ``event`` (see :func:`deliver`) and say what became of it, with the dead-letter
+    reason of a rejection. A handler's failure is logged here, with ``where`` (the channel or
+    the stream) as log fields; the bus logs what it does about a rejection."""
+    try:
+        await deliver(handler, event)
+    except EventRejected as exc:
+        return Delivered.REJECTED, f"rejected: {exc}"
+    except Exception as exc:
+        if is_transient(exc):
+            log.warning("handler waits for a dependency", extra=dict(where))
+            return Delivered.WAITING, ""
+        log.exception("handler failed", extra={**where, "event_id": event.event_id})
+        return Delivered.FAILED, ""
+    return Delivered.HANDLED, ""
 
 
 def dead_letter_channel(channel: str) -> str:

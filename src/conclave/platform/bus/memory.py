@@ -10,12 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from conclave.platform.bus.base import (
+    Delivered,
     Event,
-    EventRejected,
     Handler,
     dead_letter_channel,
-    deliver,
-    is_transient,
+    deliver_once,
 )
 from conclave.platform.bus.entry import DEFAULT_MAX_EVENT_BYTES, PublishRefused, encode_entries
 
@@ -113,28 +112,20 @@ class MemoryBus:
                             await self._changed.wait()
                 continue
             seq, delivery = work
-            try:
-                await deliver(handler, delivery.event)
-            except EventRejected as exc:
+            outcome, reason = await deliver_once(handler, delivery.event, {"channel": channel})
+            if outcome is Delivered.REJECTED:
                 log.error(
                     "moving event to dead-letter stream",
-                    extra={"channel": channel, "reason": f"rejected: {exc}"},
+                    extra={"channel": channel, "reason": reason},
                 )
                 state.pending.pop(seq, None)
                 self._append(dead_letter_channel(channel), delivery.event)
-                continue
-            except Exception as exc:
-                if is_transient(exc):  # not the event's fault: this delivery does not count
-                    delivery.deliveries = max(delivery.deliveries - 1, 0)
-                    log.warning("handler waits for a dependency", extra={"channel": channel})
-                    await asyncio.sleep(self._claim_idle / 4)
-                    continue
-                log.exception(
-                    "handler failed",
-                    extra={"channel": channel, "event_id": delivery.event.event_id},
-                )
-                continue
-            state.pending.pop(seq, None)
+            elif outcome is Delivered.WAITING:
+                # Not the event's fault: this delivery does not count.
+                delivery.deliveries = max(delivery.deliveries - 1, 0)
+                await asyncio.sleep(self._claim_idle / 4)
+            elif outcome is Delivered.HANDLED:
+                state.pending.pop(seq, None)
 
     def _next(self, stream: _Stream, state: _Group) -> tuple[int, _Delivery] | None:
         while state.next_seq < stream.next_seq:

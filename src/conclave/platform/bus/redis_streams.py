@@ -22,14 +22,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from conclave.platform.bus.base import (
-    Event,
-    EventRejected,
-    Handler,
-    dead_letter_channel,
-    deliver,
-    is_transient,
-)
+from conclave.platform.bus.base import Delivered, Event, Handler, dead_letter_channel, deliver_once
 from conclave.platform.bus.entry import (
     DEFAULT_MAX_EVENT_BYTES,
     PublishRefused,
@@ -318,19 +311,15 @@ class RedisStreamsBus:
             except MalformedEntry as exc:
                 await self._dead_letter(key, group, entry_id, fields, f"malformed entry: {exc}")
                 continue
-            try:
-                await deliver(handler, event)
-            except EventRejected as exc:
-                await self._dead_letter(key, group, entry_id, fields, f"rejected: {exc}")
-                continue
-            except Exception as exc:
-                if is_transient(exc):
-                    log.warning("handler waits for a dependency", extra={"stream": key})
-                    await self._uncount(key, group, consumer, entries[index:])
-                    return False
-                log.exception("handler failed", extra={"stream": key, "event_id": event.event_id})
-                continue  # left pending: reclaimed and redelivered after the idle time
-            await self._redis.xack(key, group, entry_id)
+            outcome, reason = await deliver_once(handler, event, {"stream": key})
+            if outcome is Delivered.REJECTED:
+                await self._dead_letter(key, group, entry_id, fields, reason)
+            elif outcome is Delivered.WAITING:
+                await self._uncount(key, group, consumer, entries[index:])
+                return False
+            elif outcome is Delivered.HANDLED:
+                await self._redis.xack(key, group, entry_id)
+            # FAILED: left pending, reclaimed and redelivered after the idle time
         return True
 
     async def _deliveries(self, key: str, group: str, entries: list[Any]) -> dict[str, int]:
