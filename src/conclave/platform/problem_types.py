@@ -48,7 +48,7 @@ def _registry(*types: ProblemType) -> dict[str, ProblemType]:
 
 _P = ProblemType
 # The one table kept out of the formatter: a row per problem (code, statuses and title on its first
-# line) reads as a table; formatted, most rows would spread over six lines, one per argument.
+# line) reads as a table; formatted, each row too long for one line would take six, one per part.
 PROBLEM_TYPES = _registry(
     # Request shape, every service.
     _P("BAD_REQUEST", (400,), "Bad request", "The request cannot be read as sent."),
