@@ -12,13 +12,12 @@ import pytest
 from sqlalchemy import select
 
 from conclave.gateway.app import create_app
+from conclave.gateway.events import CHANNEL
 from conclave.gateway.store import mcp_tool_calls
 from conclave.gateway.tools import Tool, ToolContext
 from conclave.platform.bus.base import Event
 from tests.conftest import Backend, open_platform, serve_app, test_settings
 from tests.httpserver import running_server
-
-CHANNEL = "conclave.mcp.actions"
 
 
 class Calls:
@@ -60,11 +59,15 @@ def test_tools(calls: Calls) -> tuple[Tool, ...]:
 
     obj = {"type": "object", "additionalProperties": False}
     return (
-        Tool(name="slow", description="Sleeps.", executor=slow, parameters=obj,
-             timeout_seconds=0.1),
+        Tool(
+            name="slow", description="Sleeps.", executor=slow, parameters=obj, timeout_seconds=0.1
+        ),
         Tool(name="crash", description="Raises.", executor=crash, parameters=obj),
         Tool(
-            name="login", description="Takes a secret.", executor=login, tags=("auth",),
+            name="login",
+            description="Takes a secret.",
+            executor=login,
+            tags=("auth",),
             parameters={
                 "type": "object",
                 "properties": {
@@ -76,12 +79,14 @@ def test_tools(calls: Calls) -> tuple[Tool, ...]:
             },
         ),
         Tool(
-            name="bad_output", description="Breaks its output schema.", executor=bad_output,
+            name="bad_output",
+            description="Breaks its output schema.",
+            executor=bad_output,
             parameters=obj,
             output_schema={"type": "object", "properties": {"count": {"type": "integer"}}},
         ),
         Tool(name="billing.count", description="Counts calls.", executor=count, parameters=obj),
-    )  # fmt: skip
+    )
 
 
 GatewayClient = Callable[..., Any]

@@ -215,17 +215,14 @@ async def test_finance_aliases_reach_the_backend_rewritten(backend: Backend, bac
     fake, url = backend_server
     settings = test_settings(mcp_domain="finance", neural_engine_api=url + "/neural")
     async with run_gateway(backend, settings) as client:
-        screen = await client.post(
-            "/execute",
-            json={"tool": "screen_tickers",
-                  "args": {"tickers": ["aapl", "msft"], "profile": "conservative", "limit": 5}},
-        )  # fmt: skip
+        args = {"tickers": ["aapl", "msft"], "profile": "conservative", "limit": 5}
+        screen = await client.post("/execute", json={"tool": "screen_tickers", "args": args})
         assert screen.status_code == 200, screen.text
         assert screen.json()["tool"] == "screen_entities"
         assert fake.received[-1]["path"] == "/neural/screen"
-        assert screen.json()["result"]["echo"] == {
-            "criteria": {"risk": "low"}, "universe": ["ticker:AAPL", "ticker:MSFT"], "limit": 5,
-        }  # fmt: skip
+        universe = ["ticker:AAPL", "ticker:MSFT"]
+        expected = {"criteria": {"risk": "low"}, "universe": universe, "limit": 5}
+        assert screen.json()["result"]["echo"] == expected
 
         compare = await client.post(
             "/execute",
@@ -236,10 +233,11 @@ async def test_finance_aliases_reach_the_backend_rewritten(backend: Backend, bac
         )
         assert compare.status_code == 200, compare.text
         assert fake.received[-1]["path"] == "/neural/compare"
-        assert compare.json()["result"]["echo"] == {
-            "entity_ids": ["ticker:AAPL", "ticker:GOOG"], "metrics": ["pe"],
-        }  # fmt: skip
+        expected = {"entity_ids": ["ticker:AAPL", "ticker:GOOG"], "metrics": ["pe"]}
+        assert compare.json()["result"]["echo"] == expected
         rows = await audit_rows(backend)
-        assert [(r.requested_tool, r.tool_name) for r in rows] == [
-            ("screen_tickers", "screen_entities"), ("compare_tickers", "compare_entities"),
-        ]  # fmt: skip
+        names = [(r.requested_tool, r.tool_name) for r in rows]
+        assert names == [
+            ("screen_tickers", "screen_entities"),
+            ("compare_tickers", "compare_entities"),
+        ]

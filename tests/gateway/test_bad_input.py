@@ -13,18 +13,18 @@ from tests.gateway.conftest import GatewayClient, audit_rows
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
-        (b'{"tool": "echo", "args": ', 400, "MALFORMED_JSON"),
-        (b"\xff\xfe not json", 400, "MALFORMED_JSON"),
-        (b"[" * 100_000 + b"]" * 100_000, 413, "PAYLOAD_TOO_LARGE"),
-        (b"[" * 50_000, 400, "MALFORMED_JSON"),
-        (b'{"args": {}}', 422, "VALIDATION_FAILED"),
-        (b'{"tool": 5, "args": {}}', 422, "VALIDATION_FAILED"),
-        (b'{"tool": "' + b"x" * 300 + b'"}', 422, "VALIDATION_FAILED"),
-        (b'"just a string"', 422, "VALIDATION_FAILED"),
+        pytest.param(b'{"tool": "echo", "args": ', 400, "MALFORMED_JSON", id="truncated"),
+        pytest.param(b"\xff\xfe not json", 400, "MALFORMED_JSON", id="not-utf8"),
+        pytest.param(b"[" * 100_000 + b"]" * 100_000, 413, "PAYLOAD_TOO_LARGE", id="too-large"),
+        pytest.param(b"[" * 50_000, 400, "MALFORMED_JSON", id="too-deep-to-parse"),
+        pytest.param(b'{"args": {}}', 422, "VALIDATION_FAILED", id="no-tool"),
+        pytest.param(b'{"tool": 5, "args": {}}', 422, "VALIDATION_FAILED", id="tool-not-string"),
+        pytest.param(
+            b'{"tool": "' + b"x" * 300 + b'"}', 422, "VALIDATION_FAILED", id="tool-name-too-long"
+        ),
+        pytest.param(b'"just a string"', 422, "VALIDATION_FAILED", id="not-an-object"),
     ],
-    ids=["truncated", "not-utf8", "too-large", "too-deep-to-parse", "no-tool", "tool-not-string",
-         "tool-name-too-long", "not-an-object"],
-)  # fmt: skip
+)
 async def test_malformed_requests_are_refused_before_any_audit(
     backend: Backend, gateway: GatewayClient, body: bytes, status: int, code: str
 ):

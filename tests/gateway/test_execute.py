@@ -94,9 +94,8 @@ async def test_invalid_arguments_are_heretical_audited_and_not_run(
         assert calls.count == 0
 
         [row] = await audit_rows(backend)
-        assert (row.status, row.orthodoxy_status, row.error_code) == (
-            "rejected", "heretical", "VALIDATION_FAILED",
-        )  # fmt: skip
+        outcome = (row.status, row.orthodoxy_status, row.error_code)
+        assert outcome == ("rejected", "heretical", "VALIDATION_FAILED")
         assert row.conclave_id == problem["conclave_id"]
         event = await _one_event(backend, problem["conclave_id"])
         assert event.payload["orthodoxy_status"] == "heretical"
@@ -120,9 +119,8 @@ async def test_unknown_tool_is_404_and_still_audited(backend: Backend, gateway: 
         problem = response.json()
         assert problem["code"] == "UNKNOWN_TOOL"
         [row] = await audit_rows(backend)
-        assert (row.tool_name, row.requested_tool, row.orthodoxy_status) == (
-            "rm_rf", "rm_rf", "heretical",
-        )  # fmt: skip
+        recorded = (row.tool_name, row.requested_tool, row.orthodoxy_status)
+        assert recorded == ("rm_rf", "rm_rf", "heretical")
         event = await _one_event(backend, problem["conclave_id"])
         assert event.payload["tool"] == "rm_rf"
 
@@ -200,10 +198,8 @@ async def test_idempotency_key_replays_instead_of_running_twice(
         assert calls.count == 1
         assert len(await audit_rows(backend)) == 1
 
-        other = await client.post(
-            "/execute", json={"tool": "echo", "args": {"message": "x"}},
-            headers={"Idempotency-Key": "k-1"},
-        )  # fmt: skip
+        different = {"tool": "echo", "args": {"message": "x"}}
+        other = await client.post("/execute", json=different, headers={"Idempotency-Key": "k-1"})
         assert other.status_code == 409
         assert other.json()["code"] == "IDEMPOTENCY_KEY_REUSED"
         await _one_event(backend, first.json()["conclave_id"])

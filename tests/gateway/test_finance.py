@@ -19,10 +19,14 @@ async def _add_signal(backend: Backend, entity: str, kind: str, value: float, ag
     async with backend.engine.begin() as connection:
         await connection.execute(
             signals.insert().values(
-                signal_id=str(uuid.uuid4()), entity_id=entity, signal_type=kind, value=value,
-                observed_at=utc_now() - age, source="test-feed",
+                signal_id=str(uuid.uuid4()),
+                entity_id=entity,
+                signal_type=kind,
+                value=value,
+                observed_at=utc_now() - age,
+                source="test-feed",
             )
-        )  # fmt: skip
+        )
 
 
 async def test_generic_mode_has_no_finance_surface(backend: Backend):
@@ -82,14 +86,17 @@ async def test_normalize_rewrites_without_executing(backend: Backend):
     ("body", "status", "code"),
     [
         ({"tool": "query_sentiment", "args": {"tickers": ["$$$"]}}, 422, "VALIDATION_FAILED"),
-        ({"tool": "query_sentiment", "args": {"tickers": ["AAPL"], "days": 0}}, 422,
-         "VALIDATION_FAILED"),
+        (
+            {"tool": "query_sentiment", "args": {"tickers": ["AAPL"], "days": 0}},
+            422,
+            "VALIDATION_FAILED",
+        ),
         ({"tool": "compare_tickers", "args": {"tickers": ["AAPL"]}}, 422, "VALIDATION_FAILED"),
         ({"tool": "screen_tickers", "args": {"profile": "yolo"}}, 422, "VALIDATION_FAILED"),
         ({"tool": "query_signals", "args": {}}, 404, "UNKNOWN_ALIAS"),
         ({"tool": "query_sentiment", "args": "AAPL"}, 422, "VALIDATION_FAILED"),
     ],
-)  # fmt: skip
+)
 async def test_normalize_bad_values_are_4xx(backend: Backend, body, status, code):
     async with run_gateway(backend, test_settings(**FINANCE)) as client:
         response = await client.post("/v1/finance/normalize", json=body)
@@ -126,9 +133,8 @@ async def test_alias_call_runs_canonical_tool_and_audits_both(backend: Backend):
             return found
 
         [found] = await eventually(event)
-        assert (found.payload["requested_tool"], found.payload["tool"]) == (
-            "query_sentiment", "query_signals",
-        )  # fmt: skip
+        names = (found.payload["requested_tool"], found.payload["tool"])
+        assert names == ("query_sentiment", "query_signals")
 
         nothing = await client.post(
             "/execute", json={"tool": "query_sentiment", "args": {"tickers": ["ZZZZ"]}}

@@ -17,13 +17,19 @@ async def _orphan(backend: Backend, conclave_id: str, age: timedelta, key: str |
     async with backend.engine.begin() as connection:
         await connection.execute(
             mcp_tool_calls.insert().values(
-                conclave_id=conclave_id, tool_name="billing.count",
-                requested_tool="billing.count", args={}, orthodoxy_status="blessed",
-                status="running", user_id="anonymous", correlation_id="corr-orphan",
-                idempotency_key=key, request_hash=fingerprint,
+                conclave_id=conclave_id,
+                tool_name="billing.count",
+                requested_tool="billing.count",
+                args={},
+                orthodoxy_status="blessed",
+                status="running",
+                user_id="anonymous",
+                correlation_id="corr-orphan",
+                idempotency_key=key,
+                request_hash=fingerprint,
                 created_at=utc_now() - age,
             )
-        )  # fmt: skip
+        )
 
 
 async def test_interrupted_call_is_settled_once_with_its_event(

@@ -37,11 +37,13 @@ async def _sleepy(_args: dict[str, Any], _ctx: ToolContext) -> dict[str, Any]:
 
 LIMITED = (
     Tool(
-        name="scarce", description="Two calls, then one per minute.", executor=_sleepy,
+        name="scarce",
+        description="Two calls, then one per minute.",
+        executor=_sleepy,
         rate_limit=Rate(per_second=1 / 60, burst=2),
     ),
     Tool(name="single", description="One at a time.", executor=_sleepy, max_concurrency=1),
-)  # fmt: skip
+)
 
 
 async def test_tool_rate_limit_and_concurrency_cap(backend: Backend):

@@ -15,18 +15,21 @@ HEADERS = {
     "Accept": "application/json, text/event-stream",
     "MCP-Protocol-Version": "2025-11-25",
 }
+
+
+def _call(request_id: int | str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
 REQUESTS: list[dict[str, Any]] = [
     {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-    {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-     "params": {"name": "echo", "arguments": {"message": "hi"}}},
-    {"jsonrpc": "2.0", "id": "three", "method": "tools/call",
-     "params": {"name": "echo", "arguments": {"message": 5}}},
-    {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-     "params": {"name": "evaluate_expression", "arguments": {"expression": "1/0"}}},
-    {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "no_such_tool"}},
-    {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"arguments": {}}},
-    {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": 42}},
-]  # fmt: skip
+    _call(2, {"name": "echo", "arguments": {"message": "hi"}}),
+    _call("three", {"name": "echo", "arguments": {"message": 5}}),
+    _call(4, {"name": "evaluate_expression", "arguments": {"expression": "1/0"}}),
+    _call(5, {"name": "no_such_tool"}),
+    _call(6, {"arguments": {}}),
+    _call(7, {"name": 42}),
+]
 
 
 def _without_ids(value: Any) -> Any:

@@ -55,16 +55,28 @@ def _spoil(_args: Mapping[str, Any], _result: Any) -> RuleOutcome:
 
 
 LONG_NAMED = Tool(
-    name=LONG_NAME, description="A plug-in name no provider accepts.", executor=_one,
+    name=LONG_NAME,
+    description="A plug-in name no provider accepts.",
+    executor=_one,
     parameters=OBJECT,
-)  # fmt: skip
+)
 OUTPUT_TOOLS = (
-    Tool(name="listing", description="Returns an array.", executor=_listing, parameters=OBJECT,
-         output_schema={"type": "array", "items": {"type": "string"}}),
-    Tool(name="spoiled", description="A rule breaks the declared output.", executor=_one,
-         parameters=OBJECT, rules=(_spoil,),
-         output_schema={"type": "object", "properties": {"count": {"type": "integer"}}}),
-)  # fmt: skip
+    Tool(
+        name="listing",
+        description="Returns an array.",
+        executor=_listing,
+        parameters=OBJECT,
+        output_schema={"type": "array", "items": {"type": "string"}},
+    ),
+    Tool(
+        name="spoiled",
+        description="A rule breaks the declared output.",
+        executor=_one,
+        parameters=OBJECT,
+        rules=(_spoil,),
+        output_schema={"type": "object", "properties": {"count": {"type": "integer"}}},
+    ),
+)
 BUILTIN_CALLS = [
     ("echo", {"message": "hi"}),
     ("current_time", {"timezone": "Europe/Rome"}),

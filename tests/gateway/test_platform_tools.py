@@ -71,14 +71,12 @@ async def test_expedition_tools_drive_the_collector(backend: Backend, tmp_path):
         run_gateway(backend, test_settings(collector_url=collector_url)) as client,
     ):
         parameters = {"sources": [{"type": "file", "path": str(items), "key": "id"}]}
-        started = await client.post(
-            "/execute",
-            json={
-                "tool": "run_expedition",
-                "args": {"expedition_type": "discovery", "target_collections": ["bridges"],
-                         "parameters": parameters},
-            },
-        )  # fmt: skip
+        args = {
+            "expedition_type": "discovery",
+            "target_collections": ["bridges"],
+            "parameters": parameters,
+        }
+        started = await client.post("/execute", json={"tool": "run_expedition", "args": args})
         assert started.status_code == 200, started.text
         expedition_id = started.json()["result"]["expedition_id"]
 

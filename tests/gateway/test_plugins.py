@@ -49,8 +49,12 @@ async def _noop(_args, _ctx):
         (Tool(name="bad name!", description="", executor=_noop), "must match"),
         (Tool(name="t", description="", executor=_noop, parameters={"type": "array"}), "object"),
         (
-            Tool(name="t", description="", executor=_noop,
-                 parameters={"type": "object", "properties": {"a": {"type": "nope"}}}),
+            Tool(
+                name="t",
+                description="",
+                executor=_noop,
+                parameters={"type": "object", "properties": {"a": {"type": "nope"}}},
+            ),
             "invalid JSON Schema",
         ),
         (Tool(name="t", description=""), "exactly one of executor and cpu_executor"),
@@ -63,7 +67,7 @@ async def _noop(_args, _ctx):
             "cpu_executor must be a function defined at module level",
         ),
     ],
-)  # fmt: skip
+)
 def test_broken_plugins_fail_at_registration(tool: Tool, message: str):
     with pytest.raises(ValueError, match=message):
         ToolRegistry().register(tool)

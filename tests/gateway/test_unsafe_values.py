@@ -27,6 +27,8 @@ MCP_HEADERS = {
     "Accept": "application/json, text/event-stream",
     "MCP-Protocol-Version": "2025-11-25",
 }
+# The content type of a body sent as bytes (_json).
+JSON_BODY = {"Content-Type": "application/json"}
 
 
 def _json(document: Any) -> bytes:
@@ -102,8 +104,7 @@ async def test_unsafe_mcp_arguments_are_refused_and_audited(
                 "method": "tools/call",
                 "params": {"name": "echo", "arguments": {"message": text}},
             }
-            response = await client.post(f"{url}/mcp", content=_json(request),
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
+            response = await client.post(f"{url}/mcp", content=_json(request), headers=JSON_BODY)
     assert response.status_code == 200, response.text
     result = response.json()["result"]
     assert result["isError"] is True
@@ -128,8 +129,7 @@ async def test_mcp_request_id_that_cannot_be_answered_is_refused_before_the_call
                 "method": "tools/call",
                 "params": {"name": "echo", "arguments": {"message": "hi"}},
             }
-            response = await client.post(f"{url}/mcp", content=_json(request),
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
+            response = await client.post(f"{url}/mcp", content=_json(request), headers=JSON_BODY)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == -32700  # the SDK's parse error: nothing ran
     assert await audit_rows(backend) == []
@@ -179,8 +179,12 @@ async def _plugin_surrogate(_args: dict[str, Any], _ctx: ToolContext) -> dict[st
     return {"text": "\udfff"}
 
 
-PLUGIN = Tool(name="plugin_surrogate", description="Returns a lone surrogate.",
-              executor=_plugin_surrogate, parameters={"type": "object"})  # fmt: skip
+PLUGIN = Tool(
+    name="plugin_surrogate",
+    description="Returns a lone surrogate.",
+    executor=_plugin_surrogate,
+    parameters={"type": "object"},
+)
 
 
 async def test_unstorable_answers_fail_alike_in_row_and_answer(

@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute
 
 from conclave import __version__
 from conclave.gateway import store
+from conclave.gateway.audit import AuditRow
 from conclave.gateway.formats import render
 from conclave.gateway.models import (
     CORRELATION_ID_PATTERN,
@@ -242,6 +243,10 @@ async def get_call(
     )
     if row is None or not own:
         raise NotFound(f"No call {conclave_id!r}.", code="CALL_NOT_FOUND")
+    return _tool_call(row)
+
+
+def _tool_call(row: AuditRow) -> ToolCall:
     return ToolCall(
         conclave_id=row.conclave_id,
         tool_name=row.tool_name,

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 import httpx
 from fastapi import FastAPI
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecurityMiddleware
 from starlette.routing import Route
 
 from conclave import __version__
@@ -23,19 +21,13 @@ from conclave.gateway.backends.catalogue import (
 from conclave.gateway.builtin import BUILTIN_TOOLS
 from conclave.gateway.finance import FINANCE_ALIASES
 from conclave.gateway.finance_api import finance_router
+from conclave.gateway.interrupted_calls import InterruptedCalls, sweeping
 from conclave.gateway.limits import CallLimits
-from conclave.gateway.mcp import (
-    MCP_PATH,
-    McpEndpoint,
-    McpHandlers,
-    create_mcp_server,
-    create_session_manager,
-)
+from conclave.gateway.mcp import MCP_PATH, McpEndpoint, McpHandlers
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.plugins import load_entry_point_tools, load_module_tools
 from conclave.gateway.registry import ToolRegistry
 from conclave.gateway.service import GatewayService
-from conclave.gateway.settle import InterruptedCalls, sweeping
 from conclave.gateway.signals import signals_table_fallback
 from conclave.gateway.tools import Tool
 from conclave.gateway.workers import WorkerPool
@@ -65,30 +57,26 @@ def build_registry(
     return registry
 
 
+def backend_tools(
+    settings: GatewaySettings, http: httpx.AsyncClient, platform: Platform
+) -> tuple[Tool, ...]:
+    """The tools of the HTTP backend catalogues (built-in ones, then those of settings)."""
+    breakers: dict[str, CircuitBreaker] = {}
+    fallbacks = {"signals_table": signals_table_fallback(platform)}
+    token = settings.service_token.get_secret_value() or None
+    tools: list[Tool] = []
+    for path in (ENTITY_TOOLS, PLATFORM_TOOLS, *settings.tool_catalogues):
+        catalogue = load_catalogue(path)
+        tools += build_tools(catalogue, settings.backend_urls(), http, breakers, fallbacks, token)
+    return tuple(tools)
+
+
 def rate_limiter_for(settings: GatewaySettings) -> RateLimiter:
     """Buckets in Redis when the bus is Redis (shared by replicas), else in this process."""
     url = settings.resolved_bus_url()
     if url.startswith(("redis://", "rediss://", "unix://")):
         return RedisRateLimiter(url, prefix=settings.bus_stream_prefix)
     return MemoryRateLimiter()
-
-
-@asynccontextmanager
-async def _resources(
-    manager: StreamableHTTPSessionManager,
-    limiter: RateLimiter,
-    http: httpx.AsyncClient,
-    interrupted: InterruptedCalls,
-    workers: WorkerPool,
-) -> AsyncIterator[None]:
-    async with AsyncExitStack() as stack:
-        stack.push_async_callback(http.aclose)
-        stack.push_async_callback(workers.close)
-        if isinstance(limiter, RedisRateLimiter):
-            stack.push_async_callback(limiter.close)
-        await stack.enter_async_context(manager.run())
-        await stack.enter_async_context(sweeping(interrupted))
-        yield
 
 
 def create_app(
@@ -99,52 +87,47 @@ def create_app(
 ) -> FastAPI:
     """The gateway app. With ``platform`` given (``conclave up``, tests) it is shared, not owned."""
     metrics = GatewayMetrics()
-    # One client for every backend: pooled connections; time-outs are set per tool.
-    http = httpx.AsyncClient(follow_redirects=False)
-    breakers: dict[str, CircuitBreaker] = {}
-    fallbacks = {"signals_table": signals_table_fallback(lambda: app.state.platform)}
-    backend_tools: list[Tool] = []
-    token = settings.service_token.get_secret_value() or None
-    for path in (ENTITY_TOOLS, PLATFORM_TOOLS, *settings.tool_catalogues):
-        backend_tools += build_tools(
-            load_catalogue(path), settings.backend_urls(), http, breakers, fallbacks, token
-        )
-    registry = build_registry(settings, extra_tools, tuple(backend_tools))
+    mcp_endpoint = McpEndpoint(fast_path=settings.mcp_fast_path)
 
-    mcp_handlers = McpHandlers(lambda: app.state.gateway)
-    mcp_server = create_mcp_server(mcp_handlers)
-    limiter = rate_limiter_for(settings)
-
-    def setup(app: FastAPI, runtime: Platform) -> AbstractAsyncContextManager[None]:
-        limits = CallLimits(
-            limiter, user_rate=Rate.parse(settings.user_rate_limit),
-            max_args_bytes=settings.max_args_bytes,
-        )  # fmt: skip
-        # Pickled replies a little over the result cap are refused before they are read.
-        workers = WorkerPool(
-            settings.tool_workers, max_reply_bytes=2 * settings.max_result_bytes + 65_536
-        )
-        app.state.gateway = GatewayService(
-            registry,
-            runtime,
-            metrics,
-            limits,
-            workers,
-            default_timeout=settings.tool_timeout_seconds,
-            max_depth=settings.max_json_depth,
-            max_result_bytes=settings.max_result_bytes,
-        )
-        # A session manager runs once: every start of the app gets a new one.
-        # No Host/Origin check of the SDK's own: the platform's guard has checked both on every
-        # route, /mcp included, answering refusals as problem+json (GATEWAY_MCP_ALLOWED_HOSTS is
-        # merged into its allowed hosts).
-        manager = create_session_manager(mcp_server, [])
-        mcp_endpoint.manager = manager
-        mcp_endpoint.security = TransportSecurityMiddleware(manager.security_settings)
-        interrupted = InterruptedCalls(
-            registry, runtime, default_timeout=settings.tool_timeout_seconds
-        )
-        return _resources(manager, limiter, http, interrupted, workers)
+    @asynccontextmanager
+    async def serve(app: FastAPI, runtime: Platform) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            # One client for every backend: pooled connections; time-outs are set per tool.
+            http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
+            tools = backend_tools(settings, http, runtime)
+            registry = build_registry(settings, extra_tools, tools)
+            limiter = rate_limiter_for(settings)
+            if isinstance(limiter, RedisRateLimiter):
+                stack.push_async_callback(limiter.close)
+            user_rate = Rate.parse(settings.user_rate_limit)
+            limits = CallLimits(
+                limiter, user_rate=user_rate, max_args_bytes=settings.max_args_bytes
+            )
+            # Pickled replies a little over the result cap are refused before they are read.
+            workers = WorkerPool(
+                settings.tool_workers, max_reply_bytes=2 * settings.max_result_bytes + 65_536
+            )
+            stack.push_async_callback(workers.close)
+            service = GatewayService(
+                registry,
+                runtime,
+                metrics,
+                limits,
+                workers,
+                default_timeout=settings.tool_timeout_seconds,
+                max_depth=settings.max_json_depth,
+                max_result_bytes=settings.max_result_bytes,
+            )
+            app.state.gateway = service
+            authenticator = app.state.authenticator
+            await stack.enter_async_context(
+                mcp_endpoint.serving(authenticator, McpHandlers(service))
+            )
+            interrupted = InterruptedCalls(
+                registry, runtime, default_timeout=settings.tool_timeout_seconds
+            )
+            await stack.enter_async_context(sweeping(interrupted))
+            yield
 
     app = create_service_app(
         service="gateway",
@@ -153,7 +136,7 @@ def create_app(
         description="Discover tools; execute them through validation, audit, events and metrics.",
         settings=settings,
         metrics=metrics,
-        lifespan=platform_lifespan(settings, platform, setup, max_batch=settings.max_batch),
+        lifespan=platform_lifespan(settings, platform, serve, max_batch=settings.max_batch),
     )
     app.state.settings = settings
     app.include_router(router)
@@ -161,9 +144,6 @@ def create_app(
     app.add_fast_lane(EXECUTE_ROUTE, "POST")
     if settings.mcp_domain == "finance":
         app.include_router(finance_router)
-    mcp_endpoint = McpEndpoint(
-        app.state.authenticator, mcp_handlers, fast_path=settings.mcp_fast_path
-    )
     mcp_route = Route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"])
     app.router.routes.append(mcp_route)
     app.add_asgi_lane(mcp_route)

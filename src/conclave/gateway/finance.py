@@ -22,6 +22,8 @@ from conclave.platform.clock import rfc3339, utc_now
 ENTITY_PREFIX = "ticker:"
 _TICKER = re.compile(r"^[A-Z][A-Z0-9.-]{0,9}$")
 RISK_OF_PROFILE = {"conservative": "low", "balanced": "medium", "aggressive": "high"}
+# screen_tickers fields copied as they are into the canonical tool's criteria, under its names.
+_CRITERION_OF_FIELD = {"min_market_cap": "market_cap_min", "max_pe": "pe_max", "sectors": "sectors"}
 DEFAULT_DAYS = 7
 
 
@@ -55,9 +57,7 @@ def _screen(args: dict[str, Any]) -> dict[str, Any]:
     criteria: dict[str, Any] = {}
     if "profile" in args:
         criteria["risk"] = RISK_OF_PROFILE[args["profile"]]
-    for alias_field, canonical_field in (
-        ("min_market_cap", "market_cap_min"), ("max_pe", "pe_max"), ("sectors", "sectors"),
-    ):  # fmt: skip
+    for alias_field, canonical_field in _CRITERION_OF_FIELD.items():
         if alias_field in args:
             criteria[canonical_field] = args[alias_field]
     rewritten: dict[str, Any] = {"criteria": criteria}

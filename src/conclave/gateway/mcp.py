@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mcp import types
@@ -67,14 +68,14 @@ class McpHandlers:
     """What ``tools/list`` and ``tools/call`` answer, for the SDK's server and the fast path,
     shaped for the protocol ``version`` the request negotiated (see :mod:`mcp_versions`)."""
 
-    def __init__(self, service: Callable[[], GatewayService]) -> None:
+    def __init__(self, service: GatewayService) -> None:
         self._service = service
 
     def list_tools(self, version: str) -> types.ListToolsResult:
         # The entries of GET /tools?format=mcp: wire aliases for names model providers refuse.
         tools = [
             tool_for_version(render(tool, "mcp"), version)
-            for tool in self._service().registry.tools()
+            for tool in self._service.registry.tools()
         ]
         return types.ListToolsResult.model_validate({"tools": tools}, by_name=False)
 
@@ -94,12 +95,12 @@ class McpHandlers:
         unsafe = find_unsafe({"name": params.name, "arguments": arguments})
         try:
             if unsafe is None:
-                outcome = await self._service().execute(command)
+                outcome = await self._service.execute(command)
             else:
                 escaped = replace(
                     command, tool=escape_text(params.name)[:256], args=escape_unsafe(arguments)
                 )
-                outcome = await self._service().refuse_unsafe(escaped, UnsafeInput(unsafe))
+                outcome = await self._service.refuse_unsafe(escaped, UnsafeInput(unsafe))
         except ConclaveError as exc:  # refused before the chain: rate limit, store down
             return _error_result(f"{exc.code}: {exc.detail}", {**exc.extra, "code": exc.code})
         if outcome.error_code == "UNKNOWN_TOOL":
@@ -185,11 +186,21 @@ def create_session_manager(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """What the endpoint answers with while the app runs."""
+
+    authenticator: Authenticator
+    handlers: McpHandlers
+    manager: StreamableHTTPSessionManager
+    security: TransportSecurityMiddleware
+
+
 class McpEndpoint:
     """ASGI endpoint at ``/mcp``: authenticate like every other route, then answer.
 
     The SDK's stateless transport builds a server session (task group, memory streams, a
-    dispatcher) for every request, which costs twice the governed call behind it. So a plain
+    dispatcher) for every request, which costs more than the governed call behind it. So a plain
     stateless JSON request for ``tools/call`` or ``tools/list`` (the traffic of a working agent) is
     answered here: the SDK's own types parse the parameters and serialise the result, the same
     handlers answer, and the wire format is the SDK's (a test holds the two paths equal). Anything
@@ -199,28 +210,38 @@ class McpEndpoint:
     here, so that its refusal is audited like any other.
     """
 
-    def __init__(
-        self,
-        authenticator: Authenticator,
-        handlers: McpHandlers,
-        *,
-        fast_path: bool = True,
-    ) -> None:
-        self._authenticator = authenticator
-        self._handlers = handlers
+    def __init__(self, *, fast_path: bool = True) -> None:
         self._fast_path = fast_path
-        self.manager: StreamableHTTPSessionManager | None = None  # set when the app starts
-        self.security: TransportSecurityMiddleware | None = None
+        self._running: _Running | None = None
+
+    @asynccontextmanager
+    async def serving(
+        self, authenticator: Authenticator, handlers: McpHandlers
+    ) -> AsyncIterator[None]:
+        """Answer with ``handlers`` while the block runs (the app's lifespan)."""
+        # A session manager runs once: every start of the app gets a new one.
+        # No Host/Origin check of the SDK's own: the platform's guard has checked both on every
+        # route, /mcp included, answering refusals as problem+json (GATEWAY_MCP_ALLOWED_HOSTS is
+        # merged into its allowed hosts).
+        manager = create_session_manager(create_mcp_server(handlers), [])
+        security = TransportSecurityMiddleware(manager.security_settings)
+        async with manager.run():
+            self._running = _Running(authenticator, handlers, manager, security)
+            try:
+                yield
+            finally:
+                self._running = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        running = self._running
+        if running is None:
+            raise RuntimeError("the gateway app has not started")
         request = Request(scope, receive)
         try:
-            principal = self._authenticator.authenticate(request.headers.get("authorization"))
+            principal = running.authenticator.authenticate(request.headers.get("authorization"))
         except Unauthorized as exc:
             await error_response(exc, MCP_PATH)(scope, receive, send)
             return
-        if self.manager is None:
-            raise RuntimeError("the gateway app has not started")
         scope.setdefault("state", {})["principal"] = principal
         version = request.headers.get("mcp-protocol-version")
         if version is not None and version not in SUPPORTED_VERSIONS:
@@ -234,28 +255,33 @@ class McpEndpoint:
                 return
             body = await request.body()
             message = _json_object(body)
-            if await self._answer(request, message, principal, send):
+            if await self._answer(running, request, message, principal, send):
                 return
             refusal = invalid_request_id(message)
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
             receive = replay_body(body, receive)
-        await self.manager.handle_request(scope, receive, json_rpc_refusals(send))
+        await running.manager.handle_request(scope, receive, json_rpc_refusals(send))
 
     async def _answer(
-        self, request: Request, message: dict[str, Any] | None, principal: Principal, send: Send
+        self,
+        running: _Running,
+        request: Request,
+        message: dict[str, Any] | None,
+        principal: Principal,
+        send: Send,
     ) -> bool:
         """Answer a plain stateless ``tools/call``/``tools/list``; False leaves it to the SDK."""
         plain = _plain_request(request, message)
-        if plain is None or self.security is None:
+        if plain is None:
             return False
         request_id, method, params, version = plain
         # Without the fast path, only a call holding an unsafe value is answered here: the SDK's
         # parser refuses a lone surrogate as a parse error, before the call could be audited.
         if not self._fast_path and (method != "tools/call" or find_unsafe(params) is None):
             return False
-        if await self.security.validate_request(request, is_post=True) is not None:
+        if await running.security.validate_request(request, is_post=True) is not None:
             return False
         call = None
         if method == "tools/call":
@@ -266,9 +292,9 @@ class McpEndpoint:
         # From here the call runs exactly once, whatever happens next.
         try:
             if call is None:
-                result: Any = self._handlers.list_tools(version)
+                result: Any = running.handlers.list_tools(version)
             else:
-                result = await self._handlers.call_tool(principal, call, version)
+                result = await running.handlers.call_tool(principal, call, version)
             dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             # The SDK's own sieve: what this protocol version's result schema holds.
             dumped = methods.serialize_server_result(method, version, dumped)

@@ -1,4 +1,4 @@
-"""A call's outcome as the caller sees it, and its audit-row values."""
+"""A call's outcome as the caller sees it, and the words of its statuses."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from conclave.platform.clock import utc_now
 from conclave.platform.errors import ConclaveError
 
 BLESSED, PURIFIED, HERETICAL = "blessed", "purified", "heretical"
@@ -64,34 +63,3 @@ def request_hash(tool: str, args: Any) -> str:
     """Fingerprint of a request, to refuse an idempotency key reused for different input."""
     canonical = json.dumps({"tool": tool, "args": args}, sort_keys=True, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def final_values(outcome: Outcome, row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "status": outcome.status,
-        "orthodoxy_status": outcome.orthodoxy_status,
-        "http_status": outcome.http_status,
-        "result": outcome.result,  # checked storable by the service
-        "warnings": outcome.warnings,
-        "error_code": outcome.error_code,
-        "error_message": outcome.error_message,
-        "duration_ms": outcome.duration_ms,
-        "completed_at": utc_now(),
-    }
-
-
-def outcome_from_row(row: Any, *, replayed: bool = False) -> Outcome:
-    """Rebuild the caller's view of a finished call from its audit row."""
-    return Outcome(
-        conclave_id=row.conclave_id,
-        tool=row.tool_name,
-        status=row.status,
-        orthodoxy_status=row.orthodoxy_status,
-        result=row.result,
-        warnings=list(row.warnings or []),
-        duration_ms=row.duration_ms or 0.0,
-        http_status=row.http_status or 200,
-        error_code=row.error_code,
-        error_message=row.error_message,
-        replayed=replayed,
-    )

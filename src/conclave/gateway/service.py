@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from conclave.gateway import store
+from conclave.gateway.audit import AuditRow
 from conclave.gateway.events import call_event
 from conclave.gateway.finance import RewriteError
 from conclave.gateway.limits import CallLimits
@@ -32,8 +33,6 @@ from conclave.gateway.outcome import (
     SUCCEEDED,
     TIMEOUT,
     Outcome,
-    final_values,
-    outcome_from_row,
     request_hash,
 )
 from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
@@ -41,7 +40,6 @@ from conclave.gateway.results import result_problem
 from conclave.gateway.tools import RuleViolation, ToolContext, ToolExecutionError
 from conclave.gateway.validation import depth_exceeds, redact, schema_errors
 from conclave.gateway.workers import WorkerPool
-from conclave.platform.bus.base import Event
 from conclave.platform.clock import utc_now
 from conclave.platform.db.engine import store_errors
 from conclave.platform.errors import (
@@ -75,6 +73,36 @@ class ExecuteCommand:
 
 Rejection = tuple[str, str, list[dict[str, str]] | None, int]
 """(code, detail, field errors, HTTP status) of a call refused before it runs."""
+
+
+@dataclass(slots=True)
+class _Call:
+    """A call on its way through the chain. ``prerecorded``: its row was written ``running``
+    before the tool ran, so its outcome completes that row."""
+
+    command: ExecuteCommand
+    row: AuditRow
+    started: float
+    prerecorded: bool = False
+
+
+@dataclass(slots=True)
+class _Ending:
+    """How a call that reached its tool ended, before it is timed, recorded and answered."""
+
+    status: str
+    orthodoxy: str
+    http_status: int
+    code: str | None = None
+    message: str | None = None
+    result: Any = None
+    warnings: list[str] | None = None
+
+
+def _failed(
+    http_status: int, code: str, message: str, *, status: str = FAILED, orthodoxy: str = BLESSED
+) -> _Ending:
+    return _Ending(status, orthodoxy, http_status, code, message)
 
 
 def _rewrite(
@@ -137,26 +165,20 @@ class GatewayService:
         if rejection is None and alias is not None and registered is not None:
             canonical_args, rejection = _rewrite(alias, registered, command.args)
             if canonical_args is not None:
-                row["canonical_args"] = redact(canonical_args, registered.tool.parameters)
+                row.canonical_args = redact(canonical_args, registered.tool.parameters)
                 command = replace(command, args=canonical_args)
         if rejection is not None:
-            code, message, errors, status = rejection
-            return await self._record_rejection(
-                command, row, started, code, message, errors, status
-            )
+            return await self._record_rejection(_Call(command, row, started), rejection)
 
         assert registered is not None
         async with self._limits.slot(registered.tool):
-            prerecorded = not _read_only(registered)
-            if prerecorded:
+            call = _Call(command, row, started, prerecorded=not _read_only(registered))
+            if call.prerecorded:
                 try:
-                    await self._platform.writer.write(
-                        store.record_call({**row, "status": RUNNING, "orthodoxy_status": BLESSED})
-                    )
+                    await self._platform.writer.write(store.record_running_call(row))
                 except IntegrityError:
                     return await self._conflicting_key(command, fingerprint)
-            row["_prerecorded"] = prerecorded
-            return await self._run(command, registered, row, started)
+            return await self._run(call, registered)
 
     async def refuse_unsafe(self, command: ExecuteCommand, refusal: UnsafeInput) -> Outcome:
         """Audit and answer a call refused for holding a value no store, bus or answer can carry
@@ -168,9 +190,8 @@ class GatewayService:
         registered = self.registry.resolve(alias.alias.canonical if alias else command.tool)
         shape = self._shape(command.args)
         row = self._audit_row(command, new_id(), alias, registered, shape, None)
-        return await self._record_rejection(
-            command, row, started, refusal.code, refusal.detail, refusal.errors, refusal.status
-        )
+        rejection = (refusal.code, refusal.detail, refusal.errors, refusal.status)
+        return await self._record_rejection(_Call(command, row, started), rejection)
 
     def _audit_row(
         self,
@@ -180,19 +201,19 @@ class GatewayService:
         registered: RegisteredTool | None,
         shape: tuple[bool, bool],
         fingerprint: str | None,
-    ) -> dict[str, Any]:
+    ) -> AuditRow:
         schema = (alias.view if alias else registered.tool).parameters if registered else None
-        return {
-            "conclave_id": conclave_id,
-            "tool_name": registered.tool.name if registered else command.tool[:128],
-            "requested_tool": command.tool,
-            "args": self._stored_args(command.args, schema, shape),
-            "user_id": command.user_id,
-            "correlation_id": command.correlation_id,
-            "idempotency_key": command.idempotency_key,
-            "request_hash": fingerprint,
-            "created_at": utc_now(),
-        }
+        return AuditRow(
+            conclave_id=conclave_id,
+            tool_name=registered.tool.name if registered else command.tool[:128],
+            requested_tool=command.tool,
+            args=self._stored_args(command.args, schema, shape),
+            user_id=command.user_id,
+            correlation_id=command.correlation_id,
+            idempotency_key=command.idempotency_key,
+            request_hash=fingerprint,
+            created_at=utc_now(),
+        )
 
     def _shape(self, args: Any) -> tuple[bool, bool]:
         """(nests too deep, too large): measured once per call, used by the checks and the audit."""
@@ -257,17 +278,11 @@ class GatewayService:
             return "VALIDATION_FAILED", f"Invalid arguments at {fields}.", errors, 422
         return None
 
-    async def _run(
-        self,
-        command: ExecuteCommand,
-        registered: RegisteredTool,
-        row: dict[str, Any],
-        started: float,
-    ) -> Outcome:
+    async def _run(self, call: _Call, registered: RegisteredTool) -> Outcome:
         tool = registered.tool
-        context = ToolContext(row["conclave_id"], command.user_id, command.correlation_id)
+        command = call.command
+        context = ToolContext(call.row.conclave_id, command.user_id, command.correlation_id)
         timeout = tool.timeout_seconds or self._default_timeout
-        warnings: list[str] = []
         try:
             # `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` runs the executor in a
             # task of its own, which costs more than most tools. It fires at an `await`, so work
@@ -281,106 +296,74 @@ class GatewayService:
                         tool.cpu_executor, dict(command.args), context, deadline
                     )
         except TimeoutError:
-            return await self._finish(
-                command, row, started, status=TIMEOUT, orthodoxy=BLESSED, http_status=504,
-                code="TOOL_TIMEOUT", message=f"The tool did not finish within {timeout:g} s.",
-            )  # fmt: skip
+            message = f"The tool did not finish within {timeout:g} s."
+            ending = _failed(504, "TOOL_TIMEOUT", message, status=TIMEOUT)
         except ToolExecutionError as exc:
-            return await self._finish(
-                command, row, started, status=FAILED, orthodoxy=BLESSED, http_status=exc.status,
-                code=exc.code, message=exc.message,
-            )  # fmt: skip
+            ending = _failed(exc.status, exc.code, exc.message)
         except ConclaveError as exc:  # e.g. the store a tool reads is down
-            return await self._finish(
-                command, row, started, status=FAILED, orthodoxy=BLESSED, http_status=exc.status,
-                code=exc.code, message=exc.detail,
-            )  # fmt: skip
+            ending = _failed(exc.status, exc.code, exc.detail)
         except Exception:
             log.exception("tool executor raised", extra={"tool": tool.name})
-            return await self._finish(
-                command, row, started, status=FAILED, orthodoxy=BLESSED, http_status=502,
-                code="TOOL_FAILED", message="The tool failed unexpectedly.",
-            )  # fmt: skip
+            ending = _failed(502, "TOOL_FAILED", "The tool failed unexpectedly.")
+        else:
+            ending = self._judge(registered, command.args, result)
+        return await self._finish(call, ending)
 
+    def _judge(self, registered: RegisteredTool, args: Any, result: Any) -> _Ending:
+        """How a call whose tool returned ``result`` ends: its output schema, then its rules, then
+        whether what is left can be stored and answered."""
         if registered.output is not None and schema_errors(registered.output, result):
-            return await self._finish(
-                command, row, started, status=FAILED, orthodoxy=HERETICAL, http_status=502,
-                code="OUTPUT_INVALID", message=_SCHEMA_MISMATCH,
-            )  # fmt: skip
+            return _failed(502, "OUTPUT_INVALID", _SCHEMA_MISMATCH, orthodoxy=HERETICAL)
         checked = result
+        warnings: list[str] = []
         try:
-            for rule in tool.rules:
-                verdict = rule(command.args, result)
+            for rule in registered.tool.rules:
+                verdict = rule(args, result)
                 if verdict is not None:
                     result = verdict.result
                     warnings.extend(verdict.warnings)
         except RuleViolation as exc:
             storable = result_problem(result, self._max_result_bytes) is None
-            return await self._finish(
-                command, row, started, status=REJECTED, orthodoxy=HERETICAL, http_status=422,
-                code="RULE_VIOLATION", message=str(exc), result=result if storable else None,
-            )  # fmt: skip
+            kept = result if storable else None
+            return _Ending(REJECTED, HERETICAL, 422, "RULE_VIOLATION", str(exc), result=kept)
         except Exception:
-            log.exception("tool rule raised", extra={"tool": tool.name})
-            return await self._finish(
-                command, row, started, status=FAILED, orthodoxy=BLESSED, http_status=502,
-                code="TOOL_FAILED", message="A rule of the tool failed unexpectedly.",
-            )  # fmt: skip
+            log.exception("tool rule raised", extra={"tool": registered.tool.name})
+            return _failed(502, "TOOL_FAILED", "A rule of the tool failed unexpectedly.")
         if (
             result is not checked
             and registered.output is not None
             and schema_errors(registered.output, result)
         ):  # a rule's correction must still be what the tool declares (MCP clients check it)
-            return await self._finish(
-                command, row, started, status=FAILED, orthodoxy=HERETICAL, http_status=502,
-                code="OUTPUT_INVALID", message=_SCHEMA_MISMATCH,
-            )  # fmt: skip
+            return _failed(502, "OUTPUT_INVALID", _SCHEMA_MISMATCH, orthodoxy=HERETICAL)
         # After the rules (they may correct a value): what is stored, answered and replayed.
         problem = result_problem(result, self._max_result_bytes)
         if problem is not None:
-            return await self._finish(
-                command, row, started, status=FAILED, orthodoxy=HERETICAL,
-                http_status=problem.status, code=problem.code, message=problem.message,
-            )  # fmt: skip
-        return await self._finish(
-            command, row, started, status=SUCCEEDED,
-            orthodoxy=PURIFIED if warnings else BLESSED, http_status=200,
-            result=result, warnings=warnings,
-        )  # fmt: skip
+            return _failed(problem.status, problem.code, problem.message, orthodoxy=HERETICAL)
+        orthodoxy = PURIFIED if warnings else BLESSED
+        return _Ending(SUCCEEDED, orthodoxy, 200, result=result, warnings=warnings)
 
-    async def _finish(
-        self,
-        command: ExecuteCommand,
-        row: dict[str, Any],
-        started: float,
-        *,
-        status: str,
-        orthodoxy: str,
-        http_status: int,
-        code: str | None = None,
-        message: str | None = None,
-        result: Any = None,
-        warnings: list[str] | None = None,
-    ) -> Outcome:
-        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+    async def _finish(self, call: _Call, ending: _Ending) -> Outcome:
+        row = call.row
+        message, warnings = ending.message, ending.warnings
         if message is not None:  # a plug-in's or a backend's words: stored and answered
             message = escape_text(message)
         if warnings:
             warnings = [escape_text(warning) for warning in warnings]
         outcome = Outcome(
-            conclave_id=row["conclave_id"], tool=row["tool_name"], status=status,
-            orthodoxy_status=orthodoxy, result=result, warnings=warnings or [],
-            duration_ms=duration_ms, http_status=http_status, error_code=code,
+            conclave_id=row.conclave_id,
+            tool=row.tool_name,
+            status=ending.status,
+            orthodoxy_status=ending.orthodoxy,
+            result=ending.result,
+            warnings=warnings or [],
+            duration_ms=_elapsed_ms(call.started),
+            http_status=ending.http_status,
+            error_code=ending.code,
             error_message=message,
-        )  # fmt: skip
-        values = final_values(outcome, row)
-        prerecorded = row.pop("_prerecorded")
-        audit = (
-            store.finish_call(row["conclave_id"], values)
-            if prerecorded
-            else store.record_call({**row, **values})
         )
-        writes = (audit, outbox_write(self._event(outcome, row, command)))
+        row.finish(outcome)
+        audit = store.finish_call(row) if call.prerecorded else store.record_call(row)
+        writes = (audit, outbox_write(call_event(row)))
         # The tool has run: keep trying for a moment so a store blip does not lose its audit row.
         for attempt in range(_FINISH_ATTEMPTS):
             try:
@@ -388,57 +371,43 @@ class GatewayService:
                 break
             except IntegrityError:
                 # A read-only call lost an idempotency race: answer with the winner's outcome.
-                return await self._conflicting_key(command, row["request_hash"])
+                return await self._conflicting_key(call.command, row.request_hash)
             except StoreUnavailable:
                 if attempt == _FINISH_ATTEMPTS - 1:
-                    log.error("audit row of a finished call could not be completed",
-                              extra={"conclave_id": row["conclave_id"]})  # fmt: skip
+                    extra = {"conclave_id": row.conclave_id}
+                    log.error("audit row of a finished call could not be completed", extra=extra)
                     raise
                 await asyncio.sleep(0.1 * 2**attempt)
-        self._metrics.observe(row["tool_name"], status, orthodoxy, duration_ms / 1000)
+        seconds = outcome.duration_ms / 1000
+        self._metrics.observe(row.tool_name, outcome.status, outcome.orthodoxy_status, seconds)
         return outcome
 
-    async def _record_rejection(
-        self,
-        command: ExecuteCommand,
-        row: dict[str, Any],
-        started: float,
-        code: str,
-        message: str,
-        errors: list[dict[str, str]] | None,
-        http_status: int,
-    ) -> Outcome:
-        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+    async def _record_rejection(self, call: _Call, rejection: Rejection) -> Outcome:
+        code, message, errors, http_status = rejection
+        row = call.row
         outcome = Outcome(
-            conclave_id=row["conclave_id"], tool=row["tool_name"], status=REJECTED,
-            orthodoxy_status=HERETICAL, result=None, warnings=[], duration_ms=duration_ms,
-            http_status=http_status, error_code=code, error_message=message, errors=errors,
-        )  # fmt: skip
-        audit = {**row, **final_values(outcome, row)}
-        if errors:
-            audit["warnings"] = [f"{e['field']}: {e['message']}" for e in errors]
-        try:
-            await self._platform.writer.write(
-                store.record_call(audit), outbox_write(self._event(outcome, row, command))
-            )
-        except IntegrityError:
-            return await self._conflicting_key(command, row["request_hash"])
-        known = self.registry.resolve(command.tool) is not None
-        self._metrics.observe(row["tool_name"] if known else None, REJECTED, HERETICAL, 0.0)
-        return outcome
-
-    def _event(self, outcome: Outcome, row: dict[str, Any], command: ExecuteCommand) -> Event:
-        return call_event(
-            conclave_id=outcome.conclave_id,
-            tool=outcome.tool,
-            requested_tool=row["requested_tool"],
-            args=row["args"],
-            user_id=command.user_id,
-            created_at=row["created_at"],
-            status=outcome.status,
-            orthodoxy_status=outcome.orthodoxy_status,
-            correlation_id=command.correlation_id,
+            conclave_id=row.conclave_id,
+            tool=row.tool_name,
+            status=REJECTED,
+            orthodoxy_status=HERETICAL,
+            result=None,
+            warnings=[],
+            duration_ms=_elapsed_ms(call.started),
+            http_status=http_status,
+            error_code=code,
+            error_message=message,
+            errors=errors,
         )
+        row.finish(outcome)
+        if errors:
+            row.warnings = [f"{e['field']}: {e['message']}" for e in errors]
+        try:
+            await self._platform.writer.write(store.record_call(row), outbox_write(call_event(row)))
+        except IntegrityError:
+            return await self._conflicting_key(call.command, row.request_hash)
+        known = self.registry.resolve(call.command.tool) is not None
+        self._metrics.observe(row.tool_name if known else None, REJECTED, HERETICAL, 0.0)
+        return outcome
 
     async def _replay(self, command: ExecuteCommand, fingerprint: str | None) -> Outcome | None:
         assert command.idempotency_key is not None
@@ -458,7 +427,7 @@ class GatewayService:
                 "A call with this Idempotency-Key is still running.",
                 code="IDEMPOTENCY_IN_PROGRESS",
             )
-        return outcome_from_row(earlier, replayed=True)
+        return earlier.outcome(replayed=True)
 
     async def _conflicting_key(self, command: ExecuteCommand, fingerprint: str | None) -> Outcome:
         # Another request with the same key won the race to record itself.
@@ -466,6 +435,10 @@ class GatewayService:
         if replay is None:  # the winner's row vanished: only possible if someone deleted it
             raise Conflict("Idempotency-Key conflict.", code="IDEMPOTENCY_IN_PROGRESS")
         return replay
+
+
+def _elapsed_ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
 
 
 def _read_only(registered: RegisteredTool) -> bool:

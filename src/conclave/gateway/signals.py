@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -19,13 +18,13 @@ def _moment(value: str | None) -> datetime | None:
     return as_utc(datetime.fromisoformat(value.replace("Z", "+00:00"))) if value else None
 
 
-def signals_table_fallback(platform: Callable[[], Platform]) -> Fallback:
-    """A fallback executor reading the ``signals`` table of the running app's store."""
+def signals_table_fallback(platform: Platform) -> Fallback:
+    """A fallback executor reading the ``signals`` table of ``platform``'s store."""
 
     async def query(args: dict[str, Any], _ctx: ToolContext) -> dict[str, Any]:
         with store_errors():
             rows = await store.query_signals(
-                platform().engine,
+                platform.engine,
                 entity_ids=args["entity_ids"],
                 signal_types=args.get("signal_types"),
                 since=_moment(args.get("since")),

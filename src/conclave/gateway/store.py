@@ -17,10 +17,14 @@ from sqlalchemy import (
     Text,
     select,
     text,
+    update,
 )
 from sqlalchemy.engine import Row
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import ColumnElement
 
+from conclave.gateway.audit import AuditRow
+from conclave.gateway.outcome import RUNNING
 from conclave.platform.db.batch import Insert, Update
 from conclave.platform.db.schema import metadata
 
@@ -65,46 +69,102 @@ mcp_tool_calls = Table(
 )
 
 
-def record_call(row: dict[str, Any]) -> Insert:
-    """Insert a call's audit row."""
-    return Insert(mcp_tool_calls, row)
+def record_running_call(row: AuditRow) -> Insert:
+    """Insert the row of a call about to run a tool with side effects: ``running``, no outcome."""
+    return Insert(mcp_tool_calls, _request_columns(row))
 
 
-def finish_call(conclave_id: str, values: dict[str, Any]) -> Update:
-    """Complete the audit row of a call that was recorded as ``running``."""
-    return Update(mcp_tool_calls, "conclave_id", {"conclave_id": conclave_id, **values})
+def record_call(row: AuditRow) -> Insert:
+    """Insert the row of a finished call."""
+    columns = _request_columns(row)
+    columns.update(_outcome_columns(row))
+    return Insert(mcp_tool_calls, columns)
 
 
-async def running_calls_before(engine: AsyncEngine, cutoff: datetime) -> list[Row[Any]]:
+def finish_call(row: AuditRow) -> Update:
+    """Complete the row of a call that was recorded ``running``."""
+    values = {"conclave_id": row.conclave_id, **_outcome_columns(row)}
+    return Update(mcp_tool_calls, "conclave_id", values)
+
+
+def _request_columns(row: AuditRow) -> dict[str, Any]:
+    columns = {
+        "conclave_id": row.conclave_id,
+        "tool_name": row.tool_name,
+        "requested_tool": row.requested_tool,
+        "args": row.args,
+        "user_id": row.user_id,
+        "correlation_id": row.correlation_id,
+        "idempotency_key": row.idempotency_key,
+        "request_hash": row.request_hash,
+        "created_at": row.created_at,
+        "status": row.status,
+        "orthodoxy_status": row.orthodoxy_status,
+    }
+    if row.canonical_args is not None:  # left SQL NULL, not JSON null, for a call of a tool
+        columns["canonical_args"] = row.canonical_args
+    return columns
+
+
+def _outcome_columns(row: AuditRow) -> dict[str, Any]:
+    return {
+        "status": row.status,
+        "orthodoxy_status": row.orthodoxy_status,
+        "http_status": row.http_status,
+        "result": row.result,
+        "warnings": row.warnings,
+        "error_code": row.error_code,
+        "error_message": row.error_message,
+        "duration_ms": row.duration_ms,
+        "completed_at": row.completed_at,
+    }
+
+
+async def settle_interrupted_call(connection: AsyncConnection, row: AuditRow) -> bool:
+    """Write the outcome of ``row``, a call cut off by a dead gateway, if it is still ``running``;
+    ``False`` when another replica settled it or it just finished."""
+    result = await connection.execute(
+        update(mcp_tool_calls)
+        .where(mcp_tool_calls.c.conclave_id == row.conclave_id, mcp_tool_calls.c.status == RUNNING)
+        .values(
+            status=row.status,
+            http_status=row.http_status,
+            error_code=row.error_code,
+            error_message=row.error_message,
+            completed_at=row.completed_at,
+        )
+    )
+    return result.rowcount == 1
+
+
+async def running_calls_before(engine: AsyncEngine, cutoff: datetime) -> list[AuditRow]:
     """Calls still marked ``running`` that started before ``cutoff``, oldest first."""
     query = (
         select(mcp_tool_calls)
-        .where(mcp_tool_calls.c.status == "running", mcp_tool_calls.c.created_at < cutoff)
+        .where(mcp_tool_calls.c.status == RUNNING, mcp_tool_calls.c.created_at < cutoff)
         .order_by(mcp_tool_calls.c.created_at)
         .limit(500)
     )
     async with engine.connect() as connection:
-        return list((await connection.execute(query)).all())
+        return [AuditRow(**row._mapping) for row in await connection.execute(query)]
 
 
-async def get_call(engine: AsyncEngine, conclave_id: str) -> Row[Any] | None:
+async def get_call(engine: AsyncEngine, conclave_id: str) -> AuditRow | None:
     """One audit row by id."""
-    async with engine.connect() as connection:
-        result = await connection.execute(
-            select(mcp_tool_calls).where(mcp_tool_calls.c.conclave_id == conclave_id)
-        )
-        return result.first()
+    return await _one_call(engine, mcp_tool_calls.c.conclave_id == conclave_id)
 
 
-async def find_by_idempotency_key(engine: AsyncEngine, user_id: str, key: str) -> Row[Any] | None:
+async def find_by_idempotency_key(engine: AsyncEngine, user_id: str, key: str) -> AuditRow | None:
     """The call ``user_id`` made earlier with idempotency key ``key``."""
+    return await _one_call(
+        engine, mcp_tool_calls.c.user_id == user_id, mcp_tool_calls.c.idempotency_key == key
+    )
+
+
+async def _one_call(engine: AsyncEngine, *where: ColumnElement[bool]) -> AuditRow | None:
     async with engine.connect() as connection:
-        result = await connection.execute(
-            select(mcp_tool_calls).where(
-                mcp_tool_calls.c.user_id == user_id, mcp_tool_calls.c.idempotency_key == key
-            )
-        )
-        return result.first()
+        row = (await connection.execute(select(mcp_tool_calls).where(*where))).first()
+    return None if row is None else AuditRow(**row._mapping)
 
 
 # Observations about entities (sentiment, activity, ...), written by the deployment's pipelines;

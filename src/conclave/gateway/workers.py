@@ -6,8 +6,8 @@ A tool's executor runs on the gateway's event loop, where ``asyncio.timeout`` ca
 module-level function) is run here instead: in one of a few long-lived child processes, one call at
 a time each. When the call's time-out fires, the child is killed and a fresh one takes its place on
 the next call, so nothing keeps burning CPU after the caller got its 504. Starting a child (an
-interpreter and its imports, a few hundred milliseconds) is the gateway's cost, not the tool's: the
-call's deadline is moved by that long. As a backstop every child arms a real-time timer before each
+interpreter and its imports) is the gateway's cost, not the tool's: the call's deadline is moved by
+that long. As a backstop every child arms a real-time timer before each
 call whose signal ends the process even inside one long C call, and exits when its parent goes
 away (its input pipe closes).
 
@@ -52,10 +52,10 @@ class _Worker:
     @classmethod
     async def start(cls) -> _Worker:
         path = [entry for entry in sys.path if entry]
+        pipe = asyncio.subprocess.PIPE
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _BOOTSTRAP, *path,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            sys.executable, "-c", _BOOTSTRAP, *path, stdin=pipe, stdout=pipe
+        )
         worker = cls(process)
         try:
             await worker._reply(_READY_BYTES)  # it has imported what it needs
@@ -80,10 +80,8 @@ class _Worker:
         try:
             (length,) = _HEADER.unpack(await self.process.stdout.readexactly(_HEADER.size))
             if length > max_reply_bytes:
-                raise ToolExecutionError(
-                    f"The tool's result is larger than {max_reply_bytes:,} bytes.",
-                    code="RESULT_TOO_LARGE", status=422,
-                )  # fmt: skip
+                message = f"The tool's result is larger than {max_reply_bytes:,} bytes."
+                raise ToolExecutionError(message, code="RESULT_TOO_LARGE", status=422)
             reply: tuple[Any, ...] = pickle.loads(await self.process.stdout.readexactly(length))
         except asyncio.IncompleteReadError as exc:
             raise WorkerLost("the tool's worker process ended during the call") from exc

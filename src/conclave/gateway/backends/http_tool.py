@@ -43,6 +43,11 @@ def _unavailable(message: str) -> ToolExecutionError:
     return ToolExecutionError(message, code="BACKEND_UNAVAILABLE", status=503)
 
 
+def _backend_error(call: HttpCall, what: str, *, code: str, status: int) -> ToolExecutionError:
+    """``Backend '<name>' <what>``: what the backend did, as the call's error."""
+    return ToolExecutionError(f"Backend {call.backend!r} {what}", code=code, status=status)
+
+
 def _request_body(call: HttpCall, args: dict[str, Any], used: set[str]) -> dict[str, Any]:
     if call.arguments is None:
         return {name: value for name, value in args.items() if name not in used}
@@ -60,10 +65,8 @@ def _path(call: HttpCall, args: dict[str, Any]) -> tuple[str, set[str]]:
         try:
             return path_segment(args.get(name, ""))
         except ValueError as exc:
-            raise ToolExecutionError(
-                f"Argument {name!r} must be a non-empty text to fill the backend path.",
-                code="INVALID_ARGUMENT", status=422,
-            ) from exc  # fmt: skip
+            message = f"Argument {name!r} must be a non-empty text to fill the backend path."
+            raise ToolExecutionError(message, code="INVALID_ARGUMENT", status=422) from exc
 
     return _PLACEHOLDER.sub(segment, call.path), used
 
@@ -108,10 +111,8 @@ def http_executor(
             except httpx.TimeoutException as exc:
                 breaker.record_failure()
                 if last:
-                    raise ToolExecutionError(
-                        f"Backend {call.backend!r} did not answer in {call.timeout_seconds:g} s.",
-                        code="BACKEND_TIMEOUT", status=504,
-                    ) from exc  # fmt: skip
+                    message = f"did not answer in {call.timeout_seconds:g} s."
+                    raise _backend_error(call, message, code="BACKEND_TIMEOUT", status=504) from exc
             except httpx.TransportError as exc:
                 breaker.record_failure()
                 if last:
@@ -122,10 +123,8 @@ def http_executor(
                     return _result(call, response)
                 breaker.record_failure()
                 if last:
-                    raise ToolExecutionError(
-                        f"Backend {call.backend!r} failed with HTTP {response.status_code}.",
-                        code="BACKEND_FAILED", status=502,
-                    )  # fmt: skip
+                    message = f"failed with HTTP {response.status_code}."
+                    raise _backend_error(call, message, code="BACKEND_FAILED", status=502)
             await asyncio.sleep(backoff_seconds * 2**attempt * random.uniform(0.5, 1.0))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -139,24 +138,18 @@ def _query(body: dict[str, Any]) -> dict[str, str]:
 def _result(call: HttpCall, response: httpx.Response) -> Any:
     if response.status_code >= 400:
         detail = response.text[:300].strip() or response.reason_phrase
-        raise ToolExecutionError(
-            f"Backend {call.backend!r} refused the call (HTTP {response.status_code}): {detail}",
-            code="BACKEND_REJECTED", status=422,
-        )  # fmt: skip
+        message = f"refused the call (HTTP {response.status_code}): {detail}"
+        raise _backend_error(call, message, code="BACKEND_REJECTED", status=422)
     if not response.content:
         return None
     try:
         answer = response.json()
     except ValueError as exc:
-        raise ToolExecutionError(
-            f"Backend {call.backend!r} answered with something that is not JSON.",
-            code="BACKEND_FAILED", status=502,
-        ) from exc  # fmt: skip
+        message = "answered with something that is not JSON."
+        raise _backend_error(call, message, code="BACKEND_FAILED", status=502) from exc
     if call.result_field is not None:
         if not isinstance(answer, dict) or call.result_field not in answer:
-            raise ToolExecutionError(
-                f"Backend {call.backend!r} answer has no {call.result_field!r} field.",
-                code="BACKEND_FAILED", status=502,
-            )  # fmt: skip
+            message = f"answer has no {call.result_field!r} field."
+            raise _backend_error(call, message, code="BACKEND_FAILED", status=502)
         return answer[call.result_field]
     return answer

@@ -40,10 +40,19 @@ _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
     ast.USub: operator.neg,
 }
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "abs": abs, "round": round, "min": min, "max": max, "sqrt": math.sqrt, "log": math.log,
-    "exp": math.exp, "sin": math.sin, "cos": math.cos, "tan": math.tan, "floor": math.floor,
+    "abs": abs,
+    "round": round,
+    "min": min,
+    "max": max,
+    "sqrt": math.sqrt,
+    "log": math.log,
+    "exp": math.exp,
+    "sin": math.sin,
+    "cos": math.cos,
+    "tan": math.tan,
+    "floor": math.floor,
     "ceil": math.ceil,
-}  # fmt: skip
+}
 _CONSTANTS = {"pi": math.pi, "e": math.e}
 
 

@@ -1,4 +1,4 @@
-"""Settling calls whose gateway died while their tool ran.
+"""Settling the calls interrupted by a gateway that died while their tool ran.
 
 A call of a tool with side effects is recorded ``running`` before it runs. If its gateway process
 dies (kill -9, a lost machine) the row would stay ``running`` for ever: no audit outcome, no event,
@@ -18,15 +18,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
-from typing import Any
 
-from sqlalchemy import update
-
+from conclave.gateway import store
+from conclave.gateway.audit import AuditRow
 from conclave.gateway.events import call_event
-from conclave.gateway.outcome import BLESSED, FAILED, RUNNING
+from conclave.gateway.outcome import BLESSED, FAILED
 from conclave.gateway.registry import ToolRegistry
-from conclave.gateway.store import mcp_tool_calls, running_calls_before
 from conclave.platform.clock import as_utc, utc_now
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.outbox import add_event
@@ -69,7 +68,7 @@ class InterruptedCalls:
         """Settle every call that can no longer be running; return how many this pass settled."""
         now = utc_now()
         shortest = min([self._default_timeout, *self._timeouts()])
-        candidates = await running_calls_before(
+        candidates = await store.running_calls_before(
             self._platform.engine, now - timedelta(seconds=shortest) - GRACE
         )
         settled = 0
@@ -80,46 +79,31 @@ class InterruptedCalls:
         return settled
 
     def _timeouts(self) -> list[float]:
-        return [t.timeout_seconds for t in self._registry.tools(include_unavailable=True)
-                if t.timeout_seconds]  # fmt: skip
+        tools = self._registry.tools(include_unavailable=True)
+        return [tool.timeout_seconds for tool in tools if tool.timeout_seconds]
 
-    def _timeout(self, row: Any) -> float:
+    def _timeout(self, row: AuditRow) -> float:
         registered = self._registry.resolve(row.tool_name)
         timeout = registered.tool.timeout_seconds if registered else None
         return timeout or self._default_timeout
 
-    async def _settle(self, row: Any) -> bool:
-        event = call_event(
-            conclave_id=row.conclave_id,
-            tool=row.tool_name,
-            requested_tool=row.requested_tool,
-            args=row.args,
-            user_id=row.user_id,
-            created_at=as_utc(row.created_at),
+    async def _settle(self, running: AuditRow) -> bool:
+        settled = replace(
+            running,
             status=FAILED,
-            orthodoxy_status=row.orthodoxy_status or BLESSED,
-            correlation_id=row.correlation_id,
+            orthodoxy_status=running.orthodoxy_status or BLESSED,
+            http_status=503,
+            error_code=INTERRUPTED,
+            error_message=_MESSAGE,
+            created_at=as_utc(running.created_at),
+            completed_at=utc_now(),
         )
         async with self._platform.engine.begin() as connection:
-            result = await connection.execute(
-                update(mcp_tool_calls)
-                .where(
-                    mcp_tool_calls.c.conclave_id == row.conclave_id,
-                    mcp_tool_calls.c.status == RUNNING,
-                )
-                .values(
-                    status=FAILED,
-                    http_status=503,
-                    error_code=INTERRUPTED,
-                    error_message=_MESSAGE,
-                    completed_at=utc_now(),
-                )
-            )
-            if result.rowcount != 1:  # another replica settled it, or it just finished
-                return False
-            await add_event(connection, event)
+            if not await store.settle_interrupted_call(connection, settled):
+                return False  # another replica settled it, or it just finished
+            await add_event(connection, call_event(settled))
         self._platform.relay.wake()
-        log.warning("settled an interrupted call", extra={"conclave_id": row.conclave_id})
+        log.warning("settled an interrupted call", extra={"conclave_id": settled.conclave_id})
         return True
 
 
