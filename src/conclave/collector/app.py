@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from conclave import __version__
 from conclave.collector.api import router
 from conclave.collector.metrics import CollectorMetrics
-from conclave.collector.runtime import CollectorRuntime
+from conclave.collector.wiring import CollectorRuntime
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.runtime import Platform
 from conclave.settings import CollectorSettings

@@ -122,6 +122,14 @@ def sees(principal: Principal | None, owner: str | None) -> bool:
     return principal is None or principal.is_operator or owner == principal.user_id
 
 
+def _not_yours(collection: str) -> dict[str, str]:
+    return {
+        "field": "target_collections",
+        "message": f"{collection!r} is not yours",
+        "type": "collection_owned",
+    }
+
+
 class ExpeditionService:
     """What the HTTP routes, the bus listeners and the scheduler ask of the collector."""
 
@@ -271,12 +279,8 @@ class ExpeditionService:
             raise Conflict(
                 f"Collection {taken[0]!r} belongs to another user; choose another name.",
                 code="COLLECTION_OWNED",
-                errors=[
-                    {"field": "target_collections", "message": f"{name!r} is not yours",
-                     "type": "collection_owned"}
-                    for name in taken
-                ],
-            )  # fmt: skip
+                errors=[_not_yours(name) for name in taken],
+            )
 
     async def _with_own_targets(self, request: Any, principal: Principal) -> Any:
         """A user's request that names no collection for a type that then works on every

@@ -30,7 +30,7 @@ def _by_keys(
     ``record_key IN (...)`` is planned from the table's statistics, and while a bulk load runs
     they still describe the table as nearly empty (autovacuum analyses it a minute later at the
     earliest): the plan then reads every record of the collection and filters, for each batch of
-    keys, which made a 100,000-record discovery quadratic (1,000 rows/s, 95 % of it this lookup).
+    keys, which made a bulk discovery quadratic, nearly all of its time spent in this lookup.
     SQLite has no lateral joins and always probes its primary key for ``IN``.
     """
     if _is_sqlite(executor):
