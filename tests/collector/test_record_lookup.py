@@ -4,7 +4,6 @@ probe per key however stale the table's statistics are (a bulk load outruns auto
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -14,21 +13,21 @@ from conclave.collector.store.collected import _by_keys
 from conclave.collector.store.tables import records
 
 
-def _rows(keys: list[str], collection: str = "sites") -> list[dict[str, Any]]:
+def _rows(keys: list[str], collection: str = "sites") -> list[store.CollectedRecord]:
     now = datetime.now(UTC)
     return [
-        {
-            "collection": collection,
-            "record_key": key,
-            "content_hash": f"hash-{key}",
-            "data": {"name": key, "nested": {"n": index}},
-            "source": "file",
-            "expedition_id": None,
-            "correlation_id": None,
-            "vector_pending": True,
-            "created_at": now,
-            "updated_at": now,
-        }
+        store.CollectedRecord(
+            collection=collection,
+            record_key=key,
+            content_hash=f"hash-{key}",
+            data={"name": key, "nested": {"n": index}},
+            source="file",
+            expedition_id=None,
+            correlation_id=None,
+            vector_pending=True,
+            created_at=now,
+            updated_at=now,
+        )
         for index, key in enumerate(keys)
     ]
 

@@ -86,7 +86,7 @@ async def _store_row(app: Any, engine: Any, **values: Any) -> str:
     row = service.new_row(ExpeditionCreate(**values), requested_by="earlier")
     async with engine.begin() as connection:
         await store.insert_expedition(connection, row)
-    return str(row["expedition_id"])
+    return row.expedition_id
 
 
 async def test_a_stored_lone_surrogate_does_not_break_history_for_anyone(backend, tmp_path):
@@ -216,21 +216,31 @@ async def test_a_stored_record_holding_a_lone_surrogate_does_not_block_the_vecto
     cannot be encoded, failed every batch it was in, so no vector was written for anyone."""
     now = datetime.now(UTC)
 
-    def record(key: str, data: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "collection": "things", "record_key": key, "content_hash": key * 8, "data": data,
-            "source": "earlier", "expedition_id": None, "correlation_id": None,
-            "vector_pending": True, "created_at": now, "updated_at": now,
-        }  # fmt: skip
+    def record(key: str, data: dict[str, Any]) -> store.CollectedRecord:
+        return store.CollectedRecord(
+            collection="things",
+            record_key=key,
+            content_hash=key * 8,
+            data=data,
+            source="earlier",
+            expedition_id=None,
+            correlation_id=None,
+            vector_pending=True,
+            created_at=now,
+            updated_at=now,
+        )
 
     settings = collector_settings(tmp_path, embedder=f"{__name__}:{Utf8Embedder.__name__}")
     async with collector_app(backend, settings) as (client, _app):
         async with backend.engine.begin() as connection:
             await store.upsert_records(
                 connection,
-                [record("before", {"t": "plain"}), record("broken", {"t": "x\ud800\x00y"}),
-                 record("after", {"t": "plain too"})],
-            )  # fmt: skip
+                [
+                    record("before", {"t": "plain"}),
+                    record("broken", {"t": "x\ud800\x00y"}),
+                    record("after", {"t": "plain too"}),
+                ],
+            )
 
         async def indexed() -> Any:
             listing = (await client.get("/collections")).json()["collections"]

@@ -57,8 +57,8 @@ class ExpeditionRegistry:
     @classmethod
     def load(cls, settings: CollectorSettings) -> ExpeditionRegistry:
         """Built-ins, plus plug-ins from entry points when allowed by settings."""
-        types: list[Any] = list(BUILTIN_TYPES)
-        sources: list[Any] = [FileSource(), HttpJsonSource(), EvidenceSource()]
+        types: list[ExpeditionType] = list(BUILTIN_TYPES)
+        sources: list[Source] = [FileSource(), HttpJsonSource(), EvidenceSource()]
         if settings.load_entry_points:
             types += list(_plugins(TYPES_GROUP))
             sources += list(_plugins(SOURCES_GROUP))
