@@ -74,8 +74,10 @@ async def test_postgres_lookup_probes_the_primary_key_without_statistics(
     assert not any("Seq Scan on collected_records" in line for line in lines), lines
     async with postgres_engine.connect() as connection:
         analysed = await connection.execute(
-            text("SELECT last_analyze, last_autoanalyze FROM pg_stat_user_tables "
-                 "WHERE relname = 'collected_records' AND schemaname = current_schema()")
-        )  # fmt: skip
+            text(
+                "SELECT last_analyze, last_autoanalyze FROM pg_stat_user_tables "
+                "WHERE relname = 'collected_records' AND schemaname = current_schema()"
+            )
+        )
         assert analysed.first() in (None, (None, None))
     assert len(await store.existing_hashes(postgres_engine, "sites", wanted)) == 1_000

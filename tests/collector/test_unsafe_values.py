@@ -33,13 +33,15 @@ async def _stored_count(engine: Any) -> int:
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        (b'{"expedition_type": "audit", "parameters": {"note": "\\ud800"}}',
-         "body.parameters.note"),
+        (
+            b'{"expedition_type": "audit", "parameters": {"note": "\\ud800"}}',
+            "body.parameters.note",
+        ),
         (b'{"expedition_type": "audit", "parameters": {"n": NaN}}', "body.parameters.n"),
         (b'{"expedition_type": "audit", "timeout_seconds": 1e309}', "body.timeout_seconds"),
         (b'{"expedition_type": "audit", "correlation_id": "a\\u0000"}', "body.correlation_id"),
     ],
-)  # fmt: skip
+)
 async def test_an_unsafe_request_queues_nothing(backend, tmp_path, body: bytes, field: str) -> None:
     settings = collector_settings(tmp_path, run_workers=False)
     async with collector_app(backend, settings) as (client, _app):
@@ -120,14 +122,20 @@ async def test_a_bus_request_holding_an_unsafe_value_is_dead_lettered(
     key = redis_prefix + REQUESTED
     envelope = {"channel": REQUESTED, "source": "outside", "emitted_at": "2026-01-01T00:00:00Z"}
     entries: list[dict[str, Any]] = [
-        {"event_id": "e-escaped",
-         "payload": b'{"expedition_type": "audit", "parameters": {"note": "\\ud800"}}'},
-        {"event_id": "e-bytes",
-         "payload": b'{"expedition_type": "audit", "parameters": {"note": "\xed\xa0\x80"}}'},
+        {
+            "event_id": "e-escaped",
+            "payload": b'{"expedition_type": "audit", "parameters": {"note": "\\ud800"}}',
+        },
+        {
+            "event_id": "e-bytes",
+            "payload": b'{"expedition_type": "audit", "parameters": {"note": "\xed\xa0\x80"}}',
+        },
         {"event_id": "e-nan", "payload": b'{"expedition_type": "audit", "timeout_seconds": NaN}'},
-        {"event_id": "e-good",
-         "payload": b'{"expedition_type": "audit", "correlation_id": "after-the-poison"}'},
-    ]  # fmt: skip
+        {
+            "event_id": "e-good",
+            "payload": b'{"expedition_type": "audit", "correlation_id": "after-the-poison"}',
+        },
+    ]
     raw = Redis.from_url(REDIS_URL)  # bytes in and out, as an outside producer sees the stream
     try:
         for entry in entries:

@@ -21,7 +21,7 @@ from conclave.collector import store
 from conclave.collector.events import optional_rfc3339
 from conclave.collector.models import ExpeditionCreate, ScheduleCreate, ScheduleRead
 from conclave.collector.parameter_secrets import check_parameters
-from conclave.collector.service import ExpeditionService, written_collections
+from conclave.collector.service import ExpeditionService, owner_filter, written_collections
 from conclave.collector.store import ScheduleRecord
 from conclave.platform.auth import Principal
 from conclave.platform.clock import as_utc, rfc3339, utc_now
@@ -118,14 +118,10 @@ async def add_schedule(
     return schedule_read(row)
 
 
-def _owner_filter(principal: Principal) -> str | None:
-    return None if principal.is_operator else principal.user_id
-
-
 async def list_schedules(service: ExpeditionService, principal: Principal) -> list[ScheduleRead]:
     """The principal's schedules (every schedule for an operator)."""
     with store_errors():
-        rows = await store.list_schedules(service.platform.engine, _owner_filter(principal))
+        rows = await store.list_schedules(service.platform.engine, owner_filter(principal))
     return [schedule_read(row) for row in rows]
 
 
@@ -135,7 +131,7 @@ async def remove_schedule(
     """Delete a schedule (404 when unknown or another user's)."""
     with store_errors():
         removed = await store.delete_schedule(
-            service.platform.engine, name_or_id, _owner_filter(principal)
+            service.platform.engine, name_or_id, owner_filter(principal)
         )
     if not removed:
         raise NotFound(f"No schedule {name_or_id!r}.", code="SCHEDULE_NOT_FOUND")

@@ -123,6 +123,12 @@ def sees(principal: Principal | None, owner: str | None) -> bool:
     return principal is None or principal.is_operator or owner == principal.user_id
 
 
+def owner_filter(principal: Principal | None) -> str | None:
+    """Whose rows ``principal`` lists: ``None`` for everyone's (an operator or an internal
+    caller), else the principal's own."""
+    return None if principal is None or principal.is_operator else principal.user_id
+
+
 def _not_yours(collection: str) -> dict[str, str]:
     return {
         "field": "target_collections",
@@ -372,9 +378,7 @@ class ExpeditionService:
                 until=as_utc(until) if until else None,
                 after=after,
                 limit=limit,
-                requested_by=None
-                if principal is None or principal.is_operator
-                else principal.user_id,
+                requested_by=owner_filter(principal),
             )
         more = len(rows) == limit
         return rows, encode_cursor(rows[-1]) if more else None
@@ -410,10 +414,11 @@ class ExpeditionService:
     async def readable(self, principal: Principal | None) -> set[str] | None:
         """The collections ``principal`` may read, or ``None`` for all of them: an operator's
         (or an internal caller's) are all; a user's are theirs and the shared ones."""
-        if principal is None or principal.is_operator:
+        owner = owner_filter(principal)
+        if owner is None:
             return None
         with store_errors():
-            owned = await store.owned_by(self.platform.engine, principal.user_id)
+            owned = await store.owned_by(self.platform.engine, owner)
         return {*owned, *self.settings.shared_collections}
 
     async def _check_readable(
