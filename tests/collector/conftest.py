@@ -13,6 +13,7 @@ import httpx
 from fastapi import FastAPI
 
 from conclave.collector.app import create_app
+from conclave.collector.registry import ExpeditionRegistry
 from conclave.platform.runtime import Platform
 from conclave.settings import CollectorSettings
 from tests.conftest import Backend, eventually, serve_app
@@ -44,11 +45,12 @@ def collector_settings(data_dir: Path, **overrides: Any) -> CollectorSettings:
 
 @asynccontextmanager
 async def collector_app(
-    backend: Backend, settings: CollectorSettings
+    backend: Backend, settings: CollectorSettings, registry: ExpeditionRegistry | None = None
 ) -> AsyncIterator[tuple[httpx.AsyncClient, FastAPI]]:
-    """The collector app on the backend's store and bus, with a client."""
+    """The collector app on the backend's store and bus, with a client; ``registry`` replaces
+    the types and sources the app would load."""
     async with Platform.open(settings, engine=backend.engine, bus=backend.bus) as platform:
-        app = create_app(settings, platform=platform)
+        app = create_app(settings, platform=platform, registry=registry)
         async with serve_app(app) as client:
             yield client, app
 

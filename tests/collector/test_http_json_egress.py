@@ -206,6 +206,9 @@ async def test_values_no_store_can_hold_arrive_escaped(backend, tmp_path):
     assert record["status"] == "completed", record["errors"]
     assert stored.status_code == 200, stored.text
     assert stored.json()["data"] == {
-        "id": 1, "name": "\\ud800 and \\u0000", "score": "NaN", "big": str(2**70),
-    }  # fmt: skip
+        "id": 1,
+        "name": "\\ud800 and \\u0000",
+        "score": "NaN",
+        "big": str(2**70),
+    }
     assert history.status_code == 200

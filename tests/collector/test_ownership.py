@@ -159,8 +159,12 @@ async def test_collections_are_read_and_written_by_their_owner(backend, tmp_path
                 "/expedition/run", json=api.discovery(collection), headers=BOB
             )
             assert (write.status_code, write.json()["code"]) == (409, "COLLECTION_OWNED")
-            clash = {"name": f"bob-{collection}", "cron": "0 3 * * *", "expedition_type": "audit",
-                     "target_collections": [collection]}  # fmt: skip
+            clash = {
+                "name": f"bob-{collection}",
+                "cron": "0 3 * * *",
+                "expedition_type": "audit",
+                "target_collections": [collection],
+            }
             scheduled = await client.post("/schedules", json=clash, headers=BOB)
             assert (scheduled.status_code, scheduled.json()["code"]) == (409, "COLLECTION_OWNED")
         assert ids(await client.get("/expedition/history", headers=BOB)) == []

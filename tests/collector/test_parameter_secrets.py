@@ -84,8 +84,11 @@ async def test_literal_credentials_are_refused(backend, tmp_path) -> None:
         schedule["parameters"]["sources"][0]["headers"] = leaks[0]
         refused = await client.post("/schedules", json=schedule, headers=ANN)
         assert refused.json()["code"] == "SECRET_IN_PARAMETERS"
-        nested = {"expedition_type": "audit", "target_collections": ["weather"],
-                  "parameters": {"auth": {"user": "ann", "password": "literal-token"}}}  # fmt: skip
+        nested = {
+            "expedition_type": "audit",
+            "target_collections": ["weather"],
+            "parameters": {"auth": {"user": "ann", "password": "literal-token"}},
+        }
         refused = await client.post("/expedition/run", json=nested, headers=ANN)
         assert refused.json()["code"] == "SECRET_IN_PARAMETERS"
         # A credential in the URL itself: user info, or a query parameter named like one.

@@ -4,7 +4,6 @@ probe per key however stale the table's statistics are (a bulk load outruns auto
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -14,21 +13,21 @@ from conclave.collector.store.collected import _by_keys
 from conclave.collector.store.tables import records
 
 
-def _rows(keys: list[str], collection: str = "sites") -> list[dict[str, Any]]:
+def _rows(keys: list[str], collection: str = "sites") -> list[store.CollectedRecord]:
     now = datetime.now(UTC)
     return [
-        {
-            "collection": collection,
-            "record_key": key,
-            "content_hash": f"hash-{key}",
-            "data": {"name": key, "nested": {"n": index}},
-            "source": "file",
-            "expedition_id": None,
-            "correlation_id": None,
-            "vector_pending": True,
-            "created_at": now,
-            "updated_at": now,
-        }
+        store.CollectedRecord(
+            collection=collection,
+            record_key=key,
+            content_hash=f"hash-{key}",
+            data={"name": key, "nested": {"n": index}},
+            source="file",
+            expedition_id=None,
+            correlation_id=None,
+            vector_pending=True,
+            created_at=now,
+            updated_at=now,
+        )
         for index, key in enumerate(keys)
     ]
 
@@ -75,8 +74,10 @@ async def test_postgres_lookup_probes_the_primary_key_without_statistics(
     assert not any("Seq Scan on collected_records" in line for line in lines), lines
     async with postgres_engine.connect() as connection:
         analysed = await connection.execute(
-            text("SELECT last_analyze, last_autoanalyze FROM pg_stat_user_tables "
-                 "WHERE relname = 'collected_records' AND schemaname = current_schema()")
-        )  # fmt: skip
+            text(
+                "SELECT last_analyze, last_autoanalyze FROM pg_stat_user_tables "
+                "WHERE relname = 'collected_records' AND schemaname = current_schema()"
+            )
+        )
         assert analysed.first() in (None, (None, None))
     assert len(await store.existing_hashes(postgres_engine, "sites", wanted)) == 1_000

@@ -33,13 +33,15 @@ async def _stored_count(engine: Any) -> int:
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        (b'{"expedition_type": "audit", "parameters": {"note": "\\ud800"}}',
-         "body.parameters.note"),
+        (
+            b'{"expedition_type": "audit", "parameters": {"note": "\\ud800"}}',
+            "body.parameters.note",
+        ),
         (b'{"expedition_type": "audit", "parameters": {"n": NaN}}', "body.parameters.n"),
         (b'{"expedition_type": "audit", "timeout_seconds": 1e309}', "body.timeout_seconds"),
         (b'{"expedition_type": "audit", "correlation_id": "a\\u0000"}', "body.correlation_id"),
     ],
-)  # fmt: skip
+)
 async def test_an_unsafe_request_queues_nothing(backend, tmp_path, body: bytes, field: str) -> None:
     settings = collector_settings(tmp_path, run_workers=False)
     async with collector_app(backend, settings) as (client, _app):
@@ -86,7 +88,7 @@ async def _store_row(app: Any, engine: Any, **values: Any) -> str:
     row = service.new_row(ExpeditionCreate(**values), requested_by="earlier")
     async with engine.begin() as connection:
         await store.insert_expedition(connection, row)
-    return str(row["expedition_id"])
+    return row.expedition_id
 
 
 async def test_a_stored_lone_surrogate_does_not_break_history_for_anyone(backend, tmp_path):
@@ -120,14 +122,20 @@ async def test_a_bus_request_holding_an_unsafe_value_is_dead_lettered(
     key = redis_prefix + REQUESTED
     envelope = {"channel": REQUESTED, "source": "outside", "emitted_at": "2026-01-01T00:00:00Z"}
     entries: list[dict[str, Any]] = [
-        {"event_id": "e-escaped",
-         "payload": b'{"expedition_type": "audit", "parameters": {"note": "\\ud800"}}'},
-        {"event_id": "e-bytes",
-         "payload": b'{"expedition_type": "audit", "parameters": {"note": "\xed\xa0\x80"}}'},
+        {
+            "event_id": "e-escaped",
+            "payload": b'{"expedition_type": "audit", "parameters": {"note": "\\ud800"}}',
+        },
+        {
+            "event_id": "e-bytes",
+            "payload": b'{"expedition_type": "audit", "parameters": {"note": "\xed\xa0\x80"}}',
+        },
         {"event_id": "e-nan", "payload": b'{"expedition_type": "audit", "timeout_seconds": NaN}'},
-        {"event_id": "e-good",
-         "payload": b'{"expedition_type": "audit", "correlation_id": "after-the-poison"}'},
-    ]  # fmt: skip
+        {
+            "event_id": "e-good",
+            "payload": b'{"expedition_type": "audit", "correlation_id": "after-the-poison"}',
+        },
+    ]
     raw = Redis.from_url(REDIS_URL)  # bytes in and out, as an outside producer sees the stream
     try:
         for entry in entries:
@@ -216,21 +224,31 @@ async def test_a_stored_record_holding_a_lone_surrogate_does_not_block_the_vecto
     cannot be encoded, failed every batch it was in, so no vector was written for anyone."""
     now = datetime.now(UTC)
 
-    def record(key: str, data: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "collection": "things", "record_key": key, "content_hash": key * 8, "data": data,
-            "source": "earlier", "expedition_id": None, "correlation_id": None,
-            "vector_pending": True, "created_at": now, "updated_at": now,
-        }  # fmt: skip
+    def record(key: str, data: dict[str, Any]) -> store.CollectedRecord:
+        return store.CollectedRecord(
+            collection="things",
+            record_key=key,
+            content_hash=key * 8,
+            data=data,
+            source="earlier",
+            expedition_id=None,
+            correlation_id=None,
+            vector_pending=True,
+            created_at=now,
+            updated_at=now,
+        )
 
     settings = collector_settings(tmp_path, embedder=f"{__name__}:{Utf8Embedder.__name__}")
     async with collector_app(backend, settings) as (client, _app):
         async with backend.engine.begin() as connection:
             await store.upsert_records(
                 connection,
-                [record("before", {"t": "plain"}), record("broken", {"t": "x\ud800\x00y"}),
-                 record("after", {"t": "plain too"})],
-            )  # fmt: skip
+                [
+                    record("before", {"t": "plain"}),
+                    record("broken", {"t": "x\ud800\x00y"}),
+                    record("after", {"t": "plain too"}),
+                ],
+            )
 
         async def indexed() -> Any:
             listing = (await client.get("/collections")).json()["collections"]

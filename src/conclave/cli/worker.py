@@ -36,7 +36,7 @@ async def _run(settings: CollectorSettings) -> None:
     # Imported here, not with the CLI: the collector pulls in Qdrant and numpy, which every other
     # `conclave` command (an edge device's `conclave edge sync` included) would otherwise load.
     from conclave.collector.metrics import CollectorMetrics
-    from conclave.collector.runtime import CollectorRuntime
+    from conclave.collector.wiring import CollectorRuntime
 
     async with (
         Platform.open(settings) as platform,

@@ -26,6 +26,7 @@ from conclave.collector.models import (
     Status,
 )
 from conclave.collector.service import ExpeditionService, expedition_read
+from conclave.collector.store import ExpeditionRecord
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.http import CurrentPrincipal, correlation_id
 from conclave.platform.openapi import HEALTH_RESPONSES, problem_responses
@@ -41,7 +42,7 @@ def _service(request: Request) -> ExpeditionService:
 Service = Annotated[ExpeditionService, Depends(_service)]
 
 
-def _accepted(request: Request, row: Any) -> JSONResponse:
+def _accepted(request: Request, row: ExpeditionRecord) -> JSONResponse:
     status_url = str(request.url_for("expedition_status", expedition_id=row.expedition_id))
     base = request.app.state.settings.api_base
     if base:

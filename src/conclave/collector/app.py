@@ -10,14 +10,21 @@ from fastapi import FastAPI
 from conclave import __version__
 from conclave.collector.api import router
 from conclave.collector.metrics import CollectorMetrics
-from conclave.collector.runtime import CollectorRuntime
+from conclave.collector.registry import ExpeditionRegistry
+from conclave.collector.wiring import CollectorRuntime
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.runtime import Platform
 from conclave.settings import CollectorSettings
 
 
-def create_app(settings: CollectorSettings, *, platform: Platform | None = None) -> FastAPI:
-    """The expedition service app. With ``platform`` given it is shared, not owned."""
+def create_app(
+    settings: CollectorSettings,
+    *,
+    platform: Platform | None = None,
+    registry: ExpeditionRegistry | None = None,
+) -> FastAPI:
+    """The expedition service app. With ``platform`` given it is shared, not owned; ``registry``
+    replaces the expedition types and sources loaded from settings."""
     metrics = CollectorMetrics()
     platform_span = platform_lifespan(settings, platform, lambda _app, _platform: None)
 
@@ -26,7 +33,11 @@ def create_app(settings: CollectorSettings, *, platform: Platform | None = None)
         async with (
             platform_span(app),
             CollectorRuntime.open(
-                settings, app.state.platform, metrics, run_workers=settings.run_workers
+                settings,
+                app.state.platform,
+                metrics,
+                run_workers=settings.run_workers,
+                registry=registry,
             ) as runtime,
         ):
             app.state.collector = runtime

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from datetime import datetime
 
+from conclave.collector.store import ExpeditionRecord
 from conclave.platform.bus.base import Event
 from conclave.platform.clock import as_utc, rfc3339
 
@@ -22,18 +22,19 @@ def state_channel(state: str) -> str:
     return f"collector.expedition.run.{state}"
 
 
-def _time(value: Any) -> str | None:
+def optional_rfc3339(value: datetime | None) -> str | None:
+    """A moment as the API and the events write it, ``None`` for one that has not come."""
     return rfc3339(value) if value is not None else None
 
 
-def duration_ms(row: Any) -> float | None:
+def duration_ms(row: ExpeditionRecord) -> float | None:
     """Run time of an expedition that started, up to its end."""
     if row.started_at is None or row.completed_at is None:
         return None
     return round((as_utc(row.completed_at) - as_utc(row.started_at)).total_seconds() * 1000, 3)
 
 
-def state_event(row: Any, state: str) -> Event:
+def state_event(row: ExpeditionRecord, state: str) -> Event:
     """The event announcing that expedition ``row`` reached ``state``."""
     payload = {
         "expedition_id": row.expedition_id,
@@ -44,9 +45,9 @@ def state_event(row: Any, state: str) -> Event:
         "target_collections": row.target_collections,
         "attempts": row.attempts,
         "worker_id": row.worker_id,
-        "created_at": _time(row.created_at),
-        "started_at": _time(row.started_at),
-        "completed_at": _time(row.completed_at),
+        "created_at": optional_rfc3339(row.created_at),
+        "started_at": optional_rfc3339(row.started_at),
+        "completed_at": optional_rfc3339(row.completed_at),
         "duration_ms": duration_ms(row),
         "results": row.results,
         "errors": row.errors,
@@ -59,15 +60,15 @@ def state_event(row: Any, state: str) -> Event:
     )
 
 
-def queued_event(row: Mapping[str, Any]) -> Event:
-    """The wake-up announcing that the expedition in ``row`` (a new row's values) is queued."""
+def queued_event(row: ExpeditionRecord) -> Event:
+    """The wake-up announcing that the expedition ``row`` (a new row) is queued."""
     return Event(
         channel=QUEUED,
         payload={
-            "expedition_id": row["expedition_id"],
-            "expedition_type": row["expedition_type"],
-            "priority": row["priority"],
+            "expedition_id": row.expedition_id,
+            "expedition_type": row.expedition_type,
+            "priority": row.priority,
         },
         source=SOURCE,
-        correlation_id=row["correlation_id"],
+        correlation_id=row.correlation_id,
     )

@@ -7,7 +7,7 @@ entry point group: an object with this module's :class:`ExpeditionType` shape.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 from conclave.collector import store
@@ -17,7 +17,7 @@ from conclave.collector.agents.context import ExpeditionContext, content_hash
 from conclave.collector.agents.inspector import Inspector
 from conclave.collector.agents.restorer import Restorer
 from conclave.collector.agents.tracker import Tracker
-from conclave.collector.sources.base import Source
+from conclave.collector.sources.base import Source, SourceContext
 from conclave.platform.clock import utc_now
 from conclave.settings import CollectorSettings
 
@@ -41,6 +41,18 @@ class ExpeditionType(Protocol):
     async def run(self, context: ExpeditionContext) -> dict[str, Any]:
         """Run and return the results summary."""
         ...
+
+
+class TakesNoParameters:
+    """The validation of a type that needs no parameters (any given are ignored)."""
+
+    def validate(
+        self,
+        parameters: Mapping[str, Any],
+        sources: Mapping[str, Source],
+        settings: CollectorSettings,
+    ) -> None:
+        """No parameters are needed."""
 
 
 async def _collect(
@@ -165,7 +177,9 @@ class _InlineSource:
     def validate(self, spec: Mapping[str, Any], settings: CollectorSettings) -> None:
         """Nothing to check: the items are already here."""
 
-    async def fetch(self, spec: Mapping[str, Any], context: Any) -> Any:
+    async def fetch(
+        self, spec: Mapping[str, Any], context: SourceContext
+    ) -> AsyncIterator[list[Any]]:
         """Yield the carried items once."""
         yield list(spec["items"])
 
@@ -176,20 +190,12 @@ async def _targets(context: ExpeditionContext) -> list[str]:
     return [row.collection for row in await store.collection_counts(context.engine)]
 
 
-class Audit:
+class Audit(TakesNoParameters):
     """Inspector + Cartographer over ``target_collections`` (all collections when empty)."""
 
     name = "audit"
     description = "Check record integrity and quality and map drift between the two stores."
     stages: tuple[str, ...] = ("inspecting", "mapping")
-
-    def validate(
-        self,
-        parameters: Mapping[str, Any],
-        sources: Mapping[str, Source],
-        settings: CollectorSettings,
-    ) -> None:
-        """No parameters are needed."""
 
     async def run(self, context: ExpeditionContext) -> dict[str, Any]:
         """Report per collection."""
@@ -212,20 +218,12 @@ class Audit:
         return {"collections": report, "consistent": consistent}
 
 
-class Healing:
+class Healing(TakesNoParameters):
     """Repairs what an audit finds: stale hashes, missing or stale vectors, orphan points."""
 
     name = "healing"
     description = "Repair drift: rewrite missing/stale vectors, drop orphan points, fix hashes."
     stages: tuple[str, ...] = ("mapping", "repairing", "verifying")
-
-    def validate(
-        self,
-        parameters: Mapping[str, Any],
-        sources: Mapping[str, Source],
-        settings: CollectorSettings,
-    ) -> None:
-        """No parameters are needed."""
 
     async def run(self, context: ExpeditionContext) -> dict[str, Any]:
         """Map, repair, verify per collection."""

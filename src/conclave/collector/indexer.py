@@ -73,11 +73,13 @@ class VectorIndexer:
         # encodes its text, and one such record would fail its whole batch, every time.
         items = [
             VectorRecord(
-                row.collection, row.record_key, row.content_hash,
+                row.collection,
+                row.record_key,
+                row.content_hash,
                 escape_text(embedding_text(row.data)),
             )
             for row in rows
-        ]  # fmt: skip
+        ]
         await self._memory.upsert(items)
         await store.mark_indexed(
             self._engine, [(i.collection, i.key, i.content_hash) for i in items]

@@ -2,9 +2,9 @@
 
 Local mode does all of its work in the calling thread: validation, numpy bookkeeping, and one
 SQLite transaction per point, each committed and synced before the next (a rollback journal
-created, synced and deleted per point: about 4 ms, so about 250 points/s). Awaited on the event
-loop, as ``AsyncQdrantClient`` does it, every batch of vectors stalled the requests, heartbeats
-and runs of the whole process for seconds.
+created, synced and deleted per point). Awaited on the event loop, as ``AsyncQdrantClient`` does
+it, every batch of vectors stalled the requests, heartbeats and runs of the whole process for
+seconds.
 
 :class:`LocalQdrant` changes three things and nothing else:
 

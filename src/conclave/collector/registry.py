@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
-from importlib.metadata import entry_points
+from collections.abc import Callable, Iterable
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from conclave.collector.expedition_types import BUILTIN_TYPES, ExpeditionType
@@ -24,15 +24,26 @@ SOURCES_GROUP = "conclave.sources"
 _COLLECTION = re.compile(COLLECTION_PATTERN)
 
 
-def _plugins(group: str) -> Iterable[Any]:
-    for entry in entry_points(group=group):
+# Where plug-ins are found: the entry points of a group (the installed distributions' by default).
+PluginFinder = Callable[[str], Iterable[EntryPoint]]
+
+
+def installed_plugins(group: str) -> Iterable[EntryPoint]:
+    """The entry points of ``group`` declared by the installed distributions."""
+    return entry_points(group=group)
+
+
+def _plugins(group: str, find: PluginFinder) -> Iterable[Any]:
+    for entry in find(group):
         try:
             loaded = entry.load()
         except Exception:
             log.exception("cannot load plug-in", extra={"group": group, "entry_point": entry.name})
             continue
-        # An entry point may name the object or a class/factory that builds it.
-        yield loaded() if callable(loaded) and not hasattr(loaded, "name") else loaded
+        # An entry point may name the object, its class (whose ``name`` is a class attribute, so
+        # a class is always built), or a factory that builds it.
+        built = isinstance(loaded, type) or (callable(loaded) and not hasattr(loaded, "name"))
+        yield loaded() if built else loaded
 
 
 def _problem_code(error: BaseException) -> str:
@@ -55,13 +66,16 @@ class ExpeditionRegistry:
         self.sources = {s.name: s for s in sources}
 
     @classmethod
-    def load(cls, settings: CollectorSettings) -> ExpeditionRegistry:
-        """Built-ins, plus plug-ins from entry points when allowed by settings."""
-        types: list[Any] = list(BUILTIN_TYPES)
-        sources: list[Any] = [FileSource(), HttpJsonSource(), EvidenceSource()]
+    def load(
+        cls, settings: CollectorSettings, *, find_plugins: PluginFinder = installed_plugins
+    ) -> ExpeditionRegistry:
+        """Built-ins, plus plug-ins from the ``conclave.expeditions`` and ``conclave.sources``
+        entry points when settings allow (a plug-in of a built-in's name replaces it)."""
+        types: list[ExpeditionType] = list(BUILTIN_TYPES)
+        sources: list[Source] = [FileSource(), HttpJsonSource(), EvidenceSource()]
         if settings.load_entry_points:
-            types += list(_plugins(TYPES_GROUP))
-            sources += list(_plugins(SOURCES_GROUP))
+            types += list(_plugins(TYPES_GROUP, find_plugins))
+            sources += list(_plugins(SOURCES_GROUP, find_plugins))
         return cls(types, sources)
 
     def validate(self, request: ExpeditionCreate, settings: CollectorSettings) -> ExpeditionType:

@@ -13,16 +13,16 @@ import contextlib
 import logging
 import uuid
 from datetime import datetime
-from types import SimpleNamespace
-from typing import Any
 
 from croniter import CroniterError, croniter
 from sqlalchemy.exc import IntegrityError
 
 from conclave.collector import store
+from conclave.collector.events import optional_rfc3339
 from conclave.collector.models import ExpeditionCreate, ScheduleCreate, ScheduleRead
 from conclave.collector.parameter_secrets import check_parameters
-from conclave.collector.service import ExpeditionService, written_collections
+from conclave.collector.service import ExpeditionService, owner_filter, written_collections
+from conclave.collector.store import ScheduleRecord
 from conclave.platform.auth import Principal
 from conclave.platform.clock import as_utc, rfc3339, utc_now
 from conclave.platform.credentials import redact
@@ -55,7 +55,7 @@ def _first_tick(cron: str, now: datetime) -> datetime:
     )
 
 
-def schedule_read(row: Any) -> ScheduleRead:
+def schedule_read(row: ScheduleRecord) -> ScheduleRead:
     """The API view of a schedule."""
     return ScheduleRead(
         schedule_id=row.schedule_id,
@@ -67,7 +67,7 @@ def schedule_read(row: Any) -> ScheduleRead:
         parameters=redact(dict(row.parameters)),
         enabled=bool(row.enabled),
         next_fire_at=rfc3339(row.next_fire_at),
-        last_fired_at=rfc3339(row.last_fired_at) if row.last_fired_at else None,
+        last_fired_at=optional_rfc3339(row.last_fired_at),
         last_expedition_id=row.last_expedition_id,
         created_by=row.created_by,
         created_at=rfc3339(row.created_at),
@@ -93,21 +93,21 @@ async def add_schedule(
                 created_by,
                 principal,
             )
-    row = {
-        "schedule_id": str(uuid.uuid4()),
-        "name": request.name,
-        "cron": request.cron,
-        "expedition_type": request.expedition_type,
-        "priority": request.priority,
-        "target_collections": request.collections(),
-        "parameters": request.parameters,
-        "enabled": request.enabled,
-        "next_fire_at": first_tick,
-        "last_fired_at": None,
-        "last_expedition_id": None,
-        "created_by": created_by,
-        "created_at": now,
-    }
+    row = ScheduleRecord(
+        schedule_id=str(uuid.uuid4()),
+        name=request.name,
+        cron=request.cron,
+        expedition_type=request.expedition_type,
+        priority=request.priority,
+        target_collections=request.collections(),
+        parameters=request.parameters,
+        enabled=request.enabled,
+        next_fire_at=first_tick,
+        last_fired_at=None,
+        last_expedition_id=None,
+        created_by=created_by,
+        created_at=now,
+    )
     try:
         with store_errors():
             await store.insert_schedule(service.platform.engine, row)
@@ -115,17 +115,13 @@ async def add_schedule(
         raise Conflict(
             f"A schedule named {request.name!r} exists.", code="SCHEDULE_EXISTS"
         ) from exc
-    return schedule_read(SimpleNamespace(**row))
-
-
-def _owner_filter(principal: Principal) -> str | None:
-    return None if principal.is_operator else principal.user_id
+    return schedule_read(row)
 
 
 async def list_schedules(service: ExpeditionService, principal: Principal) -> list[ScheduleRead]:
     """The principal's schedules (every schedule for an operator)."""
     with store_errors():
-        rows = await store.list_schedules(service.platform.engine, _owner_filter(principal))
+        rows = await store.list_schedules(service.platform.engine, owner_filter(principal))
     return [schedule_read(row) for row in rows]
 
 
@@ -135,7 +131,7 @@ async def remove_schedule(
     """Delete a schedule (404 when unknown or another user's)."""
     with store_errors():
         removed = await store.delete_schedule(
-            service.platform.engine, name_or_id, _owner_filter(principal)
+            service.platform.engine, name_or_id, owner_filter(principal)
         )
     if not removed:
         raise NotFound(f"No schedule {name_or_id!r}.", code="SCHEDULE_NOT_FOUND")
@@ -207,18 +203,18 @@ class Scheduler:
                     schedule.schedule_id,
                     schedule.next_fire_at,
                     following,
-                    row["expedition_id"],
+                    row.expedition_id,
                 )
                 if won:
                     await service.reserve_collections(
                         connection,
-                        written_collections(row["expedition_type"], row["target_collections"]),
+                        written_collections(row.expedition_type, row.target_collections),
                         requested_by,
                         None,
                     )
                     await service.queue(connection, row)
             if won:
-                fired.append(row["expedition_id"])
+                fired.append(row.expedition_id)
         if fired:
             service.notify_submitted()
         return fired

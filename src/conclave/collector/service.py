@@ -9,14 +9,18 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from conclave.collector import store
-from conclave.collector.events import duration_ms, queued_event, state_event
+from conclave.collector.events import (
+    duration_ms,
+    optional_rfc3339,
+    queued_event,
+    state_event,
+)
 from conclave.collector.metrics import CollectorMetrics
 from conclave.collector.models import (
     PRIORITY_RANK,
@@ -31,6 +35,7 @@ from conclave.collector.models import (
 from conclave.collector.parameter_secrets import check_parameters
 from conclave.collector.registry import ExpeditionRegistry
 from conclave.collector.semantic import SemanticMemory
+from conclave.collector.store import CollectedRecord, ExpeditionRecord
 from conclave.platform.auth import Principal
 from conclave.platform.clock import as_utc, rfc3339, utc_now
 from conclave.platform.credentials import redact
@@ -42,11 +47,7 @@ from conclave.platform.runtime import Platform
 from conclave.settings import CollectorSettings
 
 
-def _time(value: datetime | None) -> str | None:
-    return rfc3339(value) if value is not None else None
-
-
-def expedition_read(row: Any) -> ExpeditionRead:
+def expedition_read(row: ExpeditionRecord) -> ExpeditionRead:
     """The API view of an expedition row."""
     return ExpeditionRead(
         expedition_id=row.expedition_id,
@@ -65,13 +66,13 @@ def expedition_read(row: Any) -> ExpeditionRead:
         worker_id=row.worker_id,
         timeout_seconds=row.timeout_seconds,
         created_at=rfc3339(row.created_at),
-        started_at=_time(row.started_at),
-        completed_at=_time(row.completed_at),
+        started_at=optional_rfc3339(row.started_at),
+        completed_at=optional_rfc3339(row.completed_at),
         duration_ms=duration_ms(row),
     )
 
 
-def record_read(row: Any) -> RecordRead:
+def record_read(row: CollectedRecord) -> RecordRead:
     """The API view of a collected record."""
     return RecordRead(
         collection=row.collection,
@@ -87,7 +88,7 @@ def record_read(row: Any) -> RecordRead:
     )
 
 
-def encode_cursor(row: Any) -> str:
+def encode_cursor(row: ExpeditionRecord) -> str:
     """An opaque history cursor after ``row``."""
     raw = f"{rfc3339(row.created_at)}|{row.expedition_id}"
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
@@ -122,6 +123,20 @@ def sees(principal: Principal | None, owner: str | None) -> bool:
     return principal is None or principal.is_operator or owner == principal.user_id
 
 
+def owner_filter(principal: Principal | None) -> str | None:
+    """Whose rows ``principal`` lists: ``None`` for everyone's (an operator or an internal
+    caller), else the principal's own."""
+    return None if principal is None or principal.is_operator else principal.user_id
+
+
+def _not_yours(collection: str) -> dict[str, str]:
+    return {
+        "field": "target_collections",
+        "message": f"{collection!r} is not yours",
+        "type": "collection_owned",
+    }
+
+
 class ExpeditionService:
     """What the HTTP routes, the bus listeners and the scheduler ask of the collector."""
 
@@ -149,7 +164,7 @@ class ExpeditionService:
         self._on_submitted()
 
     @staticmethod
-    async def queue(connection: AsyncConnection, row: dict[str, Any]) -> None:
+    async def queue(connection: AsyncConnection, row: ExpeditionRecord) -> None:
         """Insert a row made by :meth:`new_row` and its wake-up event in the caller's
         transaction (call :meth:`notify_submitted` after the commit)."""
         await store.insert_expedition(connection, row)
@@ -163,7 +178,7 @@ class ExpeditionService:
         expedition_id: str | None = None,
         correlation_id: str | None = None,
         from_user: bool = False,
-    ) -> dict[str, Any]:
+    ) -> ExpeditionRecord:
         """Validate ``request`` (422) and build its queued row. A request ``from_user`` (over
         HTTP, not from the bus or a stored schedule) may not hold a literal credential."""
         self.registry.validate(request, self.settings)
@@ -171,29 +186,29 @@ class ExpeditionService:
             check_parameters(request.parameters, self.settings.source_secrets)
         limit = self.settings.expedition_timeout_seconds
         now = utc_now()
-        return {
-            "expedition_id": expedition_id or str(uuid.uuid4()),
-            "expedition_type": request.expedition_type,
-            "status": "queued",
-            "priority": request.priority,
-            "priority_rank": PRIORITY_RANK[request.priority],
-            "target_collections": request.collections(),
-            "parameters": request.parameters,
-            "correlation_id": request.correlation_id or correlation_id or None,
-            "requested_by": requested_by,
-            "timeout_seconds": min(request.timeout_seconds or limit, limit),
-            "progress": Progress().model_dump(),
-            "agents_deployed": [],
-            "results": None,
-            "errors": [],
-            "attempts": 0,
-            "worker_id": None,
-            "lease_expires_at": None,
-            "created_at": now,
-            "started_at": None,
-            "completed_at": None,
-            "updated_at": now,
-        }
+        return ExpeditionRecord(
+            expedition_id=expedition_id or str(uuid.uuid4()),
+            expedition_type=request.expedition_type,
+            status="queued",
+            priority=request.priority,
+            priority_rank=PRIORITY_RANK[request.priority],
+            target_collections=request.collections(),
+            parameters=request.parameters,
+            correlation_id=request.correlation_id or correlation_id or None,
+            requested_by=requested_by,
+            timeout_seconds=min(request.timeout_seconds or limit, limit),
+            progress=Progress().model_dump(),
+            agents_deployed=[],
+            results=None,
+            errors=[],
+            attempts=0,
+            worker_id=None,
+            lease_expires_at=None,
+            created_at=now,
+            started_at=None,
+            completed_at=None,
+            updated_at=now,
+        )
 
     async def submit(
         self,
@@ -204,7 +219,7 @@ class ExpeditionService:
         expedition_id: str | None = None,
         dedupe: tuple[str, str] | None = None,
         principal: Principal | None = None,
-    ) -> Any:
+    ) -> ExpeditionRecord:
         """Queue an expedition; with ``dedupe=(consumer group, event id)`` a redelivered event
         returns the expedition it created the first time instead of queueing another. With
         ``principal`` (a user's request) the collections it works on must be theirs."""
@@ -225,18 +240,18 @@ class ExpeditionService:
                             consumed_events.insert().values(
                                 consumer_group=dedupe[0],
                                 event_id=dedupe[1],
-                                consumed_at=row["created_at"],
+                                consumed_at=row.created_at,
                             )
                         )
                     await self.reserve_collections(
                         connection,
-                        written_collections(row["expedition_type"], row["target_collections"]),
-                        row["requested_by"],
+                        written_collections(row.expedition_type, row.target_collections),
+                        row.requested_by,
                         principal,
                     )
                     await self.queue(connection, row)
         except IntegrityError:
-            existing = await store.get_expedition(self.platform.engine, row["expedition_id"])
+            existing = await store.get_expedition(self.platform.engine, row.expedition_id)
             if dedupe is None or existing is None:
                 raise
             return existing
@@ -244,7 +259,7 @@ class ExpeditionService:
         self.notify_submitted()
         # Answer with the row as it was committed (queued): a worker of any process, woken by the
         # outbox event committed with it, may already have claimed it by the time we could re-read.
-        return SimpleNamespace(**row)
+        return row
 
     async def reserve_collections(
         self,
@@ -271,14 +286,12 @@ class ExpeditionService:
             raise Conflict(
                 f"Collection {taken[0]!r} belongs to another user; choose another name.",
                 code="COLLECTION_OWNED",
-                errors=[
-                    {"field": "target_collections", "message": f"{name!r} is not yours",
-                     "type": "collection_owned"}
-                    for name in taken
-                ],
-            )  # fmt: skip
+                errors=[_not_yours(name) for name in taken],
+            )
 
-    async def _with_own_targets(self, request: Any, principal: Principal) -> Any:
+    async def _with_own_targets(
+        self, request: ExpeditionCreate, principal: Principal
+    ) -> ExpeditionCreate:
         """A user's request that names no collection for a type that then works on every
         collection (audit, healing, plug-ins) works on the user's own collections instead."""
         if (
@@ -295,7 +308,7 @@ class ExpeditionService:
             )
         return request.model_copy(update={"target_collections": owned})
 
-    async def get(self, expedition_id: str, principal: Principal | None = None) -> Any:
+    async def get(self, expedition_id: str, principal: Principal | None = None) -> ExpeditionRecord:
         """One expedition (404 when unknown, or when it is another user's: ids cannot be
         probed)."""
         with store_errors():
@@ -306,7 +319,7 @@ class ExpeditionService:
 
     async def wait(
         self, expedition_id: str, seconds: float, principal: Principal | None = None
-    ) -> Any:
+    ) -> ExpeditionRecord:
         """The expedition once it is terminal, or as it is when ``seconds`` have passed."""
         deadline = time.monotonic() + seconds
         while True:
@@ -315,7 +328,9 @@ class ExpeditionService:
                 return row
             await asyncio.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
-    async def cancel(self, expedition_id: str, principal: Principal | None = None) -> Any:
+    async def cancel(
+        self, expedition_id: str, principal: Principal | None = None
+    ) -> ExpeditionRecord:
         """Cancel a queued or running expedition (409 once it has finished; 404 when it is
         another user's)."""
         await self.get(expedition_id, principal)  # whose it is never changes
@@ -350,7 +365,7 @@ class ExpeditionService:
         cursor: str | None,
         limit: int,
         principal: Principal | None = None,
-    ) -> tuple[list[Any], str | None]:
+    ) -> tuple[list[ExpeditionRecord], str | None]:
         """A page of expeditions, newest first, and the cursor of the next page (only the
         principal's own unless they are an operator)."""
         after = decode_cursor(cursor) if cursor else None
@@ -363,12 +378,10 @@ class ExpeditionService:
                 until=as_utc(until) if until else None,
                 after=after,
                 limit=limit,
-                requested_by=None
-                if principal is None or principal.is_operator
-                else principal.user_id,
+                requested_by=owner_filter(principal),
             )
         more = len(rows) == limit
-        return list(rows), encode_cursor(rows[-1]) if more else None
+        return rows, encode_cursor(rows[-1]) if more else None
 
     async def stats(self) -> dict[str, Any]:
         """Counts by status and type, success rate, duration percentiles, queue, records."""
@@ -382,7 +395,7 @@ class ExpeditionService:
             ("queued", "running", "completed", "failed", "cancelled"), 0
         )
         by_type: dict[str, dict[str, int]] = {}
-        for status, kind, count in (tuple(row) for row in counts):
+        for status, kind, count in counts:
             by_status[status] = by_status.get(status, 0) + count
             by_type.setdefault(kind, {})[status] = count
         finished = by_status["completed"] + by_status["failed"]
@@ -401,10 +414,11 @@ class ExpeditionService:
     async def readable(self, principal: Principal | None) -> set[str] | None:
         """The collections ``principal`` may read, or ``None`` for all of them: an operator's
         (or an internal caller's) are all; a user's are theirs and the shared ones."""
-        if principal is None or principal.is_operator:
+        owner = owner_filter(principal)
+        if owner is None:
             return None
         with store_errors():
-            owned = await store.owned_by(self.platform.engine, principal.user_id)
+            owned = await store.owned_by(self.platform.engine, owner)
         return {*owned, *self.settings.shared_collections}
 
     async def _check_readable(
@@ -432,8 +446,8 @@ class ExpeditionService:
                     name=row.collection,
                     records=row.records,
                     vectors=vectors,
-                    pending_vectors=int(row.pending or 0),
-                    updated_at=_time(row.updated_at),
+                    pending_vectors=row.pending,
+                    updated_at=optional_rfc3339(row.updated_at),
                 )
             )
         return result

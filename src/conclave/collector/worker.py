@@ -26,6 +26,7 @@ from conclave.collector.indexer import VectorIndexer
 from conclave.collector.metrics import CollectorMetrics
 from conclave.collector.registry import ExpeditionRegistry
 from conclave.collector.semantic import SemanticMemory
+from conclave.collector.store import ExpeditionRecord
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.logs import correlation_id_var
@@ -36,7 +37,7 @@ from conclave.settings import CollectorSettings
 log = logging.getLogger(__name__)
 
 
-def _claim_key(row: Any) -> str:
+def _claim_key(row: ExpeditionRecord) -> str:
     # One expedition may be claimed again by the same worker after its lease lapsed: each claim
     # (expedition, attempt) is tracked on its own.
     return f"{row.expedition_id}#{row.attempts}"
@@ -106,7 +107,9 @@ class ExpeditionWorker:
                     row = await self._claim()
                     if row is None:
                         break
-                    task = asyncio.create_task(self._run(row), name=f"expedition-{row[0]}")
+                    task = asyncio.create_task(
+                        self._run(row), name=f"expedition-{row.expedition_id}"
+                    )
                     self._runs[_claim_key(row)] = task
                     task.add_done_callback(functools.partial(self._done, _claim_key(row)))
                 self.metrics.queue_depth.set(await store.queue_depth(self.platform.engine))
@@ -127,7 +130,7 @@ class ExpeditionWorker:
         self._lost.discard(key)
         self._wake.set()  # a slot is free
 
-    async def _claim(self) -> Any:
+    async def _claim(self) -> ExpeditionRecord | None:
         now = utc_now()
         async with self.platform.engine.begin() as connection:
             row = await store.claim_next(connection, self.worker_id, now, now + self._lease)
@@ -182,7 +185,7 @@ class ExpeditionWorker:
             self._wake.set()
         return len(rows)
 
-    def _context(self, row: Any, progress: ProgressTracker) -> ExpeditionContext:
+    def _context(self, row: ExpeditionRecord, progress: ProgressTracker) -> ExpeditionContext:
         return ExpeditionContext(
             expedition_id=row.expedition_id,
             expedition_type=row.expedition_type,
@@ -198,7 +201,7 @@ class ExpeditionWorker:
             progress=progress,
         )
 
-    async def _run(self, row: Any) -> None:
+    async def _run(self, row: ExpeditionRecord) -> None:
         # Each run is a task of its own: everything it logs carries the expedition's correlation.
         correlation_id_var.set(row.correlation_id)
         progress = ProgressTracker()
@@ -230,7 +233,7 @@ class ExpeditionWorker:
             self.metrics.active.dec()
         await self._finish(row, progress, results, error)
 
-    async def _release(self, row: Any) -> None:
+    async def _release(self, row: ExpeditionRecord) -> None:
         with contextlib.suppress(Exception):
             async with self.platform.engine.begin() as connection:
                 await store.requeue(
@@ -238,7 +241,7 @@ class ExpeditionWorker:
                 )
 
     async def _heartbeat(
-        self, row: Any, progress: ProgressTracker, run_task: asyncio.Task[Any]
+        self, row: ExpeditionRecord, progress: ProgressTracker, run_task: asyncio.Task[Any]
     ) -> None:
         expedition_id = row.expedition_id
         while True:
@@ -265,7 +268,7 @@ class ExpeditionWorker:
 
     async def _finish(
         self,
-        row: Any,
+        row: ExpeditionRecord,
         progress: ProgressTracker,
         results: dict[str, Any] | None,
         error: dict[str, Any] | None,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from conclave.collector import store
 from conclave.collector.agents.context import ExpeditionContext, content_hash
 from conclave.collector.agents.restorer import Restored
+from conclave.collector.store import CollectedRecord
 from conclave.platform.clock import utc_now
 
 
@@ -56,18 +56,18 @@ class Binder:
             else:
                 stats.updated += 1
             rows.append(
-                {
-                    "collection": collection,
-                    "record_key": key,
-                    "content_hash": hashes[key],
-                    "data": record.data,
-                    "source": source,
-                    "expedition_id": self._context.expedition_id,
-                    "correlation_id": self._context.correlation_id,
-                    "vector_pending": True,
-                    "created_at": now,
-                    "updated_at": now,
-                }
+                CollectedRecord(
+                    collection=collection,
+                    record_key=key,
+                    content_hash=hashes[key],
+                    data=record.data,
+                    source=source,
+                    expedition_id=self._context.expedition_id,
+                    correlation_id=self._context.correlation_id,
+                    vector_pending=True,
+                    created_at=now,
+                    updated_at=now,
+                )
             )
         if rows:
             # Shielded: a cancellation (time-out, shutdown) must not cut a transaction in half
@@ -79,6 +79,6 @@ class Binder:
             metrics.labels(outcome).inc(getattr(stats, outcome))
         return stats
 
-    async def _write(self, rows: list[dict[str, Any]]) -> None:
+    async def _write(self, rows: list[CollectedRecord]) -> None:
         async with self._context.engine.begin() as connection:
             await store.upsert_records(connection, rows)

@@ -8,6 +8,7 @@ from typing import Any
 
 from conclave.collector import store
 from conclave.collector.agents.context import ExpeditionContext, content_hash
+from conclave.collector.store import CollectedRecord
 
 _PAGE = 1000
 _MAX_ISSUES = 50
@@ -55,7 +56,7 @@ class Inspector:
         self._context = context
         self._required = list(required_fields)
 
-    def _check(self, rows: Sequence[Any], report: Inspection) -> None:
+    def _check(self, rows: Sequence[CollectedRecord], report: Inspection) -> None:
         for row in rows:
             report.checked += 1
             if content_hash(row.data) != row.content_hash:

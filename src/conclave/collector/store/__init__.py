@@ -35,6 +35,12 @@ from conclave.collector.store.queue import (
     renew_lease,
     requeue,
 )
+from conclave.collector.store.rows import (
+    CollectedRecord,
+    CollectionSize,
+    ExpeditionRecord,
+    ScheduleRecord,
+)
 from conclave.collector.store.tables import (
     TERMINAL,
     collection_owners,
@@ -45,6 +51,10 @@ from conclave.collector.store.tables import (
 
 __all__ = [
     "TERMINAL",
+    "CollectedRecord",
+    "CollectionSize",
+    "ExpeditionRecord",
+    "ScheduleRecord",
     "advance_schedule",
     "claim_collections",
     "claim_next",

@@ -8,17 +8,12 @@ from typing import Any
 
 from sqlalchemy import Integer, String, bindparam, cast, func, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql import Select
+from sqlalchemy.sql import Select, Update
 
-from conclave.collector.store.tables import (
-    Executor,
-    _all,
-    _first,
-    _is_sqlite,
-    records,
-)
+from conclave.collector.store.executor import Executor, all_rows, first_row, is_sqlite
+from conclave.collector.store.rows import CollectedRecord, CollectionSize
+from conclave.collector.store.tables import records
 
 
 def _by_keys(
@@ -30,10 +25,10 @@ def _by_keys(
     ``record_key IN (...)`` is planned from the table's statistics, and while a bulk load runs
     they still describe the table as nearly empty (autovacuum analyses it a minute later at the
     earliest): the plan then reads every record of the collection and filters, for each batch of
-    keys, which made a 100,000-record discovery quadratic (1,000 rows/s, 95 % of it this lookup).
+    keys, which made a bulk discovery quadratic, nearly all of its time spent in this lookup.
     SQLite has no lateral joins and always probes its primary key for ``IN``.
     """
-    if _is_sqlite(executor):
+    if is_sqlite(executor):
         return select(*columns).where(
             records.c.collection == collection, records.c.record_key.in_(list(keys))
         )
@@ -58,15 +53,15 @@ async def existing_hashes(
     if not keys:
         return {}
     statement = _by_keys(executor, collection, keys, records.c.record_key, records.c.content_hash)
-    return {row.record_key: row.content_hash for row in await _all(executor, statement)}
+    return {row.record_key: row.content_hash for row in await all_rows(executor, statement)}
 
 
-async def upsert_records(connection: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+async def upsert_records(connection: AsyncConnection, rows: Sequence[CollectedRecord]) -> None:
     """Insert or update records by (collection, key); a row whose content is unchanged is left
     alone, so binding the same data twice changes nothing (re-runs are idempotent)."""
     if not rows:
         return
-    dialect = postgresql if not _is_sqlite(connection) else sqlite
+    dialect = postgresql if not is_sqlite(connection) else sqlite
     statement = dialect.insert(records)
     statement = statement.on_conflict_do_update(
         index_elements=[records.c.collection, records.c.record_key],
@@ -81,30 +76,32 @@ async def upsert_records(connection: AsyncConnection, rows: Sequence[dict[str, A
         },
         where=records.c.content_hash != statement.excluded.content_hash,
     )
-    await connection.execute(statement, list(rows))
+    await connection.execute(statement, [row.values() for row in rows])
 
 
-async def get_record(executor: Executor, collection: str, key: str) -> Row[Any] | None:
+async def get_record(executor: Executor, collection: str, key: str) -> CollectedRecord | None:
     """One record, or ``None``."""
-    return await _first(
+    row = await first_row(
         executor,
         select(records).where(records.c.collection == collection, records.c.record_key == key),
     )
+    return CollectedRecord.from_row(row) if row is not None else None
 
 
 async def get_records(
     executor: Executor, collection: str, keys: Sequence[str]
-) -> Sequence[Row[Any]]:
+) -> list[CollectedRecord]:
     """The stored records among ``keys``."""
     if not keys:
         return []
-    return await _all(executor, _by_keys(executor, collection, keys, *records.c))
+    rows = await all_rows(executor, _by_keys(executor, collection, keys, *records.c))
+    return [CollectedRecord.from_row(row) for row in rows]
 
 
-async def collection_counts(engine: AsyncEngine) -> Sequence[Row[Any]]:
-    """``(collection, records, pending vectors, newest update)`` per collection."""
+async def collection_counts(engine: AsyncEngine) -> list[CollectionSize]:
+    """Records, pending vectors and newest update of each collection, by name."""
     pending = func.sum(cast(records.c.vector_pending, Integer))
-    return await _all(
+    rows = await all_rows(
         engine,
         select(
             records.c.collection,
@@ -115,22 +112,43 @@ async def collection_counts(engine: AsyncEngine) -> Sequence[Row[Any]]:
         .group_by(records.c.collection)
         .order_by(records.c.collection),
     )
+    return [
+        CollectionSize(row.collection, int(row.records), int(row.pending or 0), row.updated_at)
+        for row in rows
+    ]
 
 
 async def total_records(engine: AsyncEngine) -> int:
     """Records in the structured store, all collections."""
-    row = await _first(engine, select(func.count()).select_from(records))
+    row = await first_row(engine, select(func.count()).select_from(records))
     return int(row[0]) if row else 0
 
 
-async def pending_vectors(engine: AsyncEngine, limit: int) -> Sequence[Row[Any]]:
+async def pending_vectors(engine: AsyncEngine, limit: int) -> list[CollectedRecord]:
     """Records whose vector has not been written (or is out of date), in no particular order.
 
     No ``ORDER BY``: sorting every pending row to return the oldest few made each call cost as
     much as the whole backlog; the index on the flag answers a plain ``LIMIT`` at once."""
-    return await _all(
+    rows = await all_rows(
         engine, select(records).where(records.c.vector_pending.is_(True)).limit(limit)
     )
+    return [CollectedRecord.from_row(row) for row in rows]
+
+
+def _set_pending(pending: bool, *, of_hash: bool) -> Update:
+    """The flag update of one record by primary key (and content hash when ``of_hash``), to
+    run as one executemany over ``b_collection``/``b_key``(/``b_hash``) parameters.
+
+    One primary-key lookup per record: a row-value ``IN`` list of (collection, key, hash) triples
+    is not matched against the primary key, and PostgreSQL scanned the whole table for every
+    batch, which made indexing quadratic in the collection size."""
+    conditions = [
+        records.c.collection == bindparam("b_collection"),
+        records.c.record_key == bindparam("b_key"),
+    ]
+    if of_hash:
+        conditions.append(records.c.content_hash == bindparam("b_hash"))
+    return update(records).where(*conditions).values(vector_pending=pending)
 
 
 async def mark_indexed(engine: AsyncEngine, written: Sequence[tuple[str, str, str]]) -> None:
@@ -138,37 +156,17 @@ async def mark_indexed(engine: AsyncEngine, written: Sequence[tuple[str, str, st
     a record changed meanwhile (other hash) stays pending for its new content."""
     if not written:
         return
-    # One primary-key lookup per record, sent as one executemany. A row-value ``IN`` list of
-    # (collection, key, hash) triples is not matched against the primary key: PostgreSQL scans
-    # the whole table for every batch, which made indexing quadratic in the collection size.
-    statement = (
-        update(records)
-        .where(
-            records.c.collection == bindparam("b_collection"),
-            records.c.record_key == bindparam("b_key"),
-            records.c.content_hash == bindparam("b_hash"),
-        )
-        .values(vector_pending=False)
-    )
     params = [{"b_collection": c, "b_key": k, "b_hash": h} for c, k, h in written]
     async with engine.begin() as connection:
-        await connection.execute(statement, params)
+        await connection.execute(_set_pending(False, of_hash=True), params)
 
 
 async def mark_pending(connection: AsyncConnection, collection: str, keys: Sequence[str]) -> None:
-    """Flag records for (re)writing their vector: one primary-key update per key, as
-    :func:`mark_indexed` does (an ``IN`` list may be planned as a scan of the collection)."""
+    """Flag records for (re)writing their vector, one primary-key update per key."""
     if not keys:
         return
-    statement = (
-        update(records)
-        .where(
-            records.c.collection == bindparam("b_collection"),
-            records.c.record_key == bindparam("b_key"),
-        )
-        .values(vector_pending=True)
-    )
-    await connection.execute(statement, [{"b_collection": collection, "b_key": k} for k in keys])
+    params = [{"b_collection": collection, "b_key": k} for k in keys]
+    await connection.execute(_set_pending(True, of_hash=False), params)
 
 
 async def repair_hash(
@@ -184,9 +182,10 @@ async def repair_hash(
 
 async def iter_collection(
     engine: AsyncEngine, collection: str, *, after: str | None, limit: int
-) -> Sequence[Row[Any]]:
+) -> list[CollectedRecord]:
     """One page of a collection's records in key order (audits walk collections this way)."""
     statement = select(records).where(records.c.collection == collection)
     if after is not None:
         statement = statement.where(records.c.record_key > after)
-    return await _all(engine, statement.order_by(records.c.record_key).limit(limit))
+    rows = await all_rows(engine, statement.order_by(records.c.record_key).limit(limit))
+    return [CollectedRecord.from_row(row) for row in rows]

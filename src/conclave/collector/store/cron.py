@@ -2,32 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import or_, select, update
-from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from conclave.collector.store.tables import (
-    _all,
-    schedules,
-)
+from conclave.collector.store.executor import all_rows
+from conclave.collector.store.rows import ScheduleRecord
+from conclave.collector.store.tables import schedules
 
 
-async def insert_schedule(engine: AsyncEngine, row: dict[str, Any]) -> None:
+async def insert_schedule(engine: AsyncEngine, schedule: ScheduleRecord) -> None:
     """Store a new schedule (``IntegrityError`` when the name is taken)."""
     async with engine.begin() as connection:
-        await connection.execute(schedules.insert().values(**row))
+        await connection.execute(schedules.insert().values(**schedule.values()))
 
 
-async def list_schedules(engine: AsyncEngine, created_by: str | None = None) -> Sequence[Row[Any]]:
+async def list_schedules(
+    engine: AsyncEngine, created_by: str | None = None
+) -> list[ScheduleRecord]:
     """Schedules by name: every one, or those of ``created_by``."""
     statement = select(schedules).order_by(schedules.c.name)
     if created_by is not None:
         statement = statement.where(schedules.c.created_by == created_by)
-    return await _all(engine, statement)
+    return [ScheduleRecord.from_row(row) for row in await all_rows(engine, statement)]
 
 
 async def delete_schedule(
@@ -44,12 +42,13 @@ async def delete_schedule(
     return bool(result.rowcount)
 
 
-async def due_schedules(engine: AsyncEngine, now: datetime) -> Sequence[Row[Any]]:
+async def due_schedules(engine: AsyncEngine, now: datetime) -> list[ScheduleRecord]:
     """Enabled schedules whose next tick has come."""
-    return await _all(
+    rows = await all_rows(
         engine,
         select(schedules).where(schedules.c.enabled.is_(True), schedules.c.next_fire_at <= now),
     )
+    return [ScheduleRecord.from_row(row) for row in rows]
 
 
 async def advance_schedule(

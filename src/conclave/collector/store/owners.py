@@ -9,7 +9,8 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from conclave.collector.store.tables import Executor, _all, _is_sqlite, collection_owners
+from conclave.collector.store.executor import Executor, all_rows, is_sqlite
+from conclave.collector.store.tables import collection_owners
 
 
 async def claim_collections(
@@ -20,7 +21,7 @@ async def claim_collections(
     names = list(dict.fromkeys(names))
     if not names:
         return
-    dialect = sqlite if _is_sqlite(connection) else postgresql
+    dialect = sqlite if is_sqlite(connection) else postgresql
     statement = (
         dialect.insert(collection_owners)
         .values([{"collection": name, "owner": owner, "created_at": now} for name in names])
@@ -33,7 +34,7 @@ async def owners_of(executor: Executor, names: Sequence[str]) -> dict[str, str]:
     """``collection -> owner`` of those of ``names`` that have one."""
     if not names:
         return {}
-    rows = await _all(
+    rows = await all_rows(
         executor,
         select(collection_owners.c.collection, collection_owners.c.owner).where(
             collection_owners.c.collection.in_(list(names))
@@ -44,7 +45,7 @@ async def owners_of(executor: Executor, names: Sequence[str]) -> dict[str, str]:
 
 async def owned_by(executor: Executor, owner: str) -> list[str]:
     """The collections ``owner`` owns, by name."""
-    rows = await _all(
+    rows = await all_rows(
         executor,
         select(collection_owners.c.collection)
         .where(collection_owners.c.owner == owner)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -10,30 +9,32 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from conclave.collector.store.tables import (
-    Executor,
-    _all,
-    _first,
-    _is_sqlite,
-    expeditions,
-)
+from conclave.collector.store.executor import Executor, all_rows, first_row, is_sqlite
+from conclave.collector.store.rows import ExpeditionRecord
+from conclave.collector.store.tables import expeditions
 
 
-async def insert_expedition(connection: AsyncConnection, row: dict[str, Any]) -> None:
+def _record(row: Row[Any] | None) -> ExpeditionRecord | None:
+    return ExpeditionRecord.from_row(row) if row is not None else None
+
+
+async def insert_expedition(connection: AsyncConnection, record: ExpeditionRecord) -> None:
     """Insert a new (queued) expedition."""
-    await connection.execute(expeditions.insert().values(**row))
+    await connection.execute(expeditions.insert().values(**record.values()))
 
 
-async def get_expedition(executor: Executor, expedition_id: str) -> Row[Any] | None:
+async def get_expedition(executor: Executor, expedition_id: str) -> ExpeditionRecord | None:
     """One expedition, or ``None``."""
-    return await _first(
-        executor, select(expeditions).where(expeditions.c.expedition_id == expedition_id)
+    return _record(
+        await first_row(
+            executor, select(expeditions).where(expeditions.c.expedition_id == expedition_id)
+        )
     )
 
 
 async def claim_next(
     connection: AsyncConnection, worker_id: str, now: datetime, lease_until: datetime
-) -> Row[Any] | None:
+) -> ExpeditionRecord | None:
     """Take the best queued expedition for ``worker_id`` (highest priority, then oldest).
 
     One statement, so SQLite (one writer) needs nothing more; on PostgreSQL ``SKIP LOCKED`` lets
@@ -46,7 +47,7 @@ async def claim_next(
         .order_by(expeditions.c.priority_rank, expeditions.c.created_at)
         .limit(1)
     )
-    if not _is_sqlite(connection):
+    if not is_sqlite(connection):
         candidate = candidate.with_for_update(skip_locked=True)
     statement = (
         update(expeditions)
@@ -64,22 +65,22 @@ async def claim_next(
         )
         .returning(*expeditions.c)
     )
-    return (await connection.execute(statement)).first()
+    return _record((await connection.execute(statement)).first())
 
 
-async def expired_leases(connection: AsyncConnection, now: datetime) -> Sequence[Row[Any]]:
+async def expired_leases(connection: AsyncConnection, now: datetime) -> list[ExpeditionRecord]:
     """Running expeditions whose worker stopped renewing its lease (locked on PostgreSQL)."""
     statement = select(expeditions).where(
         expeditions.c.status == "running", expeditions.c.lease_expires_at < now
     )
-    if not _is_sqlite(connection):
+    if not is_sqlite(connection):
         statement = statement.with_for_update(skip_locked=True)
-    return (await connection.execute(statement)).all()
+    return [ExpeditionRecord.from_row(row) for row in await connection.execute(statement)]
 
 
 async def expired_lease_count(engine: AsyncEngine, now: datetime) -> int:
     """How many running expeditions have an expired lease (a cheap check before locking)."""
-    row = await _first(
+    row = await first_row(
         engine,
         select(func.count())
         .select_from(expeditions)
@@ -152,7 +153,7 @@ async def finish(
     values: dict[str, Any],
     *,
     claim: tuple[str, int] | None = None,
-) -> Row[Any] | None:
+) -> ExpeditionRecord | None:
     """Move an active expedition to a terminal state; ``None`` if it already left that state.
 
     With ``claim=(worker_id, attempt)`` only that running claim qualifies (a run that lost its
@@ -173,7 +174,7 @@ async def finish(
         .values(lease_expires_at=None, **values)
         .returning(*expeditions.c)
     )
-    return result.first()
+    return _record(result.first())
 
 
 async def history(
@@ -186,7 +187,7 @@ async def history(
     after: tuple[datetime, str] | None,
     limit: int,
     requested_by: str | None = None,
-) -> Sequence[Row[Any]]:
+) -> list[ExpeditionRecord]:
     """Expeditions newest first, filtered, after a ``(created_at, expedition_id)`` cursor;
     only those of ``requested_by`` when given."""
     statement = select(expeditions)
@@ -214,22 +215,21 @@ async def history(
     statement = statement.order_by(
         expeditions.c.created_at.desc(), expeditions.c.expedition_id.desc()
     ).limit(limit)
-    return await _all(engine, statement)
+    return [ExpeditionRecord.from_row(row) for row in await all_rows(engine, statement)]
 
 
-async def counts_by_status_and_type(engine: AsyncEngine) -> Sequence[Row[Any]]:
-    """``(status, expedition_type, count)`` rows."""
-    return await _all(
-        engine,
-        select(expeditions.c.status, expeditions.c.expedition_type, func.count()).group_by(
-            expeditions.c.status, expeditions.c.expedition_type
-        ),
-    )
+async def counts_by_status_and_type(engine: AsyncEngine) -> list[tuple[str, str, int]]:
+    """``(status, expedition_type, count)`` triples."""
+    statement = select(
+        expeditions.c.status, expeditions.c.expedition_type, func.count().label("expeditions")
+    ).group_by(expeditions.c.status, expeditions.c.expedition_type)
+    rows = await all_rows(engine, statement)
+    return [(row.status, row.expedition_type, int(row.expeditions)) for row in rows]
 
 
 async def recent_durations(engine: AsyncEngine, limit: int = 1000) -> list[float]:
     """Run times in seconds of the newest finished expeditions."""
-    rows = await _all(
+    rows = await all_rows(
         engine,
         select(expeditions.c.started_at, expeditions.c.completed_at)
         .where(
@@ -244,7 +244,7 @@ async def recent_durations(engine: AsyncEngine, limit: int = 1000) -> list[float
 
 async def queue_depth(engine: AsyncEngine) -> int:
     """Expeditions waiting for a worker."""
-    row = await _first(
+    row = await first_row(
         engine,
         select(func.count()).select_from(expeditions).where(expeditions.c.status == "queued"),
     )

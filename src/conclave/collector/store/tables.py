@@ -1,4 +1,4 @@
-"""The expedition service's tables and all of its SQL.
+"""The expedition service's tables (their SQL is in the sibling modules, one per table group).
 
 ``collector_expeditions`` is both the record of every expedition and the work queue: workers claim
 the best queued row (priority, then age) in one statement, holding it with a lease they renew; a
@@ -10,9 +10,6 @@ says whose each collection is.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -26,8 +23,6 @@ from sqlalchemy import (
     String,
     Table,
 )
-from sqlalchemy.engine import Row
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.db.schema import metadata
 
@@ -118,22 +113,3 @@ collection_owners = Table(
 )
 
 TERMINAL = ("completed", "failed", "cancelled")
-Executor = AsyncConnection | AsyncEngine
-
-
-def _is_sqlite(executor: Executor) -> bool:
-    return executor.dialect.name == "sqlite"
-
-
-async def _first(executor: Executor, statement: Any) -> Row[Any] | None:
-    if isinstance(executor, AsyncEngine):
-        async with executor.connect() as connection:
-            return (await connection.execute(statement)).first()
-    return (await executor.execute(statement)).first()
-
-
-async def _all(executor: Executor, statement: Any) -> Sequence[Row[Any]]:
-    if isinstance(executor, AsyncEngine):
-        async with executor.connect() as connection:
-            return (await connection.execute(statement)).all()
-    return (await executor.execute(statement)).all()

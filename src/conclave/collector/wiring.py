@@ -38,13 +38,16 @@ class CollectorRuntime:
         *,
         run_workers: bool = True,
         worker_id: str | None = None,
+        registry: ExpeditionRegistry | None = None,
     ) -> AsyncIterator[CollectorRuntime]:
         """Start the background parts; ``run_workers=False`` leaves running expeditions to other
-        processes (the HTTP process then only accepts and reports)."""
+        processes (the HTTP process then only accepts and reports). ``registry`` defaults to the
+        built-ins and the installed plug-ins (:meth:`ExpeditionRegistry.load`)."""
         # The `file` source's only default root, made where operators will look for it; writable
         # by the service's user only, as whoever writes here chooses what callers can read.
         settings.resolved_file_inbox().mkdir(mode=0o750, parents=True, exist_ok=True)
-        registry = ExpeditionRegistry.load(settings)
+        if registry is None:
+            registry = ExpeditionRegistry.load(settings)
         embedder = load_embedder(settings.embedder, settings.embedding_dimensions)
         async with AsyncExitStack() as stack:
             memory = SemanticMemory.from_settings(settings, embedder)
