@@ -17,7 +17,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import httpx
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy import Column, MetaData, String, Table, select
+from sqlalchemy import Column, Integer, MetaData, String, Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.bus.base import Event, EventBus, dead_letter_channel
@@ -39,13 +39,13 @@ demo_metadata = MetaData()
 greetings = Table(
     "demo_greetings",
     demo_metadata,
-    Column("event_id", String(36), primary_key=True),
+    Column("greeting_id", Integer, primary_key=True, autoincrement=True),
     Column("name", String(100), nullable=False),
 )
 
 
-async def add_greeting(connection: AsyncConnection, event_id: str, name: str) -> None:
-    await connection.execute(greetings.insert().values(event_id=event_id, name=name))
+async def add_greeting(connection: AsyncConnection, name: str) -> None:
+    await connection.execute(greetings.insert().values(name=name))
 
 
 async def greeting_names(engine: AsyncEngine) -> list[str]:
@@ -61,20 +61,18 @@ class GreetingSent(BaseModel):
     name: str = Field(min_length=1, max_length=100)
 
 
-# --- service.py: the handler owns the transaction; the mark commits with the row.
+# --- service.py: the use case owns the transaction; the mark commits with the row.
 class GreetingService:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
 
-    async def on_greeting_sent(self, event: Event) -> None:
-        """``demo.greeting.sent`` → one greeting row, once per event."""
-        with rejecting(ValidationError):
-            greeting = GreetingSent.model_validate(event.payload)
+    async def greet(self, name: str, *, dedupe: tuple[str, str] | None = None) -> None:
+        """Store a greeting; with ``dedupe=(consumer group, event id)``, once per event."""
         with store_errors():
             async with self.engine.begin() as connection:
-                if not await mark_consumed(connection, GREETINGS_GROUP, event.event_id):
+                if dedupe is not None and not await mark_consumed(connection, *dedupe):
                     return  # a redelivery: the row is already there
-                await add_greeting(connection, event.event_id, greeting.name)
+                await add_greeting(connection, name)
 
 
 # --- metrics.py: the consumer counters on the service's registry.
@@ -84,18 +82,39 @@ class DemoMetrics(ServiceMetrics):
         self.consumed = ConsumerMetrics(self)
 
 
-# --- app.py: the listener starts in the lifespan and stops with it.
+# --- listeners.py: the subscriptions, and handlers that turn an event into a use case call.
+class GreetingListeners:
+    def __init__(
+        self, service: GreetingService, bus: EventBus, metrics: DemoMetrics, consumer: str
+    ) -> None:
+        self._service = service
+        self.listener = Listener(bus, consumer, metrics.consumed)
+        self.listener.subscribe(GREETING_SENT, GREETINGS_GROUP, self.on_greeting_sent, start="0")
+
+    async def start(self) -> None:
+        await self.listener.start()
+
+    async def stop(self) -> None:
+        await self.listener.stop()
+
+    async def on_greeting_sent(self, event: Event) -> None:
+        """``demo.greeting.sent`` → one greeting."""
+        with rejecting(ValidationError):
+            greeting = GreetingSent.model_validate(event.payload)
+        await self._service.greet(greeting.name, dedupe=(GREETINGS_GROUP, event.event_id))
+
+
+# --- app.py: the listeners start in the lifespan and stop with it.
 def create_app(
     engine: AsyncEngine, bus: EventBus, metrics: DemoMetrics, service: GreetingService
 ) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            listener = Listener(bus, consumer="demo-1", metrics=metrics.consumed)
-            listener.subscribe(GREETING_SENT, GREETINGS_GROUP, service.on_greeting_sent, start="0")
-            await listener.start()
-            stack.push_async_callback(listener.stop)
-            app.state.listener = listener
+            listeners = GreetingListeners(service, bus, metrics, consumer="demo-1")
+            await listeners.start()
+            stack.push_async_callback(listeners.stop)
+            app.state.listeners = listeners
             yield
 
     return create_service_app(
@@ -120,10 +139,10 @@ class AckLosingService(GreetingService):
         super().__init__(engine)
         self.lost: list[str] = []
 
-    async def on_greeting_sent(self, event: Event) -> None:
-        await super().on_greeting_sent(event)
+    async def greet(self, name: str, *, dedupe: tuple[str, str] | None = None) -> None:
+        await super().greet(name, dedupe=dedupe)
         if not self.lost:
-            self.lost.append(event.event_id)
+            self.lost.append(name)
             raise RuntimeError("the acknowledgement was lost")
 
 
@@ -163,7 +182,7 @@ async def test_an_event_is_handled_once_however_often_it_is_delivered(backend: B
             return consumed(text, "handled") == 3 and consumed(text, "failed") == 1
 
         await eventually(all_handled, timeout=10)
-    assert service.lost == [ada.event_id]
+    assert service.lost == ["Ada"]
     assert await greeting_names(backend.engine) == ["Ada", "Bob"]
 
 
@@ -192,7 +211,7 @@ async def test_stopping_leaves_nothing_running_and_loses_nothing(backend: Backen
     service = GreetingService(backend.engine)
     app = create_app(backend.engine, backend.bus, DemoMetrics(), service)
     async with serve_app(app):
-        listener: Listener = app.state.listener
+        listener: Listener = app.state.listeners.listener
         await backend.bus.publish([greeting("Ada")])
 
         async def stored(*names: str) -> bool:
