@@ -64,7 +64,8 @@ class Subscription:
 
 
 class Listener:
-    """Consumes the channels it is subscribed to, one task per subscription, until stopped."""
+    """Consumes the channels it is subscribed to, one task per subscription, until stopped.
+    ``consumer`` names this process in every group it reads (unique per process: a worker id)."""
 
     def __init__(self, bus: EventBus, consumer: str, metrics: ConsumerMetrics) -> None:
         self._bus = bus
@@ -72,11 +73,6 @@ class Listener:
         self._metrics = metrics
         self._subscriptions: list[Subscription] = []
         self._tasks: list[asyncio.Task[None]] = []
-
-    @property
-    def consumer(self) -> str:
-        """This process's consumer name in every group it reads."""
-        return self._consumer
 
     @property
     def running(self) -> bool:
