@@ -2,7 +2,7 @@
 the ``collector.expedition.run.queued`` wake-up.
 
 The first two turn an event into a queued expedition, exactly like ``POST /expedition/run``. The
-event id is recorded in ``consumed_events`` in the same transaction as the expedition, so a
+event id is marked consumed (``mark_consumed``) in the same transaction as the expedition, so a
 redelivered event (at-least-once bus) creates nothing new. The bridge reads several channels in one
 group, and an event id taken from a stream entry id is unique only within its channel: the bridge
 records its events per channel. An event that is not a valid request (its payload, or an envelope
@@ -20,9 +20,6 @@ without a liveness record of their own.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 import uuid
 from collections.abc import Callable, Mapping
 
@@ -33,8 +30,7 @@ from conclave.collector.models import ExpeditionCreate
 from conclave.collector.service import ExpeditionService
 from conclave.platform.bus.base import Event, EventRejected
 from conclave.platform.errors import ConclaveError
-
-log = logging.getLogger(__name__)
+from conclave.platform.listener import Listener, dedupe_group, rejecting
 
 REQUESTED_GROUP = "collector"
 BRIDGE_GROUP = "collector-bridge"
@@ -55,13 +51,8 @@ def _expedition_id(event: Event, group: str) -> str:
     return str(uuid.uuid5(_EVENT_NAMESPACE, f"{group}:{event.event_id}"))
 
 
-def _bridge_group(channel: str) -> str:
-    # The dedupe group of a bridged channel's events (see the module's docstring).
-    return f"{BRIDGE_GROUP}:{channel}"
-
-
 class ExpeditionListeners:
-    """Consumes the request channel and the bridge channels until stopped."""
+    """Consumes the request channel, the bridge channels and the wake-up until stopped."""
 
     def __init__(
         self,
@@ -72,48 +63,25 @@ class ExpeditionListeners:
     ) -> None:
         self._service = service
         self._bridge = dict(bridge)
-        self._consumer = consumer
         self._wake = wake
-        self._wake_group = WAKE_GROUP_PREFIX + consumer
-        self._tasks: list[asyncio.Task[None]] = []
-
-    async def start(self) -> None:
-        """Start one consumer per channel. A new group starts at the beginning of the stream,
-        so requests published before the first collector started are not lost."""
-        bus = self._service.platform.bus
-        self._tasks.append(
-            asyncio.create_task(
-                bus.consume(
-                    REQUESTED, REQUESTED_GROUP, self._consumer, self.on_requested, start="0"
-                )
-            )
-        )
-        self._tasks.append(
-            asyncio.create_task(
-                bus.consume(QUEUED, self._wake_group, self._consumer, self.on_queued)
-            )
+        self._listener = Listener(service.platform.bus, consumer, service.metrics.consumed)
+        # A new group starts at the beginning of the stream, so requests published before the
+        # first collector started are not lost.
+        self._listener.subscribe(REQUESTED, REQUESTED_GROUP, self.on_requested, start="0")
+        self._listener.subscribe(
+            QUEUED, WAKE_GROUP_PREFIX + consumer, self.on_queued, drop_group_on_stop=True
         )
         for channel in self._bridge:
-            self._tasks.append(
-                asyncio.create_task(
-                    bus.consume(channel, BRIDGE_GROUP, self._consumer, self.on_bridged, start="0")
-                )
-            )
+            self._listener.subscribe(channel, BRIDGE_GROUP, self.on_bridged, start="0")
+
+    async def start(self) -> None:
+        """Start one consumer per channel."""
+        await self._listener.start()
 
     async def stop(self) -> None:
         """Stop consuming (unacknowledged events are redelivered later) and delete this process's
         wake-up group, which nobody else reads."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._tasks:
-            try:
-                await self._service.platform.bus.drop_group(QUEUED, self._wake_group)
-            except Exception as exc:  # housekeeping: a bus that is down must not fail a stop
-                log.warning("wake-up group not deleted: %s", exc)
-        self._tasks = []
+        await self._listener.stop()
 
     async def on_queued(self, _event: Event) -> None:
         """``collector.expedition.run.queued`` (any process) → look at the queue now."""
@@ -131,11 +99,9 @@ class ExpeditionListeners:
             raise InvalidRequestEvent(
                 f"requested_by is longer than {MAX_REQUESTED_BY_LENGTH} characters"
             )
-        try:
+        with rejecting(ValidationError, ValueError, rejection=InvalidRequestEvent):
             request = ExpeditionCreate.model_validate(payload)
             expedition_id = str(uuid.UUID(str(given_id))) if given_id else None
-        except (ValidationError, ValueError) as exc:
-            raise InvalidRequestEvent(str(exc)) from exc
         await self._submit(
             request,
             event,
@@ -146,15 +112,13 @@ class ExpeditionListeners:
 
     async def on_bridged(self, event: Event) -> None:
         """An event of a bridged channel → expedition of the mapped type."""
-        try:
+        with rejecting(ValidationError, rejection=InvalidRequestEvent):
             request = ExpeditionCreate(
                 expedition_type=self._bridge[event.channel],
                 parameters={"event": dict(event.payload), "channel": event.channel},
                 correlation_id=event.correlation_id,
             )
-        except ValidationError as exc:
-            raise InvalidRequestEvent(str(exc)) from exc
-        group = _bridge_group(event.channel)
+        group = dedupe_group(BRIDGE_GROUP, event.channel)
         await self._submit(request, event, group, _expedition_id(event, group), "bridge")
 
     async def _submit(
@@ -165,14 +129,12 @@ class ExpeditionListeners:
         expedition_id: str,
         requested_by: str | None,
     ) -> None:
-        try:
+        # A client error of the use case answers the same on redelivery; a store that is down
+        # leaves the event pending.
+        with rejecting(ConclaveError, rejection=InvalidRequestEvent):
             await self._service.submit(
                 request,
                 requested_by=requested_by,
                 expedition_id=expedition_id,
                 dedupe=(group, event.event_id),
             )
-        except ConclaveError as exc:
-            if exc.status >= 500:
-                raise  # store down: leave the event pending, it is redelivered
-            raise InvalidRequestEvent(exc.detail) from exc

@@ -6,13 +6,14 @@ fixed sets; collection names (user data) are never labels.
 
 from __future__ import annotations
 
+from conclave.platform.listener import ConsumerMetrics
 from conclave.platform.metrics import ServiceMetrics
 
 _DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 
 
 class CollectorMetrics(ServiceMetrics):
-    """HTTP metrics plus expeditions, durations, queue depth, records and vectors."""
+    """HTTP metrics plus expeditions, durations, queue depth, records, vectors and bus events."""
 
     def __init__(self) -> None:
         super().__init__("collector")
@@ -38,3 +39,4 @@ class CollectorMetrics(ServiceMetrics):
         self.vector_errors = self.counter(
             "vector_write_errors_total", "Failed attempts to write to semantic memory."
         )
+        self.consumed = ConsumerMetrics(self)

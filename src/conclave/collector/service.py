@@ -38,9 +38,9 @@ from conclave.collector.semantic import SemanticMemory
 from conclave.collector.store import CollectedRecord, ExpeditionRecord
 from conclave.platform.auth import Principal
 from conclave.platform.clock import as_utc, rfc3339, utc_now
+from conclave.platform.consumed_store import mark_consumed
 from conclave.platform.credentials import redact
 from conclave.platform.db.engine import store_errors
-from conclave.platform.db.schema import consumed_events
 from conclave.platform.errors import BadRequest, Conflict, NotFound, Unavailable, Unprocessable
 from conclave.platform.outbox import add_event
 from conclave.platform.runtime import Platform
@@ -235,14 +235,14 @@ class ExpeditionService:
         try:
             with store_errors():
                 async with self.platform.engine.begin() as connection:
-                    if dedupe is not None:
-                        await connection.execute(
-                            consumed_events.insert().values(
-                                consumer_group=dedupe[0],
-                                event_id=dedupe[1],
-                                consumed_at=row.created_at,
-                            )
-                        )
+                    if dedupe is not None and not await mark_consumed(
+                        connection, *dedupe, at=row.created_at
+                    ):
+                        # A redelivered event: the expedition committed with its mark.
+                        existing = await store.get_expedition(connection, row.expedition_id)
+                        if existing is None:
+                            raise LookupError(f"event {dedupe[1]} is consumed, its expedition gone")
+                        return existing
                     await self.reserve_collections(
                         connection,
                         written_collections(row.expedition_type, row.target_collections),
