@@ -34,5 +34,5 @@ async def test_migration_matches_metadata(backend) -> None:
     ],
 )
 def test_row_types_have_their_tables_columns_in_order(record: type, table: Table) -> None:
-    # The store converts rows by position (store/rows.py).
+    # The store converts rows by position (collector/records.py).
     assert [field.name for field in fields(record)] == list(table.columns.keys())

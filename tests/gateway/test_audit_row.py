@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from conclave.gateway import store
-from conclave.gateway.audit import AuditRow
 from conclave.gateway.events import call_event
 from conclave.gateway.models import ToolCall
+from conclave.gateway.records import AuditRow
 from conclave.gateway.store import mcp_tool_calls
 from conclave.platform.clock import as_utc
 from tests.conftest import Backend

@@ -12,7 +12,6 @@ from fastapi.routing import APIRoute
 
 from conclave import __version__
 from conclave.gateway import store
-from conclave.gateway.audit import AuditRow
 from conclave.gateway.formats import render
 from conclave.gateway.models import (
     CORRELATION_ID_PATTERN,
@@ -21,6 +20,7 @@ from conclave.gateway.models import (
     ToolCall,
     ToolCatalogue,
 )
+from conclave.gateway.records import AuditRow
 from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.platform.auth import Principal
 from conclave.platform.bodies import read_model, request_model_schema

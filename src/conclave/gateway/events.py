@@ -3,7 +3,7 @@ outcome."""
 
 from __future__ import annotations
 
-from conclave.gateway.audit import AuditRow
+from conclave.gateway.records import AuditRow
 from conclave.platform.bus.base import Event
 from conclave.platform.clock import rfc3339
 

@@ -22,9 +22,9 @@ from dataclasses import replace
 from datetime import timedelta
 
 from conclave.gateway import store
-from conclave.gateway.audit import AuditRow
 from conclave.gateway.events import call_event
 from conclave.gateway.outcome import BLESSED, FAILED
+from conclave.gateway.records import AuditRow
 from conclave.gateway.registry import ToolRegistry
 from conclave.platform.clock import as_utc, utc_now
 from conclave.platform.db.engine import is_store_down

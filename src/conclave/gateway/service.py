@@ -18,7 +18,6 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from conclave.gateway import store
-from conclave.gateway.audit import AuditRow
 from conclave.gateway.events import call_event
 from conclave.gateway.finance import RewriteError
 from conclave.gateway.limits import CallLimits
@@ -35,6 +34,7 @@ from conclave.gateway.outcome import (
     Outcome,
     request_hash,
 )
+from conclave.gateway.records import AuditRow
 from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
 from conclave.gateway.results import result_problem
 from conclave.gateway.tools import RuleViolation, ToolContext, ToolExecutionError

@@ -23,8 +23,8 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 
-from conclave.gateway.audit import AuditRow
 from conclave.gateway.outcome import RUNNING
+from conclave.gateway.records import AuditRow
 from conclave.platform.db.batch import Insert, Update
 from conclave.platform.db.schema import metadata
 

@@ -1,5 +1,11 @@
 """The expedition service's tables and all of its SQL (one module per table group)."""
 
+from conclave.collector.records import (
+    CollectedRecord,
+    CollectionSize,
+    ExpeditionRecord,
+    ScheduleRecord,
+)
 from conclave.collector.store.collected import (
     collection_counts,
     existing_hashes,
@@ -34,12 +40,6 @@ from conclave.collector.store.queue import (
     recent_durations,
     renew_lease,
     requeue,
-)
-from conclave.collector.store.rows import (
-    CollectedRecord,
-    CollectionSize,
-    ExpeditionRecord,
-    ScheduleRecord,
 )
 from conclave.collector.store.tables import (
     TERMINAL,

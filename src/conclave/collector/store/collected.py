@@ -11,8 +11,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select, Update
 
+from conclave.collector.records import CollectedRecord, CollectionSize
 from conclave.collector.store.executor import Executor, all_rows, first_row, is_sqlite
-from conclave.collector.store.rows import CollectedRecord, CollectionSize
 from conclave.collector.store.tables import records
 
 

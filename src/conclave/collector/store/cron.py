@@ -7,8 +7,8 @@ from datetime import datetime
 from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from conclave.collector.records import ScheduleRecord
 from conclave.collector.store.executor import all_rows
-from conclave.collector.store.rows import ScheduleRecord
 from conclave.collector.store.tables import schedules
 
 

@@ -9,8 +9,8 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from conclave.collector.records import ExpeditionRecord
 from conclave.collector.store.executor import Executor, all_rows, first_row, is_sqlite
-from conclave.collector.store.rows import ExpeditionRecord
 from conclave.collector.store.tables import expeditions
 
 
