@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from conclave.platform.credentials import is_credential_key, is_reference
 from conclave.platform.errors import Unprocessable
+from conclave.platform.problem_types import ProblemCode
 from conclave.settings.collector import SourceSecret
 
 
@@ -27,7 +28,7 @@ def check_parameters(parameters: Mapping[str, Any], secrets: Mapping[str, Source
         raise Unprocessable(
             f"{location} holds a credential: reference a named secret instead "
             '({"secret": "<name>"}, configured in COLLECTOR_SOURCE_SECRETS).',
-            code="SECRET_IN_PARAMETERS",
+            code=ProblemCode.SECRET_IN_PARAMETERS,
             errors=[{"field": location, "message": "literal credential", "type": "secret"}],
         )
     for location, name, url in _references(parameters, ("parameters",), None):
@@ -35,7 +36,7 @@ def check_parameters(parameters: Mapping[str, Any], secrets: Mapping[str, Source
         if problem is not None:
             raise Unprocessable(
                 f"{location}: {problem}",
-                code="INVALID_SECRET_REFERENCE",
+                code=ProblemCode.INVALID_SECRET_REFERENCE,
                 errors=[{"field": location, "message": problem, "type": "secret_reference"}],
             )
 

@@ -1,8 +1,8 @@
 """The records of the collector's tables as its layers pass them: one dataclass per table.
 
 The store builds them from what the database returns and takes them back to write; the fields are
-the columns of :mod:`conclave.collector.store.tables` by name. ``Any`` stays only where a column holds a JSON document
-(parameters, results, record data).
+the columns of :mod:`conclave.collector.store.tables` by name. ``Any`` stays only where a column
+holds a JSON document (parameters, results, record data).
 """
 
 from __future__ import annotations

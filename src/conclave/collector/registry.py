@@ -15,6 +15,7 @@ from conclave.collector.sources.evidence import EvidenceSource
 from conclave.collector.sources.file import FileSource
 from conclave.collector.sources.http_json import HttpJsonSource
 from conclave.platform.errors import Unprocessable
+from conclave.platform.problem_types import ProblemCode
 from conclave.settings import CollectorSettings
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ def _problem_code(error: BaseException) -> str:
         if isinstance(code, str):
             return code
         cause = cause.__cause__
-    return "INVALID_PARAMETERS"
+    return ProblemCode.INVALID_PARAMETERS
 
 
 class ExpeditionRegistry:
@@ -86,7 +87,7 @@ class ExpeditionRegistry:
             raise Unprocessable(
                 f"Unknown expedition_type {request.expedition_type!r}; known types: "
                 f"{', '.join(known)}.",
-                code="UNKNOWN_EXPEDITION_TYPE",
+                code=ProblemCode.UNKNOWN_EXPEDITION_TYPE,
                 errors=[
                     {
                         "field": "expedition_type",

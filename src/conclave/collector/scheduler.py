@@ -28,6 +28,7 @@ from conclave.platform.clock import as_utc, rfc3339, utc_now
 from conclave.platform.credentials import redact
 from conclave.platform.db.engine import is_store_down, store_errors
 from conclave.platform.errors import Conflict, NotFound, Unprocessable
+from conclave.platform.problem_types import ProblemCode
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def _first_tick(cron: str, now: datetime) -> datetime:
         message = "five-field cron expected"
     raise Unprocessable(
         f"cron {cron!r} is not a usable five-field cron expression: {message}.",
-        code="INVALID_CRON",
+        code=ProblemCode.INVALID_CRON,
         errors=[{"field": "cron", "message": message, "type": "cron"}],
     )
 
@@ -113,7 +114,7 @@ async def add_schedule(
             await store.insert_schedule(service.platform.engine, row)
     except IntegrityError as exc:
         raise Conflict(
-            f"A schedule named {request.name!r} exists.", code="SCHEDULE_EXISTS"
+            f"A schedule named {request.name!r} exists.", code=ProblemCode.SCHEDULE_EXISTS
         ) from exc
     return schedule_read(row)
 
@@ -134,7 +135,7 @@ async def remove_schedule(
             service.platform.engine, name_or_id, owner_filter(principal)
         )
     if not removed:
-        raise NotFound(f"No schedule {name_or_id!r}.", code="SCHEDULE_NOT_FOUND")
+        raise NotFound(f"No schedule {name_or_id!r}.", code=ProblemCode.SCHEDULE_NOT_FOUND)
 
 
 class Scheduler:

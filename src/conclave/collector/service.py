@@ -43,6 +43,7 @@ from conclave.platform.credentials import redact
 from conclave.platform.db.engine import store_errors
 from conclave.platform.errors import BadRequest, Conflict, NotFound, Unavailable, Unprocessable
 from conclave.platform.outbox import add_event
+from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
 from conclave.settings import CollectorSettings
 
@@ -101,7 +102,9 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         moment, expedition_id = raw.split("|", 1)
         return datetime.fromisoformat(moment.replace("Z", "+00:00")), expedition_id
     except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest("cursor must come from next_cursor.", code="INVALID_CURSOR") from exc
+        raise BadRequest(
+            "cursor must come from next_cursor.", code=ProblemCode.INVALID_CURSOR
+        ) from exc
 
 
 # The collection a type writes into when the request names none (see expedition_types.py); the
@@ -285,7 +288,7 @@ class ExpeditionService:
         if taken:
             raise Conflict(
                 f"Collection {taken[0]!r} belongs to another user; choose another name.",
-                code="COLLECTION_OWNED",
+                code=ProblemCode.COLLECTION_OWNED,
                 errors=[_not_yours(name) for name in taken],
             )
 
@@ -304,7 +307,8 @@ class ExpeditionService:
             owned = await store.owned_by(self.platform.engine, principal.user_id)
         if not owned:
             raise Unprocessable(
-                "You own no collection yet: name target_collections.", code="NO_COLLECTIONS"
+                "You own no collection yet: name target_collections.",
+                code=ProblemCode.NO_COLLECTIONS,
             )
         return request.model_copy(update={"target_collections": owned})
 
@@ -314,7 +318,9 @@ class ExpeditionService:
         with store_errors():
             row = await store.get_expedition(self.platform.engine, expedition_id)
         if row is None or not sees(principal, row.requested_by):
-            raise NotFound(f"No expedition {expedition_id!r}.", code="EXPEDITION_NOT_FOUND")
+            raise NotFound(
+                f"No expedition {expedition_id!r}.", code=ProblemCode.EXPEDITION_NOT_FOUND
+            )
         return row
 
     async def wait(
@@ -348,7 +354,7 @@ class ExpeditionService:
             current = await self.get(expedition_id)
             raise Conflict(
                 f"Expedition {expedition_id} is already {current.status}.",
-                code="EXPEDITION_FINISHED",
+                code=ProblemCode.EXPEDITION_FINISHED,
                 extra={"expedition_status": current.status},
             )
         self.platform.relay.wake()
@@ -456,7 +462,9 @@ class ExpeditionService:
         self, collection: str, key: str, principal: Principal | None = None
     ) -> RecordRead:
         """One record (404 when unknown or in a collection the principal may not read)."""
-        missing = NotFound(f"No record {key!r} in {collection!r}.", code="RECORD_NOT_FOUND")
+        missing = NotFound(
+            f"No record {key!r} in {collection!r}.", code=ProblemCode.RECORD_NOT_FOUND
+        )
         await self._check_readable(collection, principal, missing)
         with store_errors():
             row = await store.get_record(self.platform.engine, collection, key)
@@ -469,13 +477,13 @@ class ExpeditionService:
     ) -> SearchResult:
         """Semantic search; hits are read back from the structured store (the truth). 404 for
         a collection the principal may not read."""
-        missing = NotFound(f"No collection {collection!r}.", code="COLLECTION_NOT_FOUND")
+        missing = NotFound(f"No collection {collection!r}.", code=ProblemCode.COLLECTION_NOT_FOUND)
         await self._check_readable(collection, principal, missing)
         try:
             found = await self.memory.search(collection, query, limit)
         except Exception as exc:
             raise Unavailable(
-                "Semantic memory is not reachable.", code="SEMANTIC_MEMORY_UNAVAILABLE"
+                "Semantic memory is not reachable.", code=ProblemCode.SEMANTIC_MEMORY_UNAVAILABLE
             ) from exc
         with store_errors():
             rows = await store.get_records(

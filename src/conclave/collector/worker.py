@@ -31,6 +31,7 @@ from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.logs import correlation_id_var
 from conclave.platform.outbox import add_event
+from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
 from conclave.settings import CollectorSettings
 
@@ -227,7 +228,9 @@ class ExpeditionWorker:
             raise
         except Exception as exc:
             log.exception("expedition crashed", extra={"expedition_id": row.expedition_id})
-            error = _error("INTERNAL_ERROR", f"internal error ({type(exc).__name__})", row.attempts)
+            error = _error(
+                ProblemCode.INTERNAL_ERROR, f"internal error ({type(exc).__name__})", row.attempts
+            )
         finally:
             heartbeat.cancel()
             self.metrics.active.dec()

@@ -39,6 +39,7 @@ from conclave.platform.inputs import (
 )
 from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.openapi import BEARER_SECURITY, HEALTH_RESPONSES, problem_responses
+from conclave.platform.problem_types import ProblemCode
 
 router = APIRouter()
 
@@ -242,7 +243,7 @@ async def get_call(
         row.user_id == principal.user_id or not request.app.state.authenticator.enabled
     )
     if row is None or not own:
-        raise NotFound(f"No call {conclave_id!r}.", code="CALL_NOT_FOUND")
+        raise NotFound(f"No call {conclave_id!r}.", code=ProblemCode.CALL_NOT_FOUND)
     return _tool_call(row)
 
 

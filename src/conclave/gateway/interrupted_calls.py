@@ -29,11 +29,12 @@ from conclave.gateway.registry import ToolRegistry
 from conclave.platform.clock import as_utc, utc_now
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.outbox import add_event
+from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
 
 log = logging.getLogger(__name__)
 
-INTERRUPTED = "INTERRUPTED"
+INTERRUPTED = ProblemCode.INTERRUPTED
 # Longer than the executor's time-out handling plus the retries of the final audit write.
 GRACE = timedelta(seconds=2)
 _MESSAGE = "The gateway stopped while the tool ran; whether the tool finished its work is unknown."

@@ -15,6 +15,7 @@ from typing import Any
 
 from conclave.gateway.tools import Tool
 from conclave.platform.errors import RateLimited
+from conclave.platform.problem_types import ProblemCode
 from conclave.platform.ratelimit import Rate, RateLimiter, enforce
 
 # Made once: json.dumps builds an encoder per call when given options.
@@ -59,7 +60,7 @@ class CallLimits:
         if semaphore.locked():
             raise RateLimited(
                 f"Tool {tool.name!r} is running {tool.max_concurrency} calls already.",
-                code="TOOL_BUSY",
+                code=ProblemCode.TOOL_BUSY,
                 headers={"Retry-After": "1"},
             )
         async with semaphore:

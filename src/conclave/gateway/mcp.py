@@ -58,6 +58,7 @@ from conclave.platform.inputs import (
 from conclave.platform.jsontext import COMPACT
 from conclave.platform.logs import correlation_id_var
 from conclave.platform.middleware import replay_body
+from conclave.platform.problem_types import ProblemCode
 from conclave.platform.problems import error_response
 
 MCP_PATH = "/mcp"
@@ -103,7 +104,7 @@ class McpHandlers:
                 outcome = await self._service.refuse_unsafe(escaped, UnsafeInput(unsafe))
         except ConclaveError as exc:  # refused before the chain: rate limit, store down
             return _error_result(f"{exc.code}: {exc.detail}", {**exc.extra, "code": exc.code})
-        if outcome.error_code == "UNKNOWN_TOOL":
+        if outcome.error_code == ProblemCode.UNKNOWN_TOOL:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
         if outcome.http_status >= 400:
             detail = outcome.error_message or outcome.error_code or "the call failed"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conclave.platform.errors import ConclaveError
+from conclave.platform.problem_types import ProblemCode
 
 BLESSED, PURIFIED, HERETICAL = "blessed", "purified", "heretical"
 SUCCEEDED, REJECTED, FAILED, TIMEOUT, RUNNING = (
@@ -43,7 +44,7 @@ class Outcome:
 
     def problem(self) -> ConclaveError:
         """The problem a failed outcome is answered with."""
-        code = self.error_code or "TOOL_FAILED"
+        code = self.error_code or ProblemCode.TOOL_FAILED
         error = ConclaveError(
             self.error_message,
             code=code,

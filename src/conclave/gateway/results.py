@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conclave.platform.inputs import find_unsafe
+from conclave.platform.problem_types import ProblemCode
 
 _STRICT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 # What the encoded text shows of the values a walk must confirm: NUL, and integers of 19 digits
@@ -58,7 +59,7 @@ def result_problem(result: Any, max_bytes: int) -> ResultProblem | None:
             return _invalid("it holds text that cannot be encoded as UTF-8 (a lone surrogate)")
     if size > max_bytes:
         return ResultProblem(
-            "RESULT_TOO_LARGE",
+            ProblemCode.RESULT_TOO_LARGE,
             f"The tool ran, but its result ({size:,} bytes of JSON) exceeds the gateway's limit "
             f"of {max_bytes:,} bytes; it was neither stored nor returned.",
             422,
@@ -72,7 +73,7 @@ def result_problem(result: Any, max_bytes: int) -> ResultProblem | None:
 
 def _invalid(reason: str) -> ResultProblem:
     return ResultProblem(
-        "OUTPUT_INVALID",
+        ProblemCode.OUTPUT_INVALID,
         f"The tool ran, but its result cannot be stored or returned: {reason.rstrip('.')}.",
         502,
     )

@@ -52,6 +52,7 @@ from conclave.platform.errors import (
 from conclave.platform.ids import new_id
 from conclave.platform.inputs import UnsafeInput, escape_text
 from conclave.platform.outbox import outbox_write
+from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
 
 log = logging.getLogger(__name__)
@@ -113,11 +114,16 @@ def _rewrite(
         canonical_args = alias.alias.rewrite(dict(args))
     except RewriteError as exc:
         errors = [{"field": "/", "message": str(exc), "rule": "rewrite"}]
-        return None, ("VALIDATION_FAILED", f"Arguments cannot be mapped: {exc}.", errors, 422)
+        return None, (
+            ProblemCode.VALIDATION_FAILED,
+            f"Arguments cannot be mapped: {exc}.",
+            errors,
+            422,
+        )
     errors = schema_errors(registered.arguments, canonical_args)
     if errors:
         detail = f"Rewritten arguments do not fit {registered.tool.name!r}."
-        return None, ("VALIDATION_FAILED", detail, errors, 422)
+        return None, (ProblemCode.VALIDATION_FAILED, detail, errors, 422)
     return canonical_args, None
 
 
@@ -233,14 +239,21 @@ class GatewayService:
         alias = self.registry.alias(name)
         registered = self.registry.resolve(alias.alias.canonical) if alias else None
         if alias is None or registered is None:
-            raise NotFound(f"No alias tool is called {name[:128]!r}.", code="UNKNOWN_ALIAS")
+            raise NotFound(
+                f"No alias tool is called {name[:128]!r}.", code=ProblemCode.UNKNOWN_ALIAS
+            )
         command = ExecuteCommand(tool=name, args=args, user_id="", correlation_id=None)
         rejection = self._reject(command, registered, alias, check_available=False)
         canonical_args = None
         if rejection is None:
             canonical_args, rejection = _rewrite(alias, registered, args)
         if rejection is not None or canonical_args is None:
-            code, message, errors, status = rejection or ("VALIDATION_FAILED", "", None, 422)
+            code, message, errors, status = rejection or (
+                ProblemCode.VALIDATION_FAILED,
+                "",
+                None,
+                422,
+            )
             error = Unprocessable(message, code=code, errors=errors)
             error.status = status
             raise error
@@ -256,26 +269,26 @@ class GatewayService:
         shape: tuple[bool, bool] | None = None,
     ) -> Rejection | None:
         if registered is None:
-            return "UNKNOWN_TOOL", f"No tool is called {command.tool[:128]!r}.", None, 404
+            return ProblemCode.UNKNOWN_TOOL, f"No tool is called {command.tool[:128]!r}.", None, 404
         if check_available and registered.tool.unavailable_reason is not None:
             reason = registered.tool.unavailable_reason
             detail = f"Tool {registered.tool.name!r} is unavailable: {reason}."
-            return "BACKEND_UNAVAILABLE", detail, None, 503
+            return ProblemCode.BACKEND_UNAVAILABLE, detail, None, 503
         if not isinstance(command.args, dict):
             errors = [{"field": "/", "message": "arguments must be a JSON object", "rule": "type"}]
-            return "VALIDATION_FAILED", "Arguments must be a JSON object.", errors, 422
+            return ProblemCode.VALIDATION_FAILED, "Arguments must be a JSON object.", errors, 422
         too_deep, too_large = shape or self._shape(command.args)
         if too_deep:
             errors = [{"field": "/", "message": "nesting too deep", "rule": "maxDepth"}]
             detail = f"Arguments nest deeper than {self._max_depth} levels."
-            return "VALIDATION_FAILED", detail, errors, 422
+            return ProblemCode.VALIDATION_FAILED, detail, errors, 422
         if too_large:
             detail = f"Arguments exceed {self._limits.max_args_bytes} bytes of JSON."
-            return "ARGS_TOO_LARGE", detail, None, 413
+            return ProblemCode.ARGS_TOO_LARGE, detail, None, 413
         errors = schema_errors(alias.arguments if alias else registered.arguments, command.args)
         if errors:
             fields = ", ".join(sorted({e["field"] for e in errors}))
-            return "VALIDATION_FAILED", f"Invalid arguments at {fields}.", errors, 422
+            return ProblemCode.VALIDATION_FAILED, f"Invalid arguments at {fields}.", errors, 422
         return None
 
     async def _run(self, call: _Call, registered: RegisteredTool) -> Outcome:
@@ -297,14 +310,14 @@ class GatewayService:
                     )
         except TimeoutError:
             message = f"The tool did not finish within {timeout:g} s."
-            ending = _failed(504, "TOOL_TIMEOUT", message, status=TIMEOUT)
+            ending = _failed(504, ProblemCode.TOOL_TIMEOUT, message, status=TIMEOUT)
         except ToolExecutionError as exc:
             ending = _failed(exc.status, exc.code, exc.message)
         except ConclaveError as exc:  # e.g. the store a tool reads is down
             ending = _failed(exc.status, exc.code, exc.detail)
         except Exception:
             log.exception("tool executor raised", extra={"tool": tool.name})
-            ending = _failed(502, "TOOL_FAILED", "The tool failed unexpectedly.")
+            ending = _failed(502, ProblemCode.TOOL_FAILED, "The tool failed unexpectedly.")
         else:
             ending = self._judge(registered, command.args, result)
         return await self._finish(call, ending)
@@ -313,7 +326,7 @@ class GatewayService:
         """How a call whose tool returned ``result`` ends: its output schema, then its rules, then
         whether what is left can be stored and answered."""
         if registered.output is not None and schema_errors(registered.output, result):
-            return _failed(502, "OUTPUT_INVALID", _SCHEMA_MISMATCH, orthodoxy=HERETICAL)
+            return _failed(502, ProblemCode.OUTPUT_INVALID, _SCHEMA_MISMATCH, orthodoxy=HERETICAL)
         checked = result
         warnings: list[str] = []
         try:
@@ -325,16 +338,18 @@ class GatewayService:
         except RuleViolation as exc:
             storable = result_problem(result, self._max_result_bytes) is None
             kept = result if storable else None
-            return _Ending(REJECTED, HERETICAL, 422, "RULE_VIOLATION", str(exc), result=kept)
+            return _Ending(
+                REJECTED, HERETICAL, 422, ProblemCode.RULE_VIOLATION, str(exc), result=kept
+            )
         except Exception:
             log.exception("tool rule raised", extra={"tool": registered.tool.name})
-            return _failed(502, "TOOL_FAILED", "A rule of the tool failed unexpectedly.")
+            return _failed(502, ProblemCode.TOOL_FAILED, "A rule of the tool failed unexpectedly.")
         if (
             result is not checked
             and registered.output is not None
             and schema_errors(registered.output, result)
         ):  # a rule's correction must still be what the tool declares (MCP clients check it)
-            return _failed(502, "OUTPUT_INVALID", _SCHEMA_MISMATCH, orthodoxy=HERETICAL)
+            return _failed(502, ProblemCode.OUTPUT_INVALID, _SCHEMA_MISMATCH, orthodoxy=HERETICAL)
         # After the rules (they may correct a value): what is stored, answered and replayed.
         problem = result_problem(result, self._max_result_bytes)
         if problem is not None:
@@ -420,12 +435,12 @@ class GatewayService:
         if earlier.request_hash != fingerprint:
             raise Conflict(
                 "This Idempotency-Key was used for a different request.",
-                code="IDEMPOTENCY_KEY_REUSED",
+                code=ProblemCode.IDEMPOTENCY_KEY_REUSED,
             )
         if earlier.status == RUNNING:
             raise Conflict(
                 "A call with this Idempotency-Key is still running.",
-                code="IDEMPOTENCY_IN_PROGRESS",
+                code=ProblemCode.IDEMPOTENCY_IN_PROGRESS,
             )
         return earlier.outcome(replayed=True)
 
@@ -433,7 +448,7 @@ class GatewayService:
         # Another request with the same key won the race to record itself.
         replay = await self._replay(command, fingerprint)
         if replay is None:  # the winner's row vanished: only possible if someone deleted it
-            raise Conflict("Idempotency-Key conflict.", code="IDEMPOTENCY_IN_PROGRESS")
+            raise Conflict("Idempotency-Key conflict.", code=ProblemCode.IDEMPOTENCY_IN_PROGRESS)
         return replay
 
 

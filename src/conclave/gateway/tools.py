@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from conclave.platform.problem_types import ProblemCode
+
 if TYPE_CHECKING:  # worker processes import this module: they need no Redis client
     from conclave.platform.ratelimit import Rate
 
@@ -62,7 +64,9 @@ class ToolExecutionError(Exception):
     """An expected failure of an executor (bad input it could only detect while running, a
     backend refusing). ``status`` is the HTTP status the caller receives."""
 
-    def __init__(self, message: str, *, code: str = "TOOL_ERROR", status: int = 422) -> None:
+    def __init__(
+        self, message: str, *, code: str = ProblemCode.TOOL_ERROR, status: int = 422
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code

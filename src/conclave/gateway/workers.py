@@ -28,6 +28,7 @@ import sys
 from typing import Any, BinaryIO
 
 from conclave.gateway.tools import CpuExecutor, ToolContext, ToolExecutionError
+from conclave.platform.problem_types import ProblemCode
 
 _HEADER = struct.Struct("!I")
 # Seconds a child may run past the caller's deadline before its own timer ends it.
@@ -81,7 +82,7 @@ class _Worker:
             (length,) = _HEADER.unpack(await self.process.stdout.readexactly(_HEADER.size))
             if length > max_reply_bytes:
                 message = f"The tool's result is larger than {max_reply_bytes:,} bytes."
-                raise ToolExecutionError(message, code="RESULT_TOO_LARGE", status=422)
+                raise ToolExecutionError(message, code=ProblemCode.RESULT_TOO_LARGE, status=422)
             reply: tuple[Any, ...] = pickle.loads(await self.process.stdout.readexactly(length))
         except asyncio.IncompleteReadError as exc:
             raise WorkerLost("the tool's worker process ended during the call") from exc

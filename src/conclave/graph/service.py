@@ -17,6 +17,7 @@ from conclave.graph.runner import DispatchRunner
 from conclave.platform.errors import Unprocessable
 from conclave.platform.ids import new_id
 from conclave.platform.outbox import outbox_write
+from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
 from conclave.settings import GraphSettings
 
@@ -67,7 +68,7 @@ class DispatchService:
         if len(request.query) > limit:
             raise Unprocessable(
                 f"The query has {len(request.query)} characters; at most {limit} are accepted.",
-                code="QUERY_TOO_LONG",
+                code=ProblemCode.QUERY_TOO_LONG,
                 errors=[
                     {"field": "query", "message": f"at most {limit} characters", "type": "too_long"}
                 ],
@@ -75,7 +76,7 @@ class DispatchService:
         if len(request.validated_entities) > self.settings.max_entities:
             raise Unprocessable(
                 f"At most {self.settings.max_entities} validated entities are accepted.",
-                code="TOO_MANY_ENTITIES",
+                code=ProblemCode.TOO_MANY_ENTITIES,
                 errors=[
                     {"field": "validated_entities", "message": "too many items", "type": "too_long"}
                 ],

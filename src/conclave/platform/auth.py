@@ -21,6 +21,7 @@ import jwt
 
 from conclave.platform.errors import Forbidden, Unauthorized
 from conclave.platform.inputs import find_unsafe
+from conclave.platform.problem_types import ProblemCode
 
 ANONYMOUS = "anonymous"
 OPERATOR = "operator"
@@ -131,7 +132,7 @@ class Authenticator:
         if SERVICE not in principal.roles:
             raise Forbidden(
                 f"Only service identities may send {ACTING_USER_HEADER}.",
-                code="ACTING_USER_FORBIDDEN",
+                code=ProblemCode.ACTING_USER_FORBIDDEN,
             )
         return Principal(user, principal.method, self._settings_roles(user), principal.user_id)
 
@@ -141,16 +142,18 @@ class Authenticator:
         if claimed is None:
             return principal.user_id
         if self._config.enabled and claimed != principal.user_id:
-            raise Forbidden("user_id comes from your credentials.", code="USER_MISMATCH")
+            raise Forbidden("user_id comes from your credentials.", code=ProblemCode.USER_MISMATCH)
         return claimed
 
     def _authenticated(self, authorization: str | None) -> Principal:
         if not authorization:
-            raise Unauthorized("Missing bearer token.", code="UNAUTHORIZED")
+            raise Unauthorized("Missing bearer token.", code=ProblemCode.UNAUTHORIZED)
         scheme, _, credential = authorization.partition(" ")
         credential = credential.strip()
         if scheme.lower() != "bearer" or not credential:
-            raise Unauthorized("Authorization must be 'Bearer <token>'.", code="UNAUTHORIZED")
+            raise Unauthorized(
+                "Authorization must be 'Bearer <token>'.", code=ProblemCode.UNAUTHORIZED
+            )
         user_id = self._lookup_token(credential)
         if user_id is not None:
             return Principal(user_id, "token", self._settings_roles(user_id))
@@ -161,7 +164,7 @@ class Authenticator:
                 claims.get(self._config.roles_claim)
             )
             return Principal(subject, "jwt", roles)
-        raise Unauthorized("Invalid bearer token.", code="INVALID_TOKEN")
+        raise Unauthorized("Invalid bearer token.", code=ProblemCode.INVALID_TOKEN)
 
     def _settings_roles(self, user_id: str) -> frozenset[str]:
         roles = set()
@@ -179,7 +182,9 @@ class Authenticator:
             user = "\ufffd\x00"  # not UTF-8: refused below like any other unusable id
         problem = user_id_problem(user)
         if problem is not None:
-            raise Forbidden(f"{ACTING_USER_HEADER} {problem}.", code="ACTING_USER_FORBIDDEN")
+            raise Forbidden(
+                f"{ACTING_USER_HEADER} {problem}.", code=ProblemCode.ACTING_USER_FORBIDDEN
+            )
         return user
 
     def _lookup_token(self, credential: str) -> str | None:
@@ -195,7 +200,7 @@ class Authenticator:
             header = jwt.get_unverified_header(credential)
             algorithm = header.get("alg")
             if algorithm not in self._algorithms:
-                raise Unauthorized("Token algorithm not accepted.", code="INVALID_TOKEN")
+                raise Unauthorized("Token algorithm not accepted.", code=ProblemCode.INVALID_TOKEN)
             key = self._config.jwt_secret if algorithm == "HS256" else self._config.jwt_public_key
             claims: dict[str, Any] = jwt.decode(
                 credential,
@@ -209,9 +214,9 @@ class Authenticator:
                 },
             )
         except jwt.ExpiredSignatureError as exc:
-            raise Unauthorized("Token expired.", code="TOKEN_EXPIRED") from exc
+            raise Unauthorized("Token expired.", code=ProblemCode.TOKEN_EXPIRED) from exc
         except jwt.PyJWTError as exc:
-            raise Unauthorized("Invalid bearer token.", code="INVALID_TOKEN") from exc
+            raise Unauthorized("Invalid bearer token.", code=ProblemCode.INVALID_TOKEN) from exc
         self._check_claims(claims)
         return claims
 
@@ -219,7 +224,7 @@ class Authenticator:
         """What PyJWT lets through: times as numeric strings (it calls ``int()`` on them), far
         future expiry, and claim text no store or response can carry."""
         if find_unsafe(claims) is not None:
-            raise Unauthorized("Token claims hold unusable values.", code="INVALID_TOKEN")
+            raise Unauthorized("Token claims hold unusable values.", code=ProblemCode.INVALID_TOKEN)
         for name in _TIME_CLAIMS:
             value = claims.get(name)
             if name in claims and (
@@ -227,18 +232,22 @@ class Authenticator:
                 or not isinstance(value, (int, float))
                 or not math.isfinite(value)
             ):
-                raise Unauthorized(f"Token claim {name!r} must be a number.", code="INVALID_TOKEN")
+                raise Unauthorized(
+                    f"Token claim {name!r} must be a number.", code=ProblemCode.INVALID_TOKEN
+                )
         limit = self._config.max_token_lifetime_seconds
         expires = float(claims["exp"])
         issued = float(claims.get("iat", time.time()))
         if expires - time.time() > limit or expires - issued > limit:
             raise Unauthorized(
                 f"Token lifetime exceeds the {limit:g} s this deployment accepts.",
-                code="INVALID_TOKEN",
+                code=ProblemCode.INVALID_TOKEN,
             )
         subject = claims.get("sub")
         if not isinstance(subject, str) or user_id_problem(subject) is not None:
-            raise Unauthorized("Token subject is not a usable user id.", code="INVALID_TOKEN")
+            raise Unauthorized(
+                "Token subject is not a usable user id.", code=ProblemCode.INVALID_TOKEN
+            )
 
 
 def _claimed_roles(value: Any) -> frozenset[str]:
@@ -251,5 +260,7 @@ def _claimed_roles(value: Any) -> frozenset[str]:
     elif isinstance(value, list) and all(isinstance(name, str) for name in value):
         names = value
     else:
-        raise Unauthorized("Token roles claim must list role names.", code="INVALID_TOKEN")
+        raise Unauthorized(
+            "Token roles claim must list role names.", code=ProblemCode.INVALID_TOKEN
+        )
     return frozenset(name for name in names if name in KNOWN_ROLES)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from conclave.platform.problem_types import title_of
+from conclave.platform.problem_types import ProblemCode, title_of
 
 
 class ConclaveError(Exception):
     """Base error: an HTTP status, a stable machine ``code`` and a human ``detail``."""
 
     status: int = 500
-    code: str = "INTERNAL_ERROR"
+    code: str = ProblemCode.INTERNAL_ERROR
 
     def __init__(
         self,
@@ -42,7 +42,7 @@ class ConclaveError(Exception):
 
 
 class BadRequest(ConclaveError):
-    status, code = 400, "BAD_REQUEST"
+    status, code = 400, ProblemCode.BAD_REQUEST
 
 
 class Unauthorized(ConclaveError):
@@ -52,7 +52,7 @@ class Unauthorized(ConclaveError):
     start an interactive OAuth flow; a request without a bearer token gets no error code (RFC
     6750 §3.1)."""
 
-    status, code = 401, "UNAUTHORIZED"
+    status, code = 401, ProblemCode.UNAUTHORIZED
 
     def __init__(self, detail: str | None = None, **kwargs: Any) -> None:
         super().__init__(detail, **kwargs)
@@ -60,7 +60,7 @@ class Unauthorized(ConclaveError):
             self.headers["WWW-Authenticate"] = bearer_challenge(self.code, self.detail)
 
 
-_REFUSED_TOKEN_CODES = frozenset({"INVALID_TOKEN", "TOKEN_EXPIRED"})
+_REFUSED_TOKEN_CODES = frozenset({ProblemCode.INVALID_TOKEN, ProblemCode.TOKEN_EXPIRED})
 
 
 def bearer_challenge(code: str, detail: str) -> str:
@@ -73,11 +73,11 @@ def bearer_challenge(code: str, detail: str) -> str:
 
 
 class Forbidden(ConclaveError):
-    status, code = 403, "FORBIDDEN"
+    status, code = 403, ProblemCode.FORBIDDEN
 
 
 class NotFound(ConclaveError):
-    status, code = 404, "NOT_FOUND"
+    status, code = 404, ProblemCode.NOT_FOUND
 
 
 class Conflict(ConclaveError):
@@ -85,36 +85,36 @@ class Conflict(ConclaveError):
 
 
 class PayloadTooLarge(ConclaveError):
-    status, code = 413, "PAYLOAD_TOO_LARGE"
+    status, code = 413, ProblemCode.PAYLOAD_TOO_LARGE
 
 
 class UnsupportedMediaType(ConclaveError):
-    status, code = 415, "UNSUPPORTED_MEDIA_TYPE"
+    status, code = 415, ProblemCode.UNSUPPORTED_MEDIA_TYPE
 
 
 class Unprocessable(ConclaveError):
-    status, code = 422, "VALIDATION_FAILED"
+    status, code = 422, ProblemCode.VALIDATION_FAILED
 
 
 class RateLimited(ConclaveError):
-    status, code = 429, "RATE_LIMITED"
+    status, code = 429, ProblemCode.RATE_LIMITED
 
 
 class BadGateway(ConclaveError):
-    status, code = 502, "BACKEND_FAILED"
+    status, code = 502, ProblemCode.BACKEND_FAILED
 
 
 class Unavailable(ConclaveError):
-    status, code = 503, "UNAVAILABLE"
+    status, code = 503, ProblemCode.UNAVAILABLE
 
 
 class StoreUnavailable(Unavailable):
-    code = "STORE_UNAVAILABLE"
+    code = ProblemCode.STORE_UNAVAILABLE
 
 
 class BusUnavailable(Unavailable):
-    code = "BUS_UNAVAILABLE"
+    code = ProblemCode.BUS_UNAVAILABLE
 
 
 class GatewayTimeout(ConclaveError):
-    status, code = 504, "TIMEOUT"
+    status, code = 504, ProblemCode.TIMEOUT

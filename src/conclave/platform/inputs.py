@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conclave.platform.errors import Unprocessable
+from conclave.platform.problem_types import ProblemCode
 
 INT_MIN = -(2**63)
 INT_MAX = 2**63 - 1
@@ -61,7 +62,7 @@ class UnsafeInput(Unprocessable):
     """422 ``UNSAFE_INPUT``: the input holds a value that cannot be stored, published or answered.
     ``document`` is the decoded input, for callers that must audit what they refused."""
 
-    code = "UNSAFE_INPUT"
+    code = ProblemCode.UNSAFE_INPUT
 
     def __init__(self, finding: UnsafeValue, document: Any = None) -> None:
         super().__init__(

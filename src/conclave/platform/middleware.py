@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from conclave.platform.ids import new_id
 from conclave.platform.logs import correlation_id_var, request_id_var
 from conclave.platform.metrics import ServiceMetrics
-from conclave.platform.problem_types import title_of, type_uri
+from conclave.platform.problem_types import ProblemCode, title_of, type_uri
 from conclave.platform.problems import PROBLEM_MEDIA_TYPE, internal_error
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:/@+=-]{1,128}")
@@ -144,11 +144,11 @@ class BodyLimitMiddleware:
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
         body: dict[str, Any] = {
-            "type": type_uri("PAYLOAD_TOO_LARGE"),
-            "title": title_of("PAYLOAD_TOO_LARGE"),
+            "type": type_uri(ProblemCode.PAYLOAD_TOO_LARGE),
+            "title": title_of(ProblemCode.PAYLOAD_TOO_LARGE),
             "status": 413,
             "detail": f"The request body exceeds {self.max_bytes} bytes.",
-            "code": "PAYLOAD_TOO_LARGE",
+            "code": ProblemCode.PAYLOAD_TOO_LARGE,
             "instance": scope.get("path"),
             "request_id": request_id_var.get(),
         }

@@ -14,7 +14,7 @@ from starlette.requests import ClientDisconnect
 from conclave.platform.errors import ConclaveError
 from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.logs import request_id_var
-from conclave.platform.problem_types import title_of, type_uri
+from conclave.platform.problem_types import ProblemCode, title_of, type_uri
 from conclave.platform.serving import read_timeout_of
 
 log = logging.getLogger(__name__)
@@ -22,14 +22,14 @@ log = logging.getLogger(__name__)
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
 _HTTP_CODES = {
-    400: "BAD_REQUEST",
-    401: "UNAUTHORIZED",
-    403: "FORBIDDEN",
-    404: "NOT_FOUND",
-    405: "METHOD_NOT_ALLOWED",
-    406: "NOT_ACCEPTABLE",
-    413: "PAYLOAD_TOO_LARGE",
-    415: "UNSUPPORTED_MEDIA_TYPE",
+    400: ProblemCode.BAD_REQUEST,
+    401: ProblemCode.UNAUTHORIZED,
+    403: ProblemCode.FORBIDDEN,
+    404: ProblemCode.NOT_FOUND,
+    405: ProblemCode.METHOD_NOT_ALLOWED,
+    406: ProblemCode.NOT_ACCEPTABLE,
+    413: ProblemCode.PAYLOAD_TOO_LARGE,
+    415: ProblemCode.UNSUPPORTED_MEDIA_TYPE,
 }
 
 
@@ -89,7 +89,10 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
     raw = exc.errors()
     if any(error.get("type") == "json_invalid" for error in raw):
         return problem(
-            400, "MALFORMED_JSON", "The request body is not valid JSON.", instance=request.url.path
+            400,
+            ProblemCode.MALFORMED_JSON,
+            "The request body is not valid JSON.",
+            instance=request.url.path,
         )
     errors = [
         {
@@ -101,7 +104,7 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
     ]
     return problem(
         422,
-        "VALIDATION_FAILED",
+        ProblemCode.VALIDATION_FAILED,
         "The request does not match its schema.",
         instance=request.url.path,
         errors=errors,
@@ -115,7 +118,7 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
         # that the decoder recursed out): still malformed input, not a server fault.
         return problem(
             400,
-            "MALFORMED_JSON",
+            ProblemCode.MALFORMED_JSON,
             "The request body could not be parsed.",
             instance=request.url.path,
         )
@@ -129,7 +132,7 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
 def internal_error(path: str, exc: BaseException) -> JSONResponse:
     """Log ``exc`` and render the generic 500 problem (the exception's text stays in the log)."""
     log.error("unhandled error", exc_info=exc, extra={"path": path})
-    return problem(500, "INTERNAL_ERROR", "An unexpected error occurred.", instance=path)
+    return problem(500, ProblemCode.INTERNAL_ERROR, "An unexpected error occurred.", instance=path)
 
 
 async def _on_client_gone(request: Request, exc: Exception) -> JSONResponse:
@@ -141,7 +144,7 @@ async def _on_client_gone(request: Request, exc: Exception) -> JSONResponse:
         detail = "The request did not arrive in time; the connection was closed."
         return problem(408, timeout, detail, instance=request.url.path)
     detail = "The client went away before its request arrived."
-    return problem(400, "CLIENT_DISCONNECTED", detail, instance=request.url.path)
+    return problem(400, ProblemCode.CLIENT_DISCONNECTED, detail, instance=request.url.path)
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -30,6 +30,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from conclave.platform.problem_types import ProblemCode
 from conclave.platform.problems import problem
 from conclave.settings import CommonSettings
 
@@ -203,7 +204,7 @@ class RequestGuardMiddleware:
                 f"This service does not answer for the host {shown}: list the names it is "
                 "reached by in CONCLAVE_ALLOWED_HOSTS."
             )
-            await self._refuse(scope, receive, send, 421, "HOST_NOT_ALLOWED", detail)
+            await self._refuse(scope, receive, send, 421, ProblemCode.HOST_NOT_ALLOWED, detail)
             return
         origins = _header_values(scope, b"origin")
         if origins and (len(origins) > 1 or not sources.origin_allowed(origins[0], host)):
@@ -213,7 +214,7 @@ class RequestGuardMiddleware:
                 f"Pages of the origin {shown} may not send requests to this service: list "
                 "trusted origins in CONCLAVE_ALLOWED_ORIGINS (or CONCLAVE_CORS_ORIGINS)."
             )
-            await self._refuse(scope, receive, send, 403, "ORIGIN_NOT_ALLOWED", detail)
+            await self._refuse(scope, receive, send, 403, ProblemCode.ORIGIN_NOT_ALLOWED, detail)
             return
         await self.app(scope, receive, send)
 

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from conclave.platform.problem_types import title_of, type_uri
+from conclave.platform.problem_types import ProblemCode, title_of, type_uri
 from conclave.settings import CommonSettings
 
 _HEADERS, _BODY, _DONE, _CLOSING = "headers", "body", "done", "closing"
@@ -73,10 +73,14 @@ def read_timeout_of(scope: dict[str, Any] | Any) -> str | None:
     return code if isinstance(code, str) else None
 
 
-_REFUSALS = {
-    "HEADER_TIMEOUT": (408, "Request Timeout", "The request headers did not arrive in time."),
-    "BODY_TIMEOUT": (408, "Request Timeout", "The request body did not arrive in time."),
-    "HEADERS_TOO_LARGE": (
+_REFUSALS: dict[str, tuple[int, str, str]] = {
+    ProblemCode.HEADER_TIMEOUT: (
+        408,
+        "Request Timeout",
+        "The request headers did not arrive in time.",
+    ),
+    ProblemCode.BODY_TIMEOUT: (408, "Request Timeout", "The request body did not arrive in time."),
+    ProblemCode.HEADERS_TOO_LARGE: (
         431,
         "Request Header Fields Too Large",
         "The request headers exceed the size limit.",
@@ -146,7 +150,7 @@ class DeadlineProtocol(HttpToolsProtocol):
         # Still in the headers: every byte counted is a header byte (the parser keeps them all
         # until the headers end). Checked after the read, so at most one read beyond the cap.
         if self._phase == _HEADERS and self._header_bytes > self.limits.max_header_bytes:
-            self._refuse("HEADERS_TOO_LARGE")
+            self._refuse(ProblemCode.HEADERS_TOO_LARGE)
             return
         due = self._due()
         timer = self._timer
@@ -209,9 +213,11 @@ class DeadlineProtocol(HttpToolsProtocol):
         elif now < due:
             self._timer = self.loop.call_at(due, self._on_timer)
         else:
-            self._refuse("BODY_TIMEOUT" if self._phase == _BODY else "HEADER_TIMEOUT")
+            self._refuse(
+                ProblemCode.BODY_TIMEOUT if self._phase == _BODY else ProblemCode.HEADER_TIMEOUT
+            )
 
-    def _refuse(self, code: str) -> None:
+    def _refuse(self, code: ProblemCode) -> None:
         """Answer ``code`` (unless a response is under way) and close the connection."""
         cycle = self.cycle
         if self._phase == _BODY:

@@ -17,6 +17,7 @@ import hmac
 import re
 
 from conclave.platform.errors import Unauthorized
+from conclave.platform.problem_types import ProblemCode
 
 _HEX_SIGNATURE = re.compile(r"^[0-9a-f]{64}$")
 # A nonce is a client's random token (the SDK sends 32 hex digits); 16 characters is the least
@@ -40,10 +41,13 @@ def check_timestamp(timestamp: str | None, now: float, window_seconds: float) ->
     """Raise :class:`Unauthorized` unless ``timestamp`` is Unix seconds within the window."""
     # Headers arrive latin-1 decoded, and ``isdigit`` admits characters ``int`` refuses ("²").
     if not timestamp or not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > 12:
-        raise Unauthorized("X-Conclave-Timestamp must be Unix seconds.", code="INVALID_SIGNATURE")
+        raise Unauthorized(
+            "X-Conclave-Timestamp must be Unix seconds.", code=ProblemCode.INVALID_SIGNATURE
+        )
     if abs(now - int(timestamp)) > window_seconds:
         raise Unauthorized(
-            "The request timestamp is outside the accepted window.", code="SIGNATURE_EXPIRED"
+            "The request timestamp is outside the accepted window.",
+            code=ProblemCode.SIGNATURE_EXPIRED,
         )
 
 
@@ -54,7 +58,7 @@ def canonical_signature(header: str) -> str:
     if not _HEX_SIGNATURE.match(text):
         raise Unauthorized(
             "X-Conclave-Signature must be 64 hex digits (optionally prefixed 'sha256=').",
-            code="INVALID_SIGNATURE",
+            code=ProblemCode.INVALID_SIGNATURE,
         )
     return text
 
@@ -64,12 +68,12 @@ def check_nonce(nonce: str | None) -> str:
     not 16-128 characters of ``A-Z a-z 0-9 . _ ~ + / = -`` (``INVALID_NONCE``)."""
     if not nonce:
         raise Unauthorized(
-            "Signed uploads must carry a fresh X-Conclave-Nonce.", code="NONCE_REQUIRED"
+            "Signed uploads must carry a fresh X-Conclave-Nonce.", code=ProblemCode.NONCE_REQUIRED
         )
     if not _NONCE.match(nonce):
         raise Unauthorized(
             "X-Conclave-Nonce must be 16-128 characters of A-Z a-z 0-9 . _ ~ + / = -.",
-            code="INVALID_NONCE",
+            code=ProblemCode.INVALID_NONCE,
         )
     return nonce
 
@@ -81,7 +85,9 @@ def verify(
     :func:`canonical_signature`) signs this body, time and nonce."""
     expected = sign(secret, body_sha256, timestamp, nonce)
     if not hmac.compare_digest(expected, signature):
-        raise Unauthorized("The request signature does not match.", code="INVALID_SIGNATURE")
+        raise Unauthorized(
+            "The request signature does not match.", code=ProblemCode.INVALID_SIGNATURE
+        )
 
 
 def parse_secret_table(raw: str) -> dict[str, str]:

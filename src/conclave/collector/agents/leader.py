@@ -7,6 +7,7 @@ from typing import Any
 
 from conclave.collector.agents.context import ExpeditionContext, ExpeditionFailed
 from conclave.collector.expedition_types import ExpeditionType
+from conclave.platform.problem_types import ProblemCode
 
 
 class ExpeditionLeader:
@@ -37,5 +38,5 @@ class ExpeditionLeader:
             raise ExpeditionFailed(
                 f"timed out after {timeout_seconds:g} s in stage {progress.stage!r} "
                 f"({progress.items_done} items done)",
-                code="TIMEOUT",
+                code=ProblemCode.TIMEOUT,
             ) from exc

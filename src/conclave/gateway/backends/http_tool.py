@@ -15,6 +15,7 @@ import httpx
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.tools import Executor, ToolContext, ToolExecutionError
 from conclave.platform.auth import ACTING_USER_HEADER, acting_user_header_value
+from conclave.platform.problem_types import ProblemCode
 from conclave.platform.urls import path_segment
 
 Fallback = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
@@ -40,7 +41,7 @@ class HttpCall:
 
 
 def _unavailable(message: str) -> ToolExecutionError:
-    return ToolExecutionError(message, code="BACKEND_UNAVAILABLE", status=503)
+    return ToolExecutionError(message, code=ProblemCode.BACKEND_UNAVAILABLE, status=503)
 
 
 def _backend_error(call: HttpCall, what: str, *, code: str, status: int) -> ToolExecutionError:
@@ -66,7 +67,9 @@ def _path(call: HttpCall, args: dict[str, Any]) -> tuple[str, set[str]]:
             return path_segment(args.get(name, ""))
         except ValueError as exc:
             message = f"Argument {name!r} must be a non-empty text to fill the backend path."
-            raise ToolExecutionError(message, code="INVALID_ARGUMENT", status=422) from exc
+            raise ToolExecutionError(
+                message, code=ProblemCode.INVALID_ARGUMENT, status=422
+            ) from exc
 
     return _PLACEHOLDER.sub(segment, call.path), used
 
@@ -112,7 +115,9 @@ def http_executor(
                 breaker.record_failure()
                 if last:
                     message = f"did not answer in {call.timeout_seconds:g} s."
-                    raise _backend_error(call, message, code="BACKEND_TIMEOUT", status=504) from exc
+                    raise _backend_error(
+                        call, message, code=ProblemCode.BACKEND_TIMEOUT, status=504
+                    ) from exc
             except httpx.TransportError as exc:
                 breaker.record_failure()
                 if last:
@@ -124,7 +129,7 @@ def http_executor(
                 breaker.record_failure()
                 if last:
                     message = f"failed with HTTP {response.status_code}."
-                    raise _backend_error(call, message, code="BACKEND_FAILED", status=502)
+                    raise _backend_error(call, message, code=ProblemCode.BACKEND_FAILED, status=502)
             await asyncio.sleep(backoff_seconds * 2**attempt * random.uniform(0.5, 1.0))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -139,17 +144,17 @@ def _result(call: HttpCall, response: httpx.Response) -> Any:
     if response.status_code >= 400:
         detail = response.text[:300].strip() or response.reason_phrase
         message = f"refused the call (HTTP {response.status_code}): {detail}"
-        raise _backend_error(call, message, code="BACKEND_REJECTED", status=422)
+        raise _backend_error(call, message, code=ProblemCode.BACKEND_REJECTED, status=422)
     if not response.content:
         return None
     try:
         answer = response.json()
     except ValueError as exc:
         message = "answered with something that is not JSON."
-        raise _backend_error(call, message, code="BACKEND_FAILED", status=502) from exc
+        raise _backend_error(call, message, code=ProblemCode.BACKEND_FAILED, status=502) from exc
     if call.result_field is not None:
         if not isinstance(answer, dict) or call.result_field not in answer:
             message = f"answer has no {call.result_field!r} field."
-            raise _backend_error(call, message, code="BACKEND_FAILED", status=502)
+            raise _backend_error(call, message, code=ProblemCode.BACKEND_FAILED, status=502)
         return answer[call.result_field]
     return answer

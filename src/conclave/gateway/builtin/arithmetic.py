@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from conclave.gateway.tools import RuleOutcome, Tool, ToolContext, ToolExecutionError
+from conclave.platform.problem_types import ProblemCode
 
 MAX_INTEGER_BITS = 100_000
 """Largest integer, intermediate or final, an expression may produce (30,103 decimal digits)."""
@@ -57,7 +58,7 @@ _CONSTANTS = {"pi": math.pi, "e": math.e}
 
 
 def _fail(message: str) -> ToolExecutionError:
-    return ToolExecutionError(message, code="INVALID_EXPRESSION")
+    return ToolExecutionError(message, code=ProblemCode.INVALID_EXPRESSION)
 
 
 def _too_large(bits: float) -> ToolExecutionError:
@@ -65,7 +66,7 @@ def _too_large(bits: float) -> ToolExecutionError:
     return ToolExecutionError(
         f"the expression would produce an integer of {digits} digits; the limit is "
         f"{MAX_INTEGER_BITS:,} bits ({MAX_INTEGER_BITS * math.log10(2):,.0f} digits)",
-        code="RESULT_TOO_LARGE",
+        code=ProblemCode.RESULT_TOO_LARGE,
     )
 
 

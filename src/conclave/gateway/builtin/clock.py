@@ -7,6 +7,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from conclave.gateway.tools import Tool, ToolContext, ToolExecutionError
+from conclave.platform.problem_types import ProblemCode
 
 
 async def _current_time(args: dict[str, Any], _ctx: ToolContext) -> dict[str, Any]:
@@ -15,7 +16,7 @@ async def _current_time(args: dict[str, Any], _ctx: ToolContext) -> dict[str, An
         zone = ZoneInfo(zone_name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise ToolExecutionError(
-            f"unknown time zone {zone_name!r}", code="UNKNOWN_TIMEZONE"
+            f"unknown time zone {zone_name!r}", code=ProblemCode.UNKNOWN_TIMEZONE
         ) from exc
     now = datetime.now(UTC)
     local = now.astimezone(zone)

@@ -20,6 +20,7 @@ from jmespath.parser import Parser
 from jmespath.visitor import TreeInterpreter
 
 from conclave.gateway.tools import RuleOutcome, Tool, ToolContext, ToolExecutionError
+from conclave.platform.problem_types import ProblemCode
 
 MAX_VALUE_CHARS = 1_048_576
 """Largest value (in characters of JSON) a query may build, its result included."""
@@ -90,13 +91,17 @@ def query(args: dict[str, Any], _ctx: ToolContext) -> dict[str, Any]:
         parsed = Parser().parse(args["query"])
         result = _BudgetedInterpreter(MAX_VALUE_CHARS).visit(parsed.parsed, args["document"])
     except JMESPathError as exc:
-        raise ToolExecutionError(f"invalid JMESPath query: {exc}", code="INVALID_QUERY") from exc
+        raise ToolExecutionError(
+            f"invalid JMESPath query: {exc}", code=ProblemCode.INVALID_QUERY
+        ) from exc
     except RecursionError as exc:
-        raise ToolExecutionError("the query nests too deeply", code="INVALID_QUERY") from exc
+        raise ToolExecutionError(
+            "the query nests too deeply", code=ProblemCode.INVALID_QUERY
+        ) from exc
     except _QueryTooLarge as exc:
         raise ToolExecutionError(
             f"the query builds a value larger than {MAX_VALUE_CHARS:,} characters of JSON",
-            code="RESULT_TOO_LARGE",
+            code=ProblemCode.RESULT_TOO_LARGE,
         ) from exc
     return {"query": args["query"], "result": result}
 
