@@ -9,6 +9,7 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from conclave import __version__
 from conclave.edge import integrity, store
+from conclave.edge.events import CHANNEL
 from conclave.edge.media import MEDIA_TYPES, media_type_or_404
 from conclave.edge.models import (
     ChainVerifyResult,
@@ -211,7 +212,7 @@ def _event(row: Any) -> IntakeEvent:
         }
     return IntakeEvent(
         event_id=row.event_id,
-        channel=store.CHANNEL,
+        channel=CHANNEL,
         evidence_id=row.evidence_id,
         media_type=row.media_type,
         sha256=row.sha256,

@@ -19,11 +19,25 @@ GENESIS = "0" * 64
 """The ``prev_chain_hash`` of the first pack."""
 
 CHAINED_FIELDS = (
-    "evidence_id", "chain_seq", "media_type", "format", "mime_type", "filename", "sha256",
-    "size_bytes", "client_metadata", "extracted", "device_id", "correlation_id",
-    "idempotency_key", "part_index", "sampling_policy_ref", "event_id", "created_at",
+    "evidence_id",
+    "chain_seq",
+    "media_type",
+    "format",
+    "mime_type",
+    "filename",
+    "sha256",
+    "size_bytes",
+    "client_metadata",
+    "extracted",
+    "device_id",
+    "correlation_id",
+    "idempotency_key",
+    "part_index",
+    "sampling_policy_ref",
+    "event_id",
+    "created_at",
     "prev_chain_hash",
-)  # fmt: skip
+)
 
 
 def _canonical(value: Any) -> Any:

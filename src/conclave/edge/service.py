@@ -13,6 +13,7 @@ from typing import Any
 
 from conclave.edge import store
 from conclave.edge.blobs import BlobStore
+from conclave.edge.events import CHANNEL, SOURCE
 from conclave.edge.guardrails import (
     check_upload_headers,
     idempotency_key,
@@ -194,9 +195,12 @@ class IntakeService:
         try:
             if signature is not None:
                 signing.verify(
-                    signature.secret, upload.body_sha256, signature.timestamp, signature.value,
+                    signature.secret,
+                    upload.body_sha256,
+                    signature.timestamp,
+                    signature.value,
                     signature.nonce,
-                )  # fmt: skip
+                )
                 await self._use_signature(device, signature.value)
             return await self._ingest(media_type, command, upload, device, key)
         finally:
@@ -323,9 +327,9 @@ class IntakeService:
             "created_at": rfc3339(pack["created_at"]),
         }
         return Event(
-            channel=store.CHANNEL,
+            channel=CHANNEL,
             payload=payload,
-            source="edge",
+            source=SOURCE,
             event_id=pack["event_id"],
             emitted_at=pack["created_at"],
             correlation_id=pack["correlation_id"],

@@ -33,6 +33,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.edge.chain import chain_hash
+from conclave.edge.events import CHANNEL
 from conclave.platform.bus.base import Event
 from conclave.platform.clock import utc_now
 from conclave.platform.db.engine import is_sqlite
@@ -112,8 +113,6 @@ request_nonces = Table(
     PrimaryKeyConstraint("device_id", "nonce"),
     Index("ix_edge_request_nonces_seen_at", "seen_at"),
 )
-
-CHANNEL = "edge_intake.evidence.created"
 
 
 async def idempotent_ids(
