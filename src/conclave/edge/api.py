@@ -10,7 +10,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from conclave import __version__
 from conclave.edge import integrity, store
 from conclave.edge.events import CHANNEL
-from conclave.edge.media import MEDIA_TYPES, media_type_or_404
+from conclave.edge.media import media_type_or_404
 from conclave.edge.models import (
     ChainVerifyResult,
     EventPage,
@@ -23,6 +23,7 @@ from conclave.edge.service import IntakeService, UploadCommand
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.errors import BadRequest, NotFound
 from conclave.platform.http import CurrentPrincipal, correlation_id
+from conclave.platform.media_types import media_type_names
 from conclave.platform.openapi import HEALTH_RESPONSES, problem_responses
 
 router = APIRouter()
@@ -103,7 +104,7 @@ async def health(service: Service) -> JSONResponse:
         s401="Missing or invalid credentials or signature (UNAUTHORIZED, INVALID_TOKEN, "
         "TOKEN_EXPIRED, SIGNATURE_REQUIRED, INVALID_SIGNATURE, SIGNATURE_EXPIRED, "
         "NONCE_REQUIRED, INVALID_NONCE, REPLAYED_REQUEST)",
-        s404="Unknown media type (UNKNOWN_MEDIA_TYPE; the seven are listed)",
+        s404="Unknown media type (UNKNOWN_MEDIA_TYPE; the known ones are listed)",
         s413="A file, a field or the count of files or fields exceeds its limit",
         s415="Not multipart, or the file's bytes are not a format of this type",
         s422="Empty, missing or corrupt file, bad metadata or coordinates",
@@ -115,7 +116,7 @@ async def upload(
     request: Request,
     service: Service,
     principal: CurrentPrincipal,
-    media_type: Annotated[str, Path(description=f"One of: {', '.join(MEDIA_TYPES)}.")],
+    media_type: Annotated[str, Path(description=f"One of: {', '.join(media_type_names())}.")],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
     signature: Annotated[str | None, Header(alias="X-Conclave-Signature")] = None,
     timestamp: Annotated[str | None, Header(alias="X-Conclave-Timestamp")] = None,
@@ -170,7 +171,7 @@ async def events(
     cursor: Annotated[str | None, Query(max_length=20, description="From `next_cursor`.")] = None,
 ) -> EventPage:
     """Recent evidence-created events, newest first, with their delivery state."""
-    media_type = media_type_or_404(type) if type else None
+    media_type = media_type_or_404(type, service.media_types) if type else None
     # ``isdigit`` alone admits digits ``int`` refuses (superscripts); check ASCII and range too.
     valid = cursor is None or (cursor.isascii() and cursor.isdigit() and int(cursor) <= MAX_SEQ)
     if not valid:

@@ -21,7 +21,7 @@ from conclave.edge.guardrails import (
     parse_metadata,
     sanitize_filename,
 )
-from conclave.edge.media import MEDIA_TYPES, media_type_or_404, upload_limits
+from conclave.edge.media import media_type_or_404, upload_limits
 from conclave.edge.metrics import EdgeMetrics
 from conclave.edge.multipart import MAX_FIELD_BYTES, Upload, boundary_of, read_upload
 from conclave.edge.parsing import ParserPool
@@ -32,6 +32,7 @@ from conclave.platform.bus.base import Event
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import store_errors
 from conclave.platform.errors import ConclaveError, PayloadTooLarge, Unauthorized, Unprocessable
+from conclave.platform.media_types import registered_media_types
 from conclave.platform.runtime import Platform
 from conclave.settings import EdgeSettings
 
@@ -103,7 +104,9 @@ class IntakeService:
         self.blobs = blobs
         self.parsers = parsers
         self.metrics = metrics
-        self.limits = upload_limits(settings.max_upload_bytes)
+        # The types are fixed for the life of the process: plug-ins are looked up once, here.
+        self.media_types = registered_media_types()
+        self.limits = upload_limits(self.media_types, settings.max_upload_bytes)
         # Beyond the setting (but under the ceiling) ``metadata`` is read whole and refused with
         # the specific METADATA_TOO_LARGE; the ceiling stops it early with FIELD_TOO_LARGE.
         self.field_limits = {
@@ -129,7 +132,7 @@ class IntakeService:
 
     async def upload(self, command: UploadCommand) -> UploadResult:
         """Turn an upload into Evidence Packs (one per file part) and their events."""
-        label = command.media_type if command.media_type in MEDIA_TYPES else "unknown"
+        label = command.media_type if command.media_type in self.media_types else "unknown"
         started = time.perf_counter()
         try:
             result = await self._upload(command)
@@ -143,7 +146,7 @@ class IntakeService:
         return result
 
     async def _upload(self, command: UploadCommand) -> UploadResult:
-        media_type = media_type_or_404(command.media_type)
+        media_type = media_type_or_404(command.media_type, self.media_types)
         check_upload_headers(
             {
                 "Idempotency-Key": command.idempotency_key,
@@ -373,7 +376,7 @@ class IntakeService:
             figures = await store.pipeline_figures(
                 self.engine, rate_since=now - RATE_WINDOW, errors_since=now - ERROR_WINDOW
             )
-        by_type = {media_type: figures["by_type"].get(media_type, 0) for media_type in MEDIA_TYPES}
+        by_type = {name: figures["by_type"].get(name, 0) for name in self.media_types}
         last = figures["last_created_at"]
         return {
             "total_events": sum(by_type.values()),
