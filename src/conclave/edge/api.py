@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import FileResponse, JSONResponse
@@ -13,12 +13,14 @@ from conclave.edge.events import CHANNEL
 from conclave.edge.media import media_type_or_404
 from conclave.edge.models import (
     ChainVerifyResult,
+    Delivery,
     EventPage,
     EvidencePack,
     IntakeEvent,
     UploadResponse,
     VerifyResult,
 )
+from conclave.edge.records import OutboxState, PackEvent
 from conclave.edge.service import IntakeService, UploadCommand
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.errors import BadRequest, NotFound
@@ -176,52 +178,53 @@ async def events(
     valid = cursor is None or (cursor.isascii() and cursor.isdigit() and int(cursor) <= MAX_SEQ)
     if not valid:
         raise BadRequest("cursor must come from next_cursor.", code="INVALID_CURSOR")
-    rows = await store.list_events(
+    found = await store.list_events(
         service.engine,
         media_type=media_type,
         before_seq=int(cursor) if cursor else None,
         limit=limit,
     )
-    items = [_event(row) for row in rows]
-    more = len(rows) == limit
+    items = [_event(event) for event in found]
+    more = len(found) == limit
     return EventPage(
-        events=items, count=len(items), next_cursor=str(rows[-1].chain_seq) if more else None
+        events=items,
+        count=len(items),
+        next_cursor=str(found[-1].pack.chain_seq) if more else None,
     )
 
 
-def _event(row: Any) -> IntakeEvent:
-    if row.outbox_event_id is None:
-        delivery = {
-            "status": "published",
-            "attempts": None,
-            "published_at": None,
-            "last_error": None,
-        }
+def _delivery(outbox: OutboxState | None) -> Delivery:
+    if outbox is None:
+        return Delivery(status="published", attempts=None, published_at=None, last_error=None)
+    published = outbox.published_at is not None
+    status: Literal["published", "pending", "retrying", "quarantined"]
+    if published:
+        status = "published"
+    elif outbox.quarantined_at is not None:
+        status = "quarantined"  # set aside by the relay: `conclave outbox list` shows why
     else:
-        published = row.published_at is not None
-        if published:
-            status = "published"
-        elif row.quarantined_at is not None:
-            status = "quarantined"  # set aside by the relay: `conclave outbox list` shows why
-        else:
-            status = "retrying" if row.attempts else "pending"
-        delivery = {
-            "status": status,
-            "attempts": row.attempts,
-            "published_at": rfc3339(row.published_at) if published else None,
-            "last_error": row.last_error,
-        }
+        status = "retrying" if outbox.attempts else "pending"
+    return Delivery(
+        status=status,
+        attempts=outbox.attempts,
+        published_at=rfc3339(outbox.published_at) if outbox.published_at else None,
+        last_error=outbox.last_error,
+    )
+
+
+def _event(event: PackEvent) -> IntakeEvent:
+    pack = event.pack
     return IntakeEvent(
-        event_id=row.event_id,
+        event_id=pack.event_id,
         channel=CHANNEL,
-        evidence_id=row.evidence_id,
-        media_type=row.media_type,
-        sha256=row.sha256,
-        size_bytes=row.size_bytes,
-        device_id=row.device_id,
-        correlation_id=row.correlation_id,
-        created_at=rfc3339(row.created_at),
-        delivery=delivery,  # type: ignore[arg-type]
+        evidence_id=pack.evidence_id,
+        media_type=pack.media_type,
+        sha256=pack.sha256,
+        size_bytes=pack.size_bytes,
+        device_id=pack.device_id,
+        correlation_id=pack.correlation_id,
+        created_at=rfc3339(pack.created_at),
+        delivery=_delivery(event.outbox),
     )
 
 
@@ -280,7 +283,7 @@ async def verify_evidence(
     evidence_id: str, service: Service, _principal: CurrentPrincipal
 ) -> VerifyResult:
     """Re-hash the pack's content and check its record and both chain links."""
-    return VerifyResult(**await integrity.verify_pack(service.engine, service.blobs, evidence_id))
+    return await integrity.verify_pack(service.engine, service.blobs, evidence_id)
 
 
 @router.get(
@@ -296,7 +299,6 @@ async def verify_chain(
     content: Annotated[bool, Query(description="Also re-hash every blob (slow).")] = False,
 ) -> ChainVerifyResult:
     """Walk the hash chain from a position; report gaps, broken links and modified records."""
-    result = await integrity.verify_chain(
+    return await integrity.verify_chain(
         service.engine, service.blobs, after_seq=after_seq, limit=limit, content=content
     )
-    return ChainVerifyResult(**result)

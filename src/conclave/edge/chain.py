@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from conclave.edge.records import EvidencePack, NewEvidencePack
 from conclave.platform.clock import rfc3339
 
 GENESIS = "0" * 64
@@ -55,3 +56,9 @@ def chain_hash(record: Mapping[Any, Any]) -> str:
     """The chain hash of ``record`` (which carries its ``prev_chain_hash``)."""
     link = f"{record['prev_chain_hash']}:{record_digest(record)}"
     return hashlib.sha256(link.encode()).hexdigest()
+
+
+def link(pack: NewEvidencePack, chain_seq: int, prev_chain_hash: str) -> EvidencePack:
+    """``pack`` chained at position ``chain_seq``, after the pack hashed ``prev_chain_hash``."""
+    columns = {**pack.columns(), "chain_seq": chain_seq, "prev_chain_hash": prev_chain_hash}
+    return EvidencePack(**columns, chain_hash=chain_hash(columns))
