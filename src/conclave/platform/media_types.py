@@ -29,7 +29,7 @@ ENTRY_POINT_GROUP = "conclave.media_types"
 MiB = 1024**2
 GiB = 1024**3
 
-Sniffer = Callable[[bytes, int], "tuple[str, str] | None"]
+Sniffer = Callable[[bytes, int], tuple[str, str] | None]
 """``(head, size) -> (format, mime)`` of a file's first bytes, or ``None`` when they are not a
 format of the type (the upload is then refused with 415)."""
 Extractor = Callable[[str, str, dict[str, Any]], dict[str, Any]]
