@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conclave.edge.media import MEDIA_TYPES
+from conclave.platform.media_types import BUILT_IN_MEDIA_TYPES
 from tests.conftest import Backend
 from tests.edge.conftest import corpus_file, edge_app, edge_settings
 from tests.edge.corpus import manifest
@@ -60,7 +60,7 @@ async def _refused_problems(
     return problems
 
 
-@pytest.mark.parametrize("route", MEDIA_TYPES)
+@pytest.mark.parametrize("route", [media.name for media in BUILT_IN_MEDIA_TYPES])
 async def test_real_files_are_accepted_and_described_as_an_independent_tool_reads_them(
     route: str, sqlite_engine: Any, memory_bus: Any, tmp_path: Path
 ) -> None:

@@ -44,7 +44,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from conclave.edge.media import MEDIA_TYPES
+from conclave.platform.media_types import media_type_names
 from conclave.platform.problem_types import title_of, type_uri
 from tests.hostile.conftest import AUTH, CONFIGURATIONS, build_app, service_settings
 
@@ -131,8 +131,9 @@ def _aim(case: Any) -> None:
         body["wait_seconds"] = min(body["wait_seconds"], MAX_WAIT_SECONDS)
     params = case.path_parameters or {}
     media_type = params.get("media_type")
-    if isinstance(media_type, str) and media_type not in MEDIA_TYPES and len(media_type) % 4:
-        params["media_type"] = MEDIA_TYPES[len(media_type) % len(MEDIA_TYPES)]
+    names = media_type_names()
+    if isinstance(media_type, str) and media_type not in names and len(media_type) % 4:
+        params["media_type"] = names[len(media_type) % len(names)]
     if case.path == "/execute" and body is not None and isinstance(body.get("tool"), str):
         tool = body["tool"]
         if len(tool) % 4:

@@ -28,6 +28,7 @@ from conclave.edge_client import (
     default_outbox_path,
 )
 from conclave.edge_client.envelope import parse_metadata
+from conclave.platform.media_types import media_type_names
 from conclave.settings import EdgeClientSettings
 
 edge_app = typer.Typer(
@@ -48,10 +49,14 @@ TokenOption = Annotated[
 OutboxOption = Annotated[
     Path | None, typer.Option("--outbox", help="Outbox file; default from CONCLAVE_EDGE_OUTBOX.")
 ]
-TYPE_HELP = "document, image, audio, video, cad, landscape or geo."
 ConcurrencyOption = Annotated[
     int, typer.Option("--concurrency", min=1, max=32, help="Uploads in flight at once.")
 ]
+
+
+def _type_help() -> str:
+    *most, last = media_type_names()
+    return f"{', '.join(most)} or {last}." if most else f"{last}."
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -82,7 +87,7 @@ def _client(server: str | None, token: str | None) -> EdgeClient:
 
 @edge_app.command()
 def enqueue(
-    source_type: Annotated[str, typer.Argument(metavar="TYPE", help=TYPE_HELP)],
+    source_type: Annotated[str, typer.Argument(metavar="TYPE", help=_type_help())],
     paths: Annotated[list[Path], typer.Argument(metavar="PATH...", help="Files to send.")],
     metadata: Annotated[
         str | None, typer.Option("--metadata", help="JSON object sent with each file.")

@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import FileResponse, JSONResponse
 
 from conclave import __version__
 from conclave.edge import integrity, store
-from conclave.edge.media import MEDIA_TYPES, media_type_or_404
+from conclave.edge.events import CHANNEL
+from conclave.edge.media import media_type_or_404
 from conclave.edge.models import (
     ChainVerifyResult,
+    Delivery,
     EventPage,
     EvidencePack,
     IntakeEvent,
     UploadResponse,
     VerifyResult,
 )
+from conclave.edge.records import OutboxState, PackEvent
 from conclave.edge.service import IntakeService, UploadCommand
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.errors import BadRequest, NotFound
 from conclave.platform.http import CurrentPrincipal, correlation_id
+from conclave.platform.media_types import media_type_names
 from conclave.platform.openapi import HEALTH_RESPONSES, problem_responses
 
 router = APIRouter()
@@ -102,7 +106,7 @@ async def health(service: Service) -> JSONResponse:
         s401="Missing or invalid credentials or signature (UNAUTHORIZED, INVALID_TOKEN, "
         "TOKEN_EXPIRED, SIGNATURE_REQUIRED, INVALID_SIGNATURE, SIGNATURE_EXPIRED, "
         "NONCE_REQUIRED, INVALID_NONCE, REPLAYED_REQUEST)",
-        s404="Unknown media type (UNKNOWN_MEDIA_TYPE; the seven are listed)",
+        s404="Unknown media type (UNKNOWN_MEDIA_TYPE; the known ones are listed)",
         s413="A file, a field or the count of files or fields exceeds its limit",
         s415="Not multipart, or the file's bytes are not a format of this type",
         s422="Empty, missing or corrupt file, bad metadata or coordinates",
@@ -114,7 +118,7 @@ async def upload(
     request: Request,
     service: Service,
     principal: CurrentPrincipal,
-    media_type: Annotated[str, Path(description=f"One of: {', '.join(MEDIA_TYPES)}.")],
+    media_type: Annotated[str, Path(description=f"One of: {', '.join(media_type_names())}.")],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
     signature: Annotated[str | None, Header(alias="X-Conclave-Signature")] = None,
     timestamp: Annotated[str | None, Header(alias="X-Conclave-Timestamp")] = None,
@@ -169,57 +173,58 @@ async def events(
     cursor: Annotated[str | None, Query(max_length=20, description="From `next_cursor`.")] = None,
 ) -> EventPage:
     """Recent evidence-created events, newest first, with their delivery state."""
-    media_type = media_type_or_404(type) if type else None
+    media_type = media_type_or_404(type, service.media_types) if type else None
     # ``isdigit`` alone admits digits ``int`` refuses (superscripts); check ASCII and range too.
     valid = cursor is None or (cursor.isascii() and cursor.isdigit() and int(cursor) <= MAX_SEQ)
     if not valid:
         raise BadRequest("cursor must come from next_cursor.", code="INVALID_CURSOR")
-    rows = await store.list_events(
+    found = await store.list_events(
         service.engine,
         media_type=media_type,
         before_seq=int(cursor) if cursor else None,
         limit=limit,
     )
-    items = [_event(row) for row in rows]
-    more = len(rows) == limit
+    items = [_event(event) for event in found]
+    more = len(found) == limit
     return EventPage(
-        events=items, count=len(items), next_cursor=str(rows[-1].chain_seq) if more else None
+        events=items,
+        count=len(items),
+        next_cursor=str(found[-1].pack.chain_seq) if more else None,
     )
 
 
-def _event(row: Any) -> IntakeEvent:
-    if row.outbox_event_id is None:
-        delivery = {
-            "status": "published",
-            "attempts": None,
-            "published_at": None,
-            "last_error": None,
-        }
+def _delivery(outbox: OutboxState | None) -> Delivery:
+    if outbox is None:
+        return Delivery(status="published", attempts=None, published_at=None, last_error=None)
+    published = outbox.published_at is not None
+    status: Literal["published", "pending", "retrying", "quarantined"]
+    if published:
+        status = "published"
+    elif outbox.quarantined_at is not None:
+        status = "quarantined"  # set aside by the relay: `conclave outbox list` shows why
     else:
-        published = row.published_at is not None
-        if published:
-            status = "published"
-        elif row.quarantined_at is not None:
-            status = "quarantined"  # set aside by the relay: `conclave outbox list` shows why
-        else:
-            status = "retrying" if row.attempts else "pending"
-        delivery = {
-            "status": status,
-            "attempts": row.attempts,
-            "published_at": rfc3339(row.published_at) if published else None,
-            "last_error": row.last_error,
-        }
+        status = "retrying" if outbox.attempts else "pending"
+    return Delivery(
+        status=status,
+        attempts=outbox.attempts,
+        published_at=rfc3339(outbox.published_at) if outbox.published_at else None,
+        last_error=outbox.last_error,
+    )
+
+
+def _event(event: PackEvent) -> IntakeEvent:
+    pack = event.pack
     return IntakeEvent(
-        event_id=row.event_id,
-        channel=store.CHANNEL,
-        evidence_id=row.evidence_id,
-        media_type=row.media_type,
-        sha256=row.sha256,
-        size_bytes=row.size_bytes,
-        device_id=row.device_id,
-        correlation_id=row.correlation_id,
-        created_at=rfc3339(row.created_at),
-        delivery=delivery,  # type: ignore[arg-type]
+        event_id=pack.event_id,
+        channel=CHANNEL,
+        evidence_id=pack.evidence_id,
+        media_type=pack.media_type,
+        sha256=pack.sha256,
+        size_bytes=pack.size_bytes,
+        device_id=pack.device_id,
+        correlation_id=pack.correlation_id,
+        created_at=rfc3339(pack.created_at),
+        delivery=_delivery(event.outbox),
     )
 
 
@@ -278,7 +283,7 @@ async def verify_evidence(
     evidence_id: str, service: Service, _principal: CurrentPrincipal
 ) -> VerifyResult:
     """Re-hash the pack's content and check its record and both chain links."""
-    return VerifyResult(**await integrity.verify_pack(service.engine, service.blobs, evidence_id))
+    return await integrity.verify_pack(service.engine, service.blobs, evidence_id)
 
 
 @router.get(
@@ -294,7 +299,6 @@ async def verify_chain(
     content: Annotated[bool, Query(description="Also re-hash every blob (slow).")] = False,
 ) -> ChainVerifyResult:
     """Walk the hash chain from a position; report gaps, broken links and modified records."""
-    result = await integrity.verify_chain(
+    return await integrity.verify_chain(
         service.engine, service.blobs, after_seq=after_seq, limit=limit, content=content
     )
-    return ChainVerifyResult(**result)

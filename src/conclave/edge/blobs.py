@@ -21,8 +21,8 @@ from conclave.platform.errors import PayloadTooLarge
 _CHUNK = 1024 * 1024
 _WRITEBACK_BYTES = 32 * 1024 * 1024
 """With fsync on, the kernel is asked to start writing a part back every 32 MiB as it arrives:
-the fsync before the pack commits then waits for the last few MiB instead of the whole file (a
-512 MiB upload spent 0.6 s in that one fsync, the large-file throughput target's shortfall)."""
+the fsync before the pack commits then waits for the last few MiB instead of the whole file (one
+fsync of a whole large upload was the large-file throughput target's shortfall)."""
 
 
 class TempBlob:

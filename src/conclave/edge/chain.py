@@ -13,17 +13,32 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from conclave.edge.records import EvidencePack, NewEvidencePack
 from conclave.platform.clock import rfc3339
 
 GENESIS = "0" * 64
 """The ``prev_chain_hash`` of the first pack."""
 
 CHAINED_FIELDS = (
-    "evidence_id", "chain_seq", "media_type", "format", "mime_type", "filename", "sha256",
-    "size_bytes", "client_metadata", "extracted", "device_id", "correlation_id",
-    "idempotency_key", "part_index", "sampling_policy_ref", "event_id", "created_at",
+    "evidence_id",
+    "chain_seq",
+    "media_type",
+    "format",
+    "mime_type",
+    "filename",
+    "sha256",
+    "size_bytes",
+    "client_metadata",
+    "extracted",
+    "device_id",
+    "correlation_id",
+    "idempotency_key",
+    "part_index",
+    "sampling_policy_ref",
+    "event_id",
+    "created_at",
     "prev_chain_hash",
-)  # fmt: skip
+)
 
 
 def _canonical(value: Any) -> Any:
@@ -41,3 +56,9 @@ def chain_hash(record: Mapping[Any, Any]) -> str:
     """The chain hash of ``record`` (which carries its ``prev_chain_hash``)."""
     link = f"{record['prev_chain_hash']}:{record_digest(record)}"
     return hashlib.sha256(link.encode()).hexdigest()
+
+
+def link(pack: NewEvidencePack, chain_seq: int, prev_chain_hash: str) -> EvidencePack:
+    """``pack`` chained at position ``chain_seq``, after the pack hashed ``prev_chain_hash``."""
+    columns = {**pack.columns(), "chain_seq": chain_seq, "prev_chain_hash": prev_chain_hash}
+    return EvidencePack(**columns, chain_hash=chain_hash(columns))

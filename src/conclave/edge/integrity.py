@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conclave.edge import store
 from conclave.edge.blobs import BlobStore
 from conclave.edge.chain import GENESIS, chain_hash
+from conclave.edge.models import ChainVerifyResult, VerifyResult
+from conclave.edge.records import EvidencePack
 from conclave.platform.errors import NotFound
 from conclave.platform.inputs import UnsafeInput, UnsafeValue, text_problem
 
@@ -19,7 +20,7 @@ from conclave.platform.inputs import UnsafeInput, UnsafeValue, text_problem
 _EVIDENCE_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
-async def pack_or_404(engine: AsyncEngine, evidence_id: str) -> Row[Any]:
+async def pack_or_404(engine: AsyncEngine, evidence_id: str) -> EvidencePack:
     """The Evidence Pack ``evidence_id``, or a 404 (422 ``UNSAFE_INPUT`` for NUL)."""
     kind = text_problem(evidence_id)
     if kind is not None:
@@ -30,7 +31,7 @@ async def pack_or_404(engine: AsyncEngine, evidence_id: str) -> Row[Any]:
     return row
 
 
-async def _content(blobs: BlobStore, row: Row[Any]) -> dict[str, Any]:
+async def _content(blobs: BlobStore, row: EvidencePack) -> dict[str, Any]:
     found = await blobs.digest(row.sha256)
     if found is None:
         return {"ok": False, "problem": "content_missing", "expected_sha256": row.sha256}
@@ -46,13 +47,14 @@ async def _content(blobs: BlobStore, row: Row[Any]) -> dict[str, Any]:
     }
 
 
-async def verify_pack(engine: AsyncEngine, blobs: BlobStore, evidence_id: str) -> dict[str, Any]:
+async def verify_pack(engine: AsyncEngine, blobs: BlobStore, evidence_id: str) -> VerifyResult:
     """Re-hash one pack's content, recompute its chain hash and check both of its links."""
     row = await pack_or_404(engine, evidence_id)
     content = await _content(blobs, row)
-    recomputed = chain_hash(row._mapping)
+    recomputed = chain_hash(row.columns())
+    record_ok = recomputed == row.chain_hash
     record = {
-        "ok": recomputed == row.chain_hash,
+        "ok": record_ok,
         "stored": row.chain_hash,
         "recomputed": recomputed,
     }
@@ -60,24 +62,18 @@ async def verify_pack(engine: AsyncEngine, blobs: BlobStore, evidence_id: str) -
     before = near.get(row.chain_seq - 1)
     expected_prev = GENESIS if row.chain_seq == 1 else (before.chain_hash if before else None)
     after = near.get(row.chain_seq + 1)
-    links = {
-        "previous_ok": expected_prev == row.prev_chain_hash,
-        "next_ok": after is None or after.prev_chain_hash == row.chain_hash,
-        "chain_seq": row.chain_seq,
-    }
-    valid = content["ok"] and record["ok"] and links["previous_ok"] and links["next_ok"]
-    return {
-        "evidence_id": row.evidence_id,
-        "valid": valid,
-        "content": content,
-        "record": record,
-        "links": links,
-    }
+    previous_ok = expected_prev == row.prev_chain_hash
+    next_ok = after is None or after.prev_chain_hash == row.chain_hash
+    links = {"previous_ok": previous_ok, "next_ok": next_ok, "chain_seq": row.chain_seq}
+    valid = bool(content["ok"]) and record_ok and previous_ok and next_ok
+    return VerifyResult(
+        evidence_id=row.evidence_id, valid=valid, content=content, record=record, links=links
+    )
 
 
 async def verify_chain(
     engine: AsyncEngine, blobs: BlobStore, *, after_seq: int, limit: int, content: bool
-) -> dict[str, Any]:
+) -> ChainVerifyResult:
     """Walk ``limit`` packs of the chain after position ``after_seq``; list every problem."""
     rows = await store.packs_by_seq(engine, max(0, after_seq - 1), limit + 1)
     previous = GENESIS
@@ -89,7 +85,7 @@ async def verify_chain(
     problems: list[dict[str, Any]] = []
     expected_seq = after_seq + 1
 
-    def problem(row: Row[Any], kind: str) -> None:
+    def problem(row: EvidencePack, kind: str) -> None:
         if len(problems) < 100:
             problems.append(
                 {"chain_seq": row.chain_seq, "evidence_id": row.evidence_id, "problem": kind}
@@ -100,7 +96,7 @@ async def verify_chain(
             problem(row, "gap")
         if row.prev_chain_hash != previous:
             problem(row, "broken_link")
-        if chain_hash(row._mapping) != row.chain_hash:
+        if chain_hash(row.columns()) != row.chain_hash:
             problem(row, "record_modified")
         if content:
             checked = await _content(blobs, row)
@@ -113,10 +109,10 @@ async def verify_chain(
         problems.append(
             {"chain_seq": head.chain_seq, "evidence_id": None, "problem": "head_mismatch"}
         )
-    return {
-        "valid": not problems,
-        "checked": len(rows),
-        "problems": problems,
-        "head": {"chain_seq": head.chain_seq, "chain_hash": head.chain_hash},
-        "next_after_seq": None if complete else expected_seq - 1,
-    }
+    return ChainVerifyResult(
+        valid=not problems,
+        checked=len(rows),
+        problems=problems,
+        head={"chain_seq": head.chain_seq, "chain_hash": head.chain_hash},
+        next_after_seq=None if complete else expected_seq - 1,
+    )

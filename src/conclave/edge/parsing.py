@@ -112,7 +112,7 @@ class ParserPool:
     async def prestart(self) -> None:
         """Start one worker before the first upload needs it: spawning a process and importing
         the parsers takes about a second, which the first uploads after a start waited for
-        (1.2 to 1.5 s instead of 50 ms from upload to semantic-memory point)."""
+        (docs/benchmarks.md)."""
         try:
             worker = self._idle.get_nowait()
         except asyncio.QueueEmpty:

@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from conclave.edge import store
 from conclave.edge.blobs import BlobStore
+from conclave.edge.events import evidence_created
 from conclave.edge.guardrails import (
     check_upload_headers,
     idempotency_key,
@@ -20,17 +23,18 @@ from conclave.edge.guardrails import (
     parse_metadata,
     sanitize_filename,
 )
-from conclave.edge.media import MEDIA_TYPES, media_type_or_404, upload_limits
+from conclave.edge.media import media_type_or_404, upload_limits
 from conclave.edge.metrics import EdgeMetrics
 from conclave.edge.multipart import MAX_FIELD_BYTES, Upload, boundary_of, read_upload
 from conclave.edge.parsing import ParserPool
+from conclave.edge.records import IntakeError, NewEvidencePack
 from conclave.edge.sniff import sniff
 from conclave.platform import signing
 from conclave.platform.auth import Principal
-from conclave.platform.bus.base import Event
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import store_errors
 from conclave.platform.errors import ConclaveError, PayloadTooLarge, Unauthorized, Unprocessable
+from conclave.platform.media_types import registered_media_types
 from conclave.platform.runtime import Platform
 from conclave.settings import EdgeSettings
 
@@ -102,7 +106,9 @@ class IntakeService:
         self.blobs = blobs
         self.parsers = parsers
         self.metrics = metrics
-        self.limits = upload_limits(settings.max_upload_bytes)
+        # The types are fixed for the life of the process: plug-ins are looked up once, here.
+        self.media_types = registered_media_types()
+        self.limits = upload_limits(self.media_types, settings.max_upload_bytes)
         # Beyond the setting (but under the ceiling) ``metadata`` is read whole and refused with
         # the specific METADATA_TOO_LARGE; the ceiling stops it early with FIELD_TOO_LARGE.
         self.field_limits = {
@@ -113,7 +119,7 @@ class IntakeService:
         self._last_prune = 0.0
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> AsyncEngine:
         """The relational store."""
         return self.platform.engine
 
@@ -128,7 +134,7 @@ class IntakeService:
 
     async def upload(self, command: UploadCommand) -> UploadResult:
         """Turn an upload into Evidence Packs (one per file part) and their events."""
-        label = command.media_type if command.media_type in MEDIA_TYPES else "unknown"
+        label = command.media_type if command.media_type in self.media_types else "unknown"
         started = time.perf_counter()
         try:
             result = await self._upload(command)
@@ -142,7 +148,7 @@ class IntakeService:
         return result
 
     async def _upload(self, command: UploadCommand) -> UploadResult:
-        media_type = media_type_or_404(command.media_type)
+        media_type = media_type_or_404(command.media_type, self.media_types)
         check_upload_headers(
             {
                 "Idempotency-Key": command.idempotency_key,
@@ -194,9 +200,12 @@ class IntakeService:
         try:
             if signature is not None:
                 signing.verify(
-                    signature.secret, upload.body_sha256, signature.timestamp, signature.value,
+                    signature.secret,
+                    upload.body_sha256,
+                    signature.timestamp,
+                    signature.value,
                     signature.nonce,
-                )  # fmt: skip
+                )
                 await self._use_signature(device, signature.value)
             return await self._ingest(media_type, command, upload, device, key)
         finally:
@@ -265,29 +274,28 @@ class IntakeService:
             # blob (harmless, content-addressed), never a pack whose content is missing.
             await self.blobs.store(part.blob)
         now = utc_now()
-        packs: list[dict[str, Any]] = []
-        events: list[Event] = []
-        for index, (part, fmt, mime, extracted) in enumerate(analysed):
-            pack = {
-                "evidence_id": str(uuid.uuid4()),
-                "media_type": media_type,
-                "format": fmt,
-                "mime_type": mime,
-                "filename": sanitize_filename(part.filename),
-                "sha256": part.blob.sha256,
-                "size_bytes": part.blob.size,
-                "client_metadata": metadata,
-                "extracted": extracted,
-                "device_id": device,
-                "correlation_id": correlation,
-                "idempotency_key": key,
-                "part_index": index,
-                "sampling_policy_ref": policy,
-                "event_id": str(uuid.uuid4()),
-                "created_at": now,
-            }
-            packs.append(pack)
-            events.append(self._event(pack))
+        packs = [
+            NewEvidencePack(
+                evidence_id=str(uuid.uuid4()),
+                media_type=media_type,
+                format=fmt,
+                mime_type=mime,
+                filename=sanitize_filename(part.filename),
+                sha256=part.blob.sha256,
+                size_bytes=part.blob.size,
+                client_metadata=metadata,
+                extracted=extracted,
+                device_id=device,
+                correlation_id=correlation,
+                idempotency_key=key,
+                part_index=index,
+                sampling_policy_ref=policy,
+                event_id=str(uuid.uuid4()),
+                created_at=now,
+            )
+            for index, (part, fmt, mime, extracted) in enumerate(analysed)
+        ]
+        events = [evidence_created(pack) for pack in packs]
         with store_errors():
             earlier = await store.append_packs(
                 self.engine, packs, events, device_id=device, idempotency_key=key
@@ -297,39 +305,9 @@ class IntakeService:
         self.platform.relay.wake()
         for pack in packs:
             self.metrics.packs.labels(media_type).inc()
-            self.metrics.bytes.labels(media_type).inc(pack["size_bytes"])
-            self.metrics.file_size.labels(media_type).observe(pack["size_bytes"])
-        return UploadResult("created", [pack["evidence_id"] for pack in packs])
-
-    @staticmethod
-    def _event(pack: dict[str, Any]) -> Event:
-        evidence_id = pack["evidence_id"]
-        payload = {
-            "evidence_id": evidence_id,
-            "type": pack["media_type"],
-            "format": pack["format"],
-            "sha256": pack["sha256"],
-            "size": pack["size_bytes"],
-            "mime_type": pack["mime_type"],
-            "filename": pack["filename"],
-            "metadata": pack["client_metadata"],
-            "extracted": pack["extracted"],
-            "device_id": pack["device_id"],
-            "correlation_id": pack["correlation_id"],
-            "idempotency_key": pack["idempotency_key"],
-            "part_index": pack["part_index"],
-            "sampling_policy_ref": pack["sampling_policy_ref"],
-            "content_path": f"/api/edge-intake/evidence/{evidence_id}/content",
-            "created_at": rfc3339(pack["created_at"]),
-        }
-        return Event(
-            channel=store.CHANNEL,
-            payload=payload,
-            source="edge",
-            event_id=pack["event_id"],
-            emitted_at=pack["created_at"],
-            correlation_id=pack["correlation_id"],
-        )
+            self.metrics.bytes.labels(media_type).inc(pack.size_bytes)
+            self.metrics.file_size.labels(media_type).observe(pack.size_bytes)
+        return UploadResult("created", [pack.evidence_id for pack in packs])
 
     async def _use_signature(self, device: str, signature: str) -> None:
         # Keyed on the canonical signature, which covers body, timestamp and nonce: every spelling
@@ -342,18 +320,16 @@ class IntakeService:
     async def _record_error(self, label: str, exc: ConclaveError, device: str) -> None:
         # Best effort: the error figures must never turn a clear 4xx into something else.
         with contextlib.suppress(Exception):
-            await store.record_error(
-                self.engine,
-                {
-                    "error_id": str(uuid.uuid4()),
-                    "occurred_at": utc_now(),
-                    "media_type": None if label == "unknown" else label,
-                    "status": exc.status,
-                    "code": exc.code,
-                    "detail": exc.detail[:500],
-                    "device_id": device,
-                },
+            error = IntakeError(
+                error_id=str(uuid.uuid4()),
+                occurred_at=utc_now(),
+                media_type=None if label == "unknown" else label,
+                status=exc.status,
+                code=exc.code,
+                detail=exc.detail[:500],
+                device_id=device,
             )
+            await store.record_error(self.engine, error)
             if time.monotonic() - self._last_prune > _PRUNE_EVERY_SECONDS:
                 self._last_prune = time.monotonic()
                 now = utc_now()
@@ -369,20 +345,20 @@ class IntakeService:
             figures = await store.pipeline_figures(
                 self.engine, rate_since=now - RATE_WINDOW, errors_since=now - ERROR_WINDOW
             )
-        by_type = {media_type: figures["by_type"].get(media_type, 0) for media_type in MEDIA_TYPES}
-        last = figures["last_created_at"]
+        by_type = {name: figures.by_type.get(name, 0) for name in self.media_types}
+        last = figures.last_created_at
         return {
             "total_events": sum(by_type.values()),
-            "ingestion_rate": round(figures["recent"] / (RATE_WINDOW.total_seconds() / 60), 3),
-            "recent_errors": figures["errors"],
+            "ingestion_rate": round(figures.recent / (RATE_WINDOW.total_seconds() / 60), 3),
+            "recent_errors": figures.errors,
             "windows": {
                 "ingestion_rate": "events per minute, averaged over the last 300 s",
                 "recent_errors": "uploads refused in the last 3600 s",
             },
             "by_type": by_type,
-            "pending_outbox": figures["pending"],
-            "retrying_outbox": figures["failing"],
-            "quarantined_outbox": figures["quarantined"],
+            "pending_outbox": figures.pending,
+            "retrying_outbox": figures.failing,
+            "quarantined_outbox": figures.quarantined,
             "last_event_at": rfc3339(last) if last else None,
             "last_errors": [
                 {
@@ -392,7 +368,7 @@ class IntakeService:
                     "code": row.code,
                     "detail": row.detail,
                 }
-                for row in figures["last_errors"]
+                for row in figures.last_errors
             ],
             "bus": "connected" if self.platform.relay.bus_healthy else "disconnected",
         }

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from conclave.platform.errors import UnsupportedMediaType
+from conclave.platform.media_types import Sniffer, registered_media_types
 
 HEAD_BYTES = 8192
 """How much of each file is kept in memory for sniffing."""
 
 
-@dataclass(frozen=True)
-class Sniffed:
-    """The detected container format and its MIME type."""
+class Sniffed(NamedTuple):
+    """The detected container format and its MIME type (a plug-in's sniffer returns the pair)."""
 
     format: str
     mime: str
@@ -264,20 +264,32 @@ def _geo(head: bytes) -> Sniffed | None:
     return None
 
 
+SNIFFERS: dict[str, Sniffer] = {
+    "document": lambda head, _size: _document(head),
+    "image": lambda head, _size: _image(head),
+    "audio": lambda head, _size: _audio(head),
+    "video": lambda head, _size: _video(head),
+    "cad": _cad,
+    "landscape": lambda head, _size: _landscape(head),
+    "geo": lambda head, _size: _geo(head),
+}
+"""The sniffers of the built-in media types; a plug-in's type brings its own."""
+
+
+def sniffer_for(media_type: str) -> Sniffer:
+    """The sniffer of a built-in type, or the one a plug-in registered for its type."""
+    sniffer = SNIFFERS.get(media_type) or registered_media_types()[media_type].sniff
+    if sniffer is None:
+        raise LookupError(f"no sniffer for media type {media_type!r}")
+    return sniffer
+
+
 def sniff(media_type: str, head: bytes, size: int) -> Sniffed:
     """The format of a file posted to ``media_type``; 415 when its bytes say otherwise."""
-    sniffers = {
-        "image": _image,
-        "landscape": _landscape,
-        "audio": _audio,
-        "video": _video,
-        "document": _document,
-        "geo": _geo,
-    }
-    found = _cad(head, size) if media_type == "cad" else sniffers[media_type](head)
+    found = sniffer_for(media_type)(head, size)
     if found is None:
         raise UnsupportedMediaType(
             f"The file's content is not a format the {media_type} route accepts.",
             code="UNSUPPORTED_MEDIA_TYPE",
         )
-    return found
+    return Sniffed(*found)

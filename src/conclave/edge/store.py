@@ -9,6 +9,7 @@ impossible even for a writer that skips the lock).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +33,18 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from conclave.edge.chain import chain_hash
+from conclave.edge.chain import link
+from conclave.edge.events import CHANNEL
+from conclave.edge.records import (
+    ChainHead,
+    ChainLink,
+    EvidencePack,
+    IntakeError,
+    NewEvidencePack,
+    OutboxState,
+    PackEvent,
+    PipelineFigures,
+)
 from conclave.platform.bus.base import Event
 from conclave.platform.clock import utc_now
 from conclave.platform.db.engine import is_sqlite
@@ -113,8 +125,6 @@ request_nonces = Table(
     Index("ix_edge_request_nonces_seen_at", "seen_at"),
 )
 
-CHANNEL = "edge_intake.evidence.created"
-
 
 async def idempotent_ids(
     connection: AsyncConnection | AsyncEngine, device_id: str, key: str
@@ -146,7 +156,7 @@ async def _lock_head(connection: AsyncConnection) -> Row[Any]:
 
 async def append_packs(
     engine: AsyncEngine,
-    packs: Sequence[dict[str, Any]],
+    packs: Sequence[NewEvidencePack],
     events: Sequence[Event],
     *,
     device_id: str,
@@ -164,11 +174,13 @@ async def append_packs(
             if earlier:
                 return earlier
         previous, seq = head.chain_hash, head.chain_seq
-        for pack in packs:
+        rows = []
+        for new in packs:
             seq += 1
-            pack.update(chain_seq=seq, prev_chain_hash=previous)
-            pack["chain_hash"] = previous = chain_hash(pack)
-        await connection.execute(evidence_packs.insert(), list(packs))
+            pack = link(new, seq, previous)
+            previous = pack.chain_hash
+            rows.append(pack.columns())
+        await connection.execute(evidence_packs.insert(), rows)
         for event in events:
             await add_event(connection, event)
         await connection.execute(
@@ -179,14 +191,22 @@ async def append_packs(
     return None
 
 
-async def get_pack(engine: AsyncEngine, evidence_id: str) -> Row[Any] | None:
+_PACK_COLUMNS = tuple(column.name for column in evidence_packs.columns)
+
+
+def _pack(row: Row[Any]) -> EvidencePack:
+    return EvidencePack(**{name: row._mapping[name] for name in _PACK_COLUMNS})
+
+
+async def get_pack(engine: AsyncEngine, evidence_id: str) -> EvidencePack | None:
     """One Evidence Pack."""
     async with engine.connect() as connection:
         query = select(evidence_packs).where(evidence_packs.c.evidence_id == evidence_id)
-        return (await connection.execute(query)).first()
+        row = (await connection.execute(query)).first()
+    return None if row is None else _pack(row)
 
 
-async def packs_by_seq(engine: AsyncEngine, after_seq: int, limit: int) -> list[Row[Any]]:
+async def packs_by_seq(engine: AsyncEngine, after_seq: int, limit: int) -> list[EvidencePack]:
     """Packs in chain order after position ``after_seq``."""
     async with engine.connect() as connection:
         query = (
@@ -195,10 +215,10 @@ async def packs_by_seq(engine: AsyncEngine, after_seq: int, limit: int) -> list[
             .order_by(evidence_packs.c.chain_seq)
             .limit(limit)
         )
-        return list((await connection.execute(query)).all())
+        return [_pack(row) for row in await connection.execute(query)]
 
 
-async def neighbours(engine: AsyncEngine, seq: int) -> dict[int, Row[Any, Any, Any]]:
+async def neighbours(engine: AsyncEngine, seq: int) -> dict[int, ChainLink]:
     """The packs just before and after chain position ``seq``, by position."""
     async with engine.connect() as connection:
         query = select(
@@ -206,18 +226,22 @@ async def neighbours(engine: AsyncEngine, seq: int) -> dict[int, Row[Any, Any, A
             evidence_packs.c.chain_hash,
             evidence_packs.c.prev_chain_hash,
         ).where(evidence_packs.c.chain_seq.in_([seq - 1, seq + 1]))
-        return {row.chain_seq: row for row in await connection.execute(query)}
+        return {
+            row.chain_seq: ChainLink(row.chain_seq, row.chain_hash, row.prev_chain_hash)
+            for row in await connection.execute(query)
+        }
 
 
-async def get_head(engine: AsyncEngine) -> Row[Any]:
-    """The chain head row."""
+async def get_head(engine: AsyncEngine) -> ChainHead:
+    """The chain head."""
     async with engine.connect() as connection:
-        return (await connection.execute(select(chain_head).where(chain_head.c.id == 1))).one()
+        row = (await connection.execute(select(chain_head).where(chain_head.c.id == 1))).one()
+    return ChainHead(row.chain_seq, row.chain_hash)
 
 
 async def list_events(
     engine: AsyncEngine, *, media_type: str | None, before_seq: int | None, limit: int
-) -> list[Row[Any]]:
+) -> list[PackEvent]:
     """Created-evidence events newest first, with their outbox delivery state."""
     query = (
         select(
@@ -241,19 +265,26 @@ async def list_events(
     if before_seq is not None:
         query = query.where(evidence_packs.c.chain_seq < before_seq)
     async with engine.connect() as connection:
-        return list((await connection.execute(query)).all())
+        rows = (await connection.execute(query)).all()
+    return [PackEvent(_pack(row), _outbox_state(row)) for row in rows]
+
+
+def _outbox_state(row: Row[Any]) -> OutboxState | None:
+    if row.outbox_event_id is None:
+        return None
+    return OutboxState(row.attempts, row.last_error, row.published_at, row.quarantined_at)
 
 
 async def pipeline_figures(
     engine: AsyncEngine, *, rate_since: datetime, errors_since: datetime
-) -> dict[str, Any]:
+) -> PipelineFigures:
     """Counts behind the pipeline endpoint."""
     packs = evidence_packs.c
     async with engine.connect() as connection:
         by_type = {
-            row.media_type: row.count
+            row.media_type: row.packs
             for row in await connection.execute(
-                select(packs.media_type, func.count().label("count")).group_by(packs.media_type)
+                select(packs.media_type, func.count().label("packs")).group_by(packs.media_type)
             )
         }
         recent = await connection.scalar(
@@ -265,11 +296,12 @@ async def pipeline_figures(
             .select_from(intake_errors)
             .where(intake_errors.c.occurred_at >= errors_since)
         )
-        last_errors = (
-            await connection.execute(
+        last_errors = [
+            IntakeError(**row._mapping)
+            for row in await connection.execute(
                 select(intake_errors).order_by(intake_errors.c.occurred_at.desc()).limit(10)
             )
-        ).all()
+        ]
         unpublished = and_(
             outbox_events.c.channel == CHANNEL, outbox_events.c.published_at.is_(None)
         )
@@ -285,22 +317,22 @@ async def pipeline_figures(
         set_aside = await connection.scalar(
             select(func.count()).select_from(outbox_events).where(unpublished, quarantined)
         )
-    return {
-        "by_type": by_type,
-        "recent": int(recent or 0),
-        "last_created_at": last,
-        "errors": int(errors or 0),
-        "last_errors": last_errors,
-        "pending": int(pending or 0),
-        "failing": int(failing or 0),
-        "quarantined": int(set_aside or 0),
-    }
+    return PipelineFigures(
+        by_type=by_type,
+        recent=int(recent or 0),
+        last_created_at=last,
+        errors=int(errors or 0),
+        last_errors=last_errors,
+        pending=int(pending or 0),
+        failing=int(failing or 0),
+        quarantined=int(set_aside or 0),
+    )
 
 
-async def record_error(engine: AsyncEngine, row: dict[str, Any]) -> None:
+async def record_error(engine: AsyncEngine, error: IntakeError) -> None:
     """Remember a rejected upload."""
     async with engine.begin() as connection:
-        await connection.execute(intake_errors.insert().values(**row))
+        await connection.execute(intake_errors.insert().values(**asdict(error)))
 
 
 async def prune(engine: AsyncEngine, *, errors_before: datetime, nonces_before: datetime) -> None:

@@ -3,7 +3,7 @@
 from conclave.edge_client.client import EdgeClient, UploadResult
 from conclave.edge_client.daemon import SyncDaemon
 from conclave.edge_client.device import DeviceIdentity
-from conclave.edge_client.envelope import SOURCE_TYPES, Envelope
+from conclave.edge_client.envelope import Envelope
 from conclave.edge_client.errors import (
     EdgeClientError,
     InvalidEnvelope,
@@ -15,7 +15,6 @@ from conclave.edge_client.retry import RetryPolicy
 from conclave.edge_client.store import OutboxItem
 
 __all__ = [
-    "SOURCE_TYPES",
     "DeviceIdentity",
     "EdgeClient",
     "EdgeClientError",

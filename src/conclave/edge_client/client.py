@@ -15,8 +15,8 @@ import httpx
 from pydantic import SecretStr
 
 from conclave import __version__
-from conclave.edge_client.envelope import SOURCE_TYPES, check_metadata
-from conclave.edge_client.errors import InvalidEnvelope, UploadFailed
+from conclave.edge_client.envelope import check_metadata, check_source_type
+from conclave.edge_client.errors import UploadFailed
 from conclave.edge_client.multipart import MultipartFileBody
 from conclave.platform.signing import sign
 
@@ -116,10 +116,7 @@ class EdgeClient:
         repeating an upload whose answer was lost: the server then returns the ids of the first
         one (``status="duplicate"``) and creates nothing.
         """
-        if source_type not in SOURCE_TYPES:
-            raise InvalidEnvelope(
-                f"Unknown source type {source_type!r}; expected one of: {', '.join(SOURCE_TYPES)}."
-            )
+        check_source_type(source_type)
         check_metadata(metadata or {})
         fields = {"metadata": json.dumps(metadata or {}, allow_nan=False)}
         if correlation_id:

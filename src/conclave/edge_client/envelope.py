@@ -15,8 +15,8 @@ from urllib.request import url2pathname
 
 from conclave.edge_client.errors import InvalidEnvelope
 from conclave.platform.inputs import find_unsafe
+from conclave.platform.media_types import media_type_names
 
-SOURCE_TYPES = ("document", "image", "audio", "video", "cad", "landscape", "geo")
 # The server refuses other correlation ids with a 422; refusing them here keeps a bad item out
 # of the outbox instead of failing it at sync time.
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
@@ -67,11 +67,7 @@ class Envelope:
 
     def validate(self) -> None:
         """Raise :class:`InvalidEnvelope` unless the type, file, metadata and ids are usable."""
-        if self.source_type not in SOURCE_TYPES:
-            raise InvalidEnvelope(
-                f"Unknown source type {self.source_type!r}; expected one of: "
-                f"{', '.join(SOURCE_TYPES)}."
-            )
+        check_source_type(self.source_type)
         check_metadata(self.metadata)
         if self.correlation_id is not None and not _SAFE_ID.match(self.correlation_id):
             raise InvalidEnvelope(
@@ -100,6 +96,15 @@ def local_path(source_uri: str) -> Path:
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+://", source_uri):
         raise InvalidEnvelope(f"{source_uri!r} is not a local file; only file:// is supported.")
     return Path(source_uri)
+
+
+def check_source_type(source_type: str) -> None:
+    """Raise :class:`InvalidEnvelope` unless ``source_type`` is a registered media type."""
+    names = media_type_names()
+    if source_type not in names:
+        raise InvalidEnvelope(
+            f"Unknown source type {source_type!r}; expected one of: {', '.join(names)}."
+        )
 
 
 def check_readable_file(path: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conclave.edge.media import MEDIA_TYPES
+from conclave.platform.media_types import BUILT_IN_MEDIA_TYPES
 from tests.edge.corpus.manifest import CorpusFile
 
 RESULTS: dict[str, list[tuple[CorpusFile, str, list[str]]]] = {}
@@ -17,7 +17,7 @@ def summary_lines() -> list[str]:
         f"{'route':<10} {'files':>5} {'right':>5} {'refusals':>8} {'held':>4}  gaps",
     ]
     totals = [0, 0, 0, 0]
-    for route in MEDIA_TYPES:
+    for route in (media.name for media in BUILT_IN_MEDIA_TYPES):
         rows = RESULTS.get(route, [])
         accepted = [p for _, o, p in rows if o == "accepted"]
         refused = [p for _, o, p in rows if o == "refused"]

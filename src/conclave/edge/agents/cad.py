@@ -48,8 +48,8 @@ _MAX_EXPLODED = 20_000
 yields, whether or not it has geometry) while measuring extents exactly, block references
 exploded, before extents fall back to measuring each block once: nested references and MINSERT
 grids multiply (ten references ten levels deep are 10¹⁰ entities from a file of a few kilobytes,
-a 30000 by 30000 MINSERT of an empty block 9·10⁸ copies that yield nothing) and exploding costs
-about 0.1 ms per entity."""
+a 30000 by 30000 MINSERT of an empty block 9·10⁸ copies that yield nothing) and exploding each
+entity costs far more than reading it (docs/benchmarks.md)."""
 _MAX_LISTED = 100
 """Layer names and entity types listed in the facts (the counts stay exact): a file of a few
 hundred kilobytes can declare thousands of layers, each named with hundreds of characters, and
@@ -234,7 +234,7 @@ def _decomposed(entities: Iterable[Any], work: _Work) -> Iterator[Any]:
 
 def _has_virtual_entities(entity: Any) -> bool:
     # ezdxf's SupportsVirtualEntities protocol, checked without isinstance(): a runtime protocol
-    # check costs about 20 µs, more than measuring a LINE.
+    # check costs more than measuring a LINE.
     return hasattr(entity, "__virtual_entities__")
 
 

@@ -27,12 +27,13 @@ from conclave.edge.agents.base import CorruptMedia, MediaMismatch, clean
 # length is a lower bound.
 MAX_TEXT_PAGES = 200
 # pypdf parses a content stream again each time it is drawn (a stream shared by many pages, a form
-# drawn many times), at about 0.5 MiB/s when the stream is dense with operators. The budget counts
-# the decoded bytes of every stream each time it is drawn, charged before it is parsed: about 4 s
-# at worst, and a 200-page report (10 KiB a page) is read whole.
+# drawn many times), slowly when the stream is dense with operators. The budget counts the decoded
+# bytes of every stream each time it is drawn, charged before it is parsed: a few seconds at worst
+# (docs/benchmarks.md), and a 200-page report (10 KiB a page) is read whole.
 TEXT_BUDGET_BYTES = 2 * 1024**2
 # pypdf also builds each font of the resources in force anew for every page and every form drawn
-# (50-1000 µs a font, plus its /ToUnicode map): each costs this much of the budget, plus the map.
+# (a cost comparable to parsing a kilobyte of content, plus its /ToUnicode map): each costs this
+# much of the budget, plus the map.
 _FONT_COST_BYTES = 1024
 # What pypdf raises on a malformed file (beyond its own errors, the built-ins its parsers hit).
 _PDF_ERRORS = (

@@ -1,7 +1,7 @@
 """The frames of a GIF, counted by walking its blocks within a budget.
 
 Pillow counts a GIF's frames by seeking to each one, several Python calls per data sub-block:
-1.7 s for a 15 MB file of a million one-pixel frames, 2.7 s for 50 MB of one-byte sub-blocks,
+seconds for a file of a million one-pixel frames or of one-byte sub-blocks (docs/benchmarks.md),
 and the landscape route takes 2 GiB. This walk skips sub-blocks in one tight loop over a
 buffered chunk and stops after :data:`MAX_BLOCKS` blocks, so the count is exact for any GIF an
 encoder writes and a lower bound past that.

@@ -39,10 +39,10 @@ pillow_heif.register_heif_opener()
 Image.MAX_IMAGE_PIXELS = 1 << 30
 _FULL_DECODE_BYTES = 192_000_000
 """HEIF/AVIF images whose decoded samples take up to this much (64 Mpx of 8-bit RGB, 48 Mpx with
-alpha, 24 Mpx of 10-bit RGBA) are decoded in full to prove their data (a 33 Mpx camera HEIF takes
-4.5 s); larger ones are checked as far as their container is parsed on opening. libheif and
-libavif peak at about three times this: 0.6 GB for 64 Mpx of 8-bit RGB, and a 28 kB HEIF of
-64 Mpx 10-bit RGBA took 1.3 GB before this bound counted bit depth and alpha."""
+alpha, 24 Mpx of 10-bit RGBA) are decoded in full to prove their data (a large camera HEIF takes
+seconds: docs/benchmarks.md); larger ones are checked as far as their container is parsed on
+opening. libheif and libavif peak at about three times this: 0.6 GB for 64 Mpx of 8-bit RGB, and
+a 28 kB HEIF of 64 Mpx 10-bit RGBA took 1.3 GB before this bound counted bit depth and alpha."""
 
 
 _BOMB_PIXELS = 64_000_000
@@ -274,7 +274,7 @@ def credentials_of(path: str, facts: dict[str, Any]) -> dict[str, Any] | None:
     """The content credentials of an image described as ``facts``, unless its blocks are too
     many to read (:func:`content_credentials` gives the shapes)."""
     if facts.get("frames_at_least"):
-        # c2pa reads a GIF block by block, each a call into Python (3.5 us): a GIF past the
+        # c2pa reads a GIF block by block, each a call into Python: a GIF past the
         # frame walk's budget may hold millions of blocks, longer than the parse time-out.
         return {"checked": False, "reason": "The GIF has more blocks than are read."}
     return content_credentials(path)

@@ -2,9 +2,9 @@
 
 A progressive JPEG keeps every block's coefficients in memory and revisits every block of a
 component in each scan that covers it: a file of a few kilobytes declaring a 16000 x 16000 image
-and hundreds of scans that are only end-of-band runs kept a worker busy for 40 s (the pattern
-libjpeg-turbo's ``djpeg -maxscans`` and ``TJPARAM_SCANLIMIT`` exist for). The walk reads the
-segments' lengths and finds the markers after each scan's entropy-coded data with a regular
+and hundreds of scans that are only end-of-band runs kept a worker busy for most of a minute (the
+pattern libjpeg-turbo's ``djpeg -maxscans`` and ``TJPARAM_SCANLIMIT`` exist for). The walk reads
+the segments' lengths and finds the markers after each scan's entropy-coded data with a regular
 expression, so it costs one linear read of the file.
 """
 
@@ -24,9 +24,9 @@ MAX_SCANS = 100
 libjpeg-turbo suggests 500 for its fuzzers, where the image is small; here the image is not."""
 
 MAX_BLOCK_SCANS = 1 << 26
-"""Blocks decoded over all scans (a block visited by three scans counts three times). libjpeg
-walks about 30 M blocks a second in the worst case (scans of end-of-band runs alone), so this
-bounds a decode to about 2 s. The standard progression visits each block 5 to 6 times: this
+"""Blocks decoded over all scans (a block visited by three scans counts three times). At libjpeg's
+worst-case pace (scans of end-of-band runs alone; docs/benchmarks.md) this bounds a decode to a
+few seconds. The standard progression visits each block 5 to 6 times: this
 admits a 300 Mpx colour progressive JPEG, or a 100 Mpx one with three times the usual scans;
 a baseline JPEG visits each block once."""
 

@@ -18,12 +18,16 @@ Format (one entry per tool)::
         annotations: {readOnlyHint: true, idempotentHint: true}
         tags: [entities]
         fallback: signals_table           # optional: local answer when the backend is unset
+
+A schema in ``parameters`` may say ``enum_from: media_types`` instead of listing an ``enum``: the
+loader fills in the names of every registered media type (:mod:`conclave.platform.media_types`,
+plug-ins included), so the catalogue never holds a copy of that list.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +38,7 @@ from pydantic import BaseModel, Field, ValidationError
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.backends.http_tool import Fallback, HttpCall, http_executor
 from conclave.gateway.tools import Tool
+from conclave.platform.media_types import media_type_names
 
 ENV_OF_BACKEND = {
     "orchestrator": "ORCHESTRATOR_URL + ORCHESTRATOR_API",
@@ -49,6 +54,8 @@ ENV_OF_BACKEND = {
 CONCLAVE_SERVICES = ("edge", "collector", "graph")
 ENTITY_TOOLS = Path(__file__).with_name("entity_tools.yaml")
 PLATFORM_TOOLS = Path(__file__).with_name("platform_tools.yaml")
+# The lists a catalogue names with ``enum_from`` instead of copying them.
+ENUM_SOURCES: dict[str, Callable[[], tuple[str, ...]]] = {"media_types": media_type_names}
 
 
 class BackendToolSpec(BaseModel):
@@ -91,14 +98,34 @@ class Catalogue(BaseModel):
     tools: list[BackendToolSpec]
 
 
+def fill_enums(schema: Any) -> Any:
+    """``schema`` with every ``enum_from: <source>`` replaced by ``enum: [...]`` of that source."""
+    if isinstance(schema, list):
+        return [fill_enums(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    filled = {key: fill_enums(value) for key, value in schema.items() if key != "enum_from"}
+    if "enum_from" in schema:
+        source = ENUM_SOURCES.get(schema["enum_from"])
+        if source is None:
+            raise ValueError(
+                f"enum_from {schema['enum_from']!r}: use one of {', '.join(ENUM_SOURCES)}"
+            )
+        filled["enum"] = list(source())
+    return filled
+
+
 def load_catalogue(path: Path) -> Catalogue:
     """Read a ``.yaml``/``.yml``/``.json`` catalogue; ``ValueError`` says what is wrong."""
     text = path.read_text(encoding="utf-8")
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        return Catalogue.model_validate(data)
+        catalogue = Catalogue.model_validate(data)
+        for spec in catalogue.tools:
+            spec.parameters = fill_enums(spec.parameters)
     except (ValueError, yaml.YAMLError, ValidationError) as exc:
         raise ValueError(f"tool catalogue {path}: {exc}") from exc
+    return catalogue
 
 
 def build_tools(

@@ -1,0 +1,110 @@
+"""The records the edge passes between its layers (service, store, integrity, api).
+
+Typed, so that mypy follows a pack from the upload to the row and back; ``Any`` is left to the
+JSON documents a pack carries (the client's metadata, the extracted facts). The HTTP shapes are
+the pydantic models of :mod:`conclave.edge.models`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class NewEvidencePack:
+    """An Evidence Pack as the service builds it, before the store gives it its chain link."""
+
+    evidence_id: str
+    media_type: str
+    format: str
+    mime_type: str
+    filename: str
+    sha256: str
+    size_bytes: int
+    client_metadata: dict[str, Any]
+    extracted: dict[str, Any]
+    device_id: str
+    correlation_id: str | None
+    idempotency_key: str | None
+    part_index: int
+    sampling_policy_ref: str | None
+    event_id: str
+    created_at: datetime
+
+    def columns(self) -> dict[str, Any]:
+        """The record as column values (the JSON documents shared, not copied)."""
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+
+@dataclass(frozen=True)
+class EvidencePack(NewEvidencePack):
+    """A stored Evidence Pack: every column of its row, its link in the chain included."""
+
+    chain_seq: int
+    prev_chain_hash: str
+    chain_hash: str
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """A pack's position and hashes, enough to check its links to its neighbours."""
+
+    chain_seq: int
+    chain_hash: str
+    prev_chain_hash: str
+
+
+@dataclass(frozen=True)
+class ChainHead:
+    """The newest pack's position and chain hash (zero and the genesis hash when empty)."""
+
+    chain_seq: int
+    chain_hash: str
+
+
+@dataclass(frozen=True)
+class OutboxState:
+    """Where a pack's event stands in the outbox."""
+
+    attempts: int
+    last_error: str | None
+    published_at: datetime | None
+    quarantined_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PackEvent:
+    """A pack and the delivery of its event; ``outbox`` is ``None`` once the relay pruned the
+    published row."""
+
+    pack: EvidencePack
+    outbox: OutboxState | None
+
+
+@dataclass(frozen=True)
+class IntakeError:
+    """A rejected upload, kept for the pipeline's error figures."""
+
+    error_id: str
+    occurred_at: datetime
+    media_type: str | None
+    status: int
+    code: str
+    detail: str | None
+    device_id: str | None
+
+
+@dataclass(frozen=True)
+class PipelineFigures:
+    """The counts behind the pipeline endpoint."""
+
+    by_type: dict[str, int]
+    recent: int
+    last_created_at: datetime | None
+    errors: int
+    last_errors: list[IntakeError]
+    pending: int
+    failing: int
+    quarantined: int
