@@ -27,6 +27,7 @@ from conclave.platform.errors import BadRequest, NotFound
 from conclave.platform.http import CurrentPrincipal, correlation_id
 from conclave.platform.media_types import media_type_names
 from conclave.platform.openapi import HEALTH_RESPONSES, problem_responses
+from conclave.platform.problem_types import ProblemCode
 
 router = APIRouter()
 PREFIX = "/api/edge-intake"
@@ -177,7 +178,7 @@ async def events(
     # ``isdigit`` alone admits digits ``int`` refuses (superscripts); check ASCII and range too.
     valid = cursor is None or (cursor.isascii() and cursor.isdigit() and int(cursor) <= MAX_SEQ)
     if not valid:
-        raise BadRequest("cursor must come from next_cursor.", code="INVALID_CURSOR")
+        raise BadRequest("cursor must come from next_cursor.", code=ProblemCode.INVALID_CURSOR)
     found = await store.list_events(
         service.engine,
         media_type=media_type,
@@ -267,7 +268,9 @@ async def get_content(
     row = await integrity.pack_or_404(service.engine, evidence_id)
     path = service.blobs.path_for(row.sha256)
     if not path.is_file():
-        raise NotFound("The pack's content is missing from the blob store.", code="CONTENT_MISSING")
+        raise NotFound(
+            "The pack's content is missing from the blob store.", code=ProblemCode.CONTENT_MISSING
+        )
     return FileResponse(
         path,
         media_type=row.mime_type,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from conclave.edge.sniff import HEAD_BYTES
 from conclave.platform.errors import PayloadTooLarge
+from conclave.platform.problem_types import ProblemCode
 
 _CHUNK = 1024 * 1024
 _WRITEBACK_BYTES = 32 * 1024 * 1024
@@ -44,7 +45,7 @@ class TempBlob:
         if self.size > self.max_bytes:
             raise PayloadTooLarge(
                 f"A file exceeds this media type's limit of {self.max_bytes} bytes.",
-                code="PAYLOAD_TOO_LARGE",
+                code=ProblemCode.PAYLOAD_TOO_LARGE,
                 extra={"limit_bytes": self.max_bytes},
             )
         if len(self.head) < HEAD_BYTES:

@@ -11,6 +11,7 @@ from typing import Any
 
 from conclave.platform.errors import Unprocessable
 from conclave.platform.inputs import INT_MAX, UnsafeInput, UnsafeValue, check_safe, text_problem
+from conclave.platform.problem_types import ProblemCode
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,256}$")
@@ -80,13 +81,13 @@ def _coordinate(metadata: dict[str, Any], long_name: str, short_name: str, bound
         ):
             raise Unprocessable(
                 f"metadata.{key} must be a number.",
-                code="INVALID_COORDINATES",
+                code=ProblemCode.INVALID_COORDINATES,
                 errors=[{"field": f"metadata.{key}", "message": "not a number"}],
             )
         if not -bound <= value <= bound:
             raise Unprocessable(
                 f"metadata.{key} must be between -{bound:g} and {bound:g}.",
-                code="INVALID_COORDINATES",
+                code=ProblemCode.INVALID_COORDINATES,
                 errors=[{"field": f"metadata.{key}", "message": "out of range"}],
             )
 
@@ -96,25 +97,27 @@ def parse_metadata(raw: str | None, *, max_bytes: int, max_depth: int) -> dict[s
     if raw is None or not raw.strip():
         return {}
     if len(raw.encode()) > max_bytes:
-        raise Unprocessable(f"metadata exceeds {max_bytes} bytes.", code="METADATA_TOO_LARGE")
+        raise Unprocessable(
+            f"metadata exceeds {max_bytes} bytes.", code=ProblemCode.METADATA_TOO_LARGE
+        )
     try:
         value = json.loads(raw, parse_constant=_non_finite, parse_int=_bounded_int)
     except (ValueError, RecursionError) as exc:
         raise Unprocessable(
             "metadata is not valid JSON.",
-            code="INVALID_METADATA",
+            code=ProblemCode.INVALID_METADATA,
             errors=[{"field": "metadata", "message": str(exc)[:200]}],
         ) from exc
     if not isinstance(value, dict):
         raise Unprocessable(
             "metadata must be a JSON object.",
-            code="INVALID_METADATA",
+            code=ProblemCode.INVALID_METADATA,
             errors=[{"field": "metadata", "message": f"got {type(value).__name__}"}],
         )
     check_safe(value, ("metadata",))
     if _depth(value) > max_depth:
         raise Unprocessable(
-            f"metadata nests deeper than {max_depth} levels.", code="INVALID_METADATA"
+            f"metadata nests deeper than {max_depth} levels.", code=ProblemCode.INVALID_METADATA
         )
     for long_name, short_name, bound in _COORDINATES:
         _coordinate(value, long_name, short_name, bound)
@@ -128,7 +131,7 @@ def optional_id(value: str | None, field_name: str) -> str | None:
     if not _SAFE_ID.match(value):
         raise Unprocessable(
             f"{field_name} must be 1-128 characters of A-Z a-z 0-9 . _ : / @ + = -.",
-            code="VALIDATION_FAILED",
+            code=ProblemCode.VALIDATION_FAILED,
             errors=[{"field": field_name, "message": "invalid characters or length"}],
         )
     return value
@@ -141,7 +144,7 @@ def idempotency_key(value: str | None) -> str | None:
     if not _IDEMPOTENCY_KEY.match(value):
         raise Unprocessable(
             "The idempotency key must be 1-256 printable ASCII characters.",
-            code="VALIDATION_FAILED",
+            code=ProblemCode.VALIDATION_FAILED,
             errors=[{"field": "idempotency_key", "message": "invalid"}],
         )
     return value

@@ -14,6 +14,7 @@ from conclave.edge.models import ChainVerifyResult, VerifyResult
 from conclave.edge.records import EvidencePack
 from conclave.platform.errors import NotFound
 from conclave.platform.inputs import UnsafeInput, UnsafeValue, text_problem
+from conclave.platform.problem_types import ProblemCode
 
 # Evidence ids are the UUIDs this service issues: anything else cannot name a pack, and is not
 # sent to the store (PostgreSQL refuses NUL in a query parameter with an error, not a miss).
@@ -27,7 +28,9 @@ async def pack_or_404(engine: AsyncEngine, evidence_id: str) -> EvidencePack:
         raise UnsafeInput(UnsafeValue(("path", "evidence_id"), kind))
     row = await store.get_pack(engine, evidence_id) if _EVIDENCE_ID.match(evidence_id) else None
     if row is None:
-        raise NotFound(f"No Evidence Pack {evidence_id[:64]!r}.", code="EVIDENCE_NOT_FOUND")
+        raise NotFound(
+            f"No Evidence Pack {evidence_id[:64]!r}.", code=ProblemCode.EVIDENCE_NOT_FOUND
+        )
     return row
 
 
@@ -79,7 +82,9 @@ async def verify_chain(
     previous = GENESIS
     if after_seq > 0:
         if not rows or rows[0].chain_seq != after_seq:
-            raise NotFound(f"No Evidence Pack at chain position {after_seq}.", code="NOT_FOUND")
+            raise NotFound(
+                f"No Evidence Pack at chain position {after_seq}.", code=ProblemCode.NOT_FOUND
+            )
         previous = rows.pop(0).chain_hash
     rows = rows[:limit]
     problems: list[dict[str, Any]] = []

@@ -6,6 +6,7 @@ from collections.abc import Collection, Mapping
 
 from conclave.platform.errors import NotFound
 from conclave.platform.media_types import MediaType
+from conclave.platform.problem_types import ProblemCode
 
 
 def media_type_or_404(value: str, known: Collection[str]) -> str:
@@ -13,7 +14,7 @@ def media_type_or_404(value: str, known: Collection[str]) -> str:
     if value not in known:
         raise NotFound(
             f"Unknown media type {value[:64]!r}; use one of: {', '.join(known)}.",
-            code="UNKNOWN_MEDIA_TYPE",
+            code=ProblemCode.UNKNOWN_MEDIA_TYPE,
             extra={"media_types": list(known)},
         )
     return value

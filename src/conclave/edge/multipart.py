@@ -26,6 +26,7 @@ from conclave.platform.errors import (
     UnsupportedMediaType,
 )
 from conclave.platform.inputs import decode_checked
+from conclave.platform.problem_types import ProblemCode
 
 MAX_FIELD_BYTES = 1024 * 1024
 """Largest field skipped unread (one the caller did not name)."""
@@ -63,7 +64,8 @@ def boundary_of(content_type: str) -> bytes:
     boundary = options.get(b"boundary")
     if kind != b"multipart/form-data" or not boundary:
         raise UnsupportedMediaType(
-            "Uploads must be multipart/form-data with a boundary.", code="UNSUPPORTED_MEDIA_TYPE"
+            "Uploads must be multipart/form-data with a boundary.",
+            code=ProblemCode.UNSUPPORTED_MEDIA_TYPE,
         )
     return boundary
 
@@ -133,7 +135,7 @@ class _Receiver:
         if filename is not None or name == "file":
             if len(self.upload.files) >= self._max_files:
                 raise PayloadTooLarge(
-                    f"At most {self._max_files} files per upload.", code="TOO_MANY_FILES"
+                    f"At most {self._max_files} files per upload.", code=ProblemCode.TOO_MANY_FILES
                 )
             self._blob = self._blobs.new_temp(self._max_file_bytes)
             self.upload.files.append(
@@ -146,7 +148,9 @@ class _Receiver:
         else:
             self._field_count += 1
             if self._field_count > MAX_FIELDS:
-                raise PayloadTooLarge(f"At most {MAX_FIELDS} form fields.", code="TOO_MANY_FIELDS")
+                raise PayloadTooLarge(
+                    f"At most {MAX_FIELDS} form fields.", code=ProblemCode.TOO_MANY_FIELDS
+                )
             self._field_name = name
             self._field_size = 0
             limit = self._field_limits.get(name)
@@ -158,7 +162,7 @@ class _Receiver:
                 # Which copy would win differs between parsers, proxies and inspectors: refused.
                 raise Unprocessable(
                     f"Form field {name!r} is sent more than once.",
-                    code="DUPLICATE_FIELD",
+                    code=ProblemCode.DUPLICATE_FIELD,
                     errors=[{"field": name, "message": "repeated"}],
                 )
             self._field_limit = limit
@@ -174,7 +178,7 @@ class _Receiver:
             if self._field_size > self._field_limit:
                 raise PayloadTooLarge(
                     f"Form field {self._field_name!r} exceeds {self._field_limit} bytes.",
-                    code="FIELD_TOO_LARGE",
+                    code=ProblemCode.FIELD_TOO_LARGE,
                 )
 
     def _part_end(self) -> None:
@@ -215,11 +219,14 @@ async def read_upload(
         # if it were complete.
         if parser.state != MultipartState.END:
             raise BadRequest(
-                "The multipart body ended before its closing boundary.", code="TRUNCATED_UPLOAD"
+                "The multipart body ended before its closing boundary.",
+                code=ProblemCode.TRUNCATED_UPLOAD,
             )
     except MultipartParseError as exc:
         upload.discard()
-        raise BadRequest("The multipart body is malformed.", code="MALFORMED_MULTIPART") from exc
+        raise BadRequest(
+            "The multipart body is malformed.", code=ProblemCode.MALFORMED_MULTIPART
+        ) from exc
     except BaseException:
         upload.discard()
         raise

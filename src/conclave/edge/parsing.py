@@ -17,6 +17,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from conclave.platform.errors import Unavailable, Unprocessable, UnsupportedMediaType
+from conclave.platform.problem_types import ProblemCode
 
 _STARTUP_TIMEOUT_SECONDS = 60.0
 
@@ -106,7 +107,9 @@ class ParserPool:
             await worker.receive(_STARTUP_TIMEOUT_SECONDS)
         except (TimeoutError, EOFError, OSError) as exc:
             await self._retire(worker)
-            raise Unprocessable("No parser worker could be started.", code="PARSER_FAILED") from exc
+            raise Unprocessable(
+                "No parser worker could be started.", code=ProblemCode.PARSER_FAILED
+            ) from exc
         return worker
 
     async def prestart(self) -> None:
@@ -140,7 +143,7 @@ class ParserPool:
         self._give_back(getter)
         raise Unavailable(
             "Every parser worker is busy; try again shortly.",
-            code="PARSERS_BUSY",
+            code=ProblemCode.PARSERS_BUSY,
             headers={"Retry-After": str(max(1, round(self._queue_seconds)))},
         )
 
@@ -178,14 +181,16 @@ class ParserPool:
                 await self._retire(worker)
             worker = None
             raise Unprocessable(
-                "Parsing the file took longer than allowed.", code="PARSE_TIMEOUT"
+                "Parsing the file took longer than allowed.", code=ProblemCode.PARSE_TIMEOUT
             ) from None
         except (EOFError, OSError, BrokenPipeError):
             # The worker died under this file (native crash or killed for memory).
             if worker is not None:
                 await self._retire(worker)
             worker = None
-            raise Unprocessable("The file crashed its parser.", code="CORRUPT_MEDIA") from None
+            raise Unprocessable(
+                "The file crashed its parser.", code=ProblemCode.CORRUPT_MEDIA
+            ) from None
         except asyncio.CancelledError:
             # The upload went away mid-parse: the worker is still parsing, or its answer is
             # still in the pipe (a thread may be reading it). Reused, it would hand that answer
@@ -198,9 +203,9 @@ class ParserPool:
         finally:
             self._idle.put_nowait(worker)
         if kind == "mismatch":
-            raise UnsupportedMediaType(value, code="UNSUPPORTED_MEDIA_TYPE")
+            raise UnsupportedMediaType(value, code=ProblemCode.UNSUPPORTED_MEDIA_TYPE)
         if kind != "ok":
-            raise Unprocessable(value, code="CORRUPT_MEDIA")
+            raise Unprocessable(value, code=ProblemCode.CORRUPT_MEDIA)
         return value  # type: ignore[no-any-return]
 
     def worker_pids(self) -> list[int]:

@@ -35,6 +35,7 @@ from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import store_errors
 from conclave.platform.errors import ConclaveError, PayloadTooLarge, Unauthorized, Unprocessable
 from conclave.platform.media_types import registered_media_types
+from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
 from conclave.settings import EdgeSettings
 
@@ -162,7 +163,9 @@ class IntakeService:
         signature: Signature | None = None
         if secret is not None or self.settings.require_signature:
             if secret is None or not command.signature:
-                raise Unauthorized("This device must sign its uploads.", code="SIGNATURE_REQUIRED")
+                raise Unauthorized(
+                    "This device must sign its uploads.", code=ProblemCode.SIGNATURE_REQUIRED
+                )
             signature = Signature(
                 secret=secret,
                 value=signing.canonical_signature(command.signature),
@@ -185,7 +188,7 @@ class IntakeService:
         if command.content_length is not None and command.content_length > most:
             raise PayloadTooLarge(
                 f"The upload exceeds what the {media_type} route accepts.",
-                code="PAYLOAD_TOO_LARGE",
+                code=ProblemCode.PAYLOAD_TOO_LARGE,
                 extra={"limit_bytes": limit},
             )
         upload = await read_upload(
@@ -223,7 +226,7 @@ class IntakeService:
         if not upload.files:
             raise Unprocessable(
                 "The upload has no `file` part.",
-                code="MISSING_FILE",
+                code=ProblemCode.MISSING_FILE,
                 errors=[{"field": "file", "message": "required", "type": "missing"}],
             )
         metadata = parse_metadata(
@@ -248,7 +251,7 @@ class IntakeService:
             if part.blob.size == 0:
                 raise Unprocessable(
                     f"File part {index} is empty.",
-                    code="EMPTY_FILE",
+                    code=ProblemCode.EMPTY_FILE,
                     errors=[{"field": f"file[{index}]", "message": "empty"}],
                 )
             sniffed = sniff(media_type, part.blob.head, part.blob.size)
@@ -256,7 +259,7 @@ class IntakeService:
             if remaining <= 0:
                 raise Unprocessable(
                     "Parsing the upload's files took longer than allowed in all.",
-                    code="PARSE_TIMEOUT",
+                    code=ProblemCode.PARSE_TIMEOUT,
                 )
             started = time.perf_counter()
             extracted = await self.parsers.parse(
@@ -315,7 +318,9 @@ class IntakeService:
         with store_errors():
             fresh = await store.use_signature(self.engine, device, signature)
         if not fresh:
-            raise Unauthorized("This signed request was already used.", code="REPLAYED_REQUEST")
+            raise Unauthorized(
+                "This signed request was already used.", code=ProblemCode.REPLAYED_REQUEST
+            )
 
     async def _record_error(self, label: str, exc: ConclaveError, device: str) -> None:
         # Best effort: the error figures must never turn a clear 4xx into something else.

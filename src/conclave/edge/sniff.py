@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from conclave.platform.errors import UnsupportedMediaType
 from conclave.platform.media_types import Sniffer, registered_media_types
+from conclave.platform.problem_types import ProblemCode
 
 HEAD_BYTES = 8192
 """How much of each file is kept in memory for sniffing."""
@@ -290,6 +291,6 @@ def sniff(media_type: str, head: bytes, size: int) -> Sniffed:
     if found is None:
         raise UnsupportedMediaType(
             f"The file's content is not a format the {media_type} route accepts.",
-            code="UNSUPPORTED_MEDIA_TYPE",
+            code=ProblemCode.UNSUPPORTED_MEDIA_TYPE,
         )
     return Sniffed(*found)
