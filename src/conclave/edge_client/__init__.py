@@ -13,8 +13,19 @@ from conclave.edge_client.errors import (
 from conclave.edge_client.outbox import Outbox, SyncReport, default_outbox_path
 from conclave.edge_client.retry import RetryPolicy
 from conclave.edge_client.store import OutboxItem
+from conclave.platform.media_types import media_type_names
+
+
+def __getattr__(name: str) -> object:
+    # ``SOURCE_TYPES`` was a fixed tuple of the seven built-in types; SDK code that reads it now
+    # gets the registered types, plug-ins' included, from their one home.
+    if name == "SOURCE_TYPES":
+        return media_type_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
+    "SOURCE_TYPES",
     "DeviceIdentity",
     "EdgeClient",
     "EdgeClientError",
