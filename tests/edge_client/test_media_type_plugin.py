@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conclave import edge_client
+from conclave.edge_client import Envelope, InvalidEnvelope
 from tests.conftest import Backend, test_settings
 from tests.edge.conftest import edge_app, edge_settings, form
 from tests.gateway.conftest import run_gateway
@@ -79,6 +81,20 @@ def test_the_client_cli_takes_a_plugin_type(tmp_path: Path, plugin: Path) -> Non
     queued = conclave_edge("enqueue", "spectrum", str(sample), tmp_path=tmp_path, site=plugin)
     assert queued.returncode == 0, queued.stderr
     assert f"queued #1 spectrum {sample}" in queued.stdout
+
+
+def test_the_sdk_takes_a_plugin_type(
+    plugin: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sample = tmp_path / "reading.spc"
+    sample.write_bytes(b"SPC1 656.3 486.1 434.0\n")
+    assert "spectrum" not in edge_client.SOURCE_TYPES
+    with pytest.raises(InvalidEnvelope, match="Unknown source type 'spectrum'"):
+        Envelope.for_file("spectrum", sample)
+
+    monkeypatch.syspath_prepend(str(plugin))  # installing the plug-in, as pip would
+    assert edge_client.SOURCE_TYPES[-2:] == ("geo", "spectrum")
+    assert Envelope.for_file("spectrum", sample).path == sample
 
 
 async def test_the_gateway_offers_a_plugin_type(
