@@ -17,7 +17,8 @@ from conclave.platform.bus.redis_streams import RedisStreamsBus
 from conclave.platform.clock import utc_now
 from conclave.platform.db.engine import create_engine
 from conclave.platform.db.schema import outbox_events
-from conclave.platform.outbox import OutboxRelay, add_event, outbox_write, pending_count
+from conclave.platform.outbox import OutboxRelay, add_event, outbox_write
+from conclave.platform.outbox_store import pending_count
 from conclave.platform.runtime import Platform
 from tests.conftest import POSTGRES_URL, REDIS_URL, Backend, eventually, open_platform
 from tests.conftest import test_settings as make_settings

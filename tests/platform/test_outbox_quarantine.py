@@ -16,7 +16,8 @@ from conclave.gateway.app import create_app as create_gateway
 from conclave.graph.app import create_app as create_graph
 from conclave.platform.bus.base import Event
 from conclave.platform.db.schema import outbox_events
-from conclave.platform.outbox import OutboxRelay, add_event, outbox_write, pending_count
+from conclave.platform.outbox import OutboxRelay, add_event, outbox_write
+from conclave.platform.outbox_store import pending_count
 from tests.collector.conftest import collector_settings
 from tests.conftest import Backend, eventually, open_platform, serve_app
 from tests.conftest import test_settings as gateway_settings

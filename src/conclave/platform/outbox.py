@@ -28,17 +28,25 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.bus.base import Event, EventBus
 from conclave.platform.bus.entry import PublishRefused, Refusal
 from conclave.platform.clock import as_utc, utc_now
 from conclave.platform.db.batch import BatchWriter, Insert, UpdateAll
-from conclave.platform.db.engine import is_sqlite, is_store_down
+from conclave.platform.db.engine import is_store_down
 from conclave.platform.db.schema import outbox_events
 from conclave.platform.errors import BusUnavailable
-from conclave.platform.outbox_store import SetAside, quarantined_count, set_aside
+from conclave.platform.outbox_store import (
+    SetAside,
+    delete_published_before,
+    due_rows,
+    insert_event,
+    mark_published,
+    quarantined_count,
+    record_failure,
+    set_aside,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +80,7 @@ def outbox_write(event: Event) -> Insert:
 
 async def add_event(connection: AsyncConnection, event: Event) -> None:
     """Insert ``event`` into the outbox inside the caller's open transaction."""
-    await connection.execute(outbox_events.insert().values(**_row(event)))
+    await insert_event(connection, _row(event))
 
 
 def _event_from_row(row: Any) -> Event:
@@ -83,25 +91,6 @@ def _event_from_row(row: Any) -> Event:
         event_id=row.event_id,
         emitted_at=as_utc(row.created_at),
         correlation_id=row.correlation_id,
-    )
-
-
-async def pending_count(engine: AsyncEngine) -> int:
-    """Events committed but not yet published (quarantined ones not included)."""
-    async with engine.connect() as connection:
-        count = await connection.scalar(
-            select(func.count())
-            .select_from(outbox_events)
-            .where(outbox_events.c.published_at.is_(None), outbox_events.c.quarantined_at.is_(None))
-        )
-    return int(count or 0)
-
-
-async def _mark_published(connection: AsyncConnection, ids: Sequence[str]) -> None:
-    await connection.execute(
-        update(outbox_events)
-        .where(outbox_events.c.event_id.in_(ids))
-        .values(published_at=utc_now(), attempts=outbox_events.c.attempts + 1)
     )
 
 
@@ -237,31 +226,13 @@ class OutboxRelay:
             await self._writer.write(UpdateAll(outbox_events, "event_id", ids, marks))
             return
         async with self._engine.begin() as connection:
-            await _mark_published(connection, ids)
+            await mark_published(connection, ids)
 
     async def publish_pending(self) -> int:
         """Publish one batch of due events; return how many rows it dealt with (published, or
         set aside because the bus refused them)."""
-        now = utc_now()
-        query = (
-            select(outbox_events)
-            .where(
-                outbox_events.c.published_at.is_(None),
-                outbox_events.c.quarantined_at.is_(None),
-                outbox_events.c.next_attempt_at <= now,
-            )
-            .order_by(outbox_events.c.created_at)
-            .limit(self._batch_size)
-        )
-        if not is_sqlite(self._engine):
-            # Several replicas relay from one table: each row is taken by one relay at a time.
-            query = query.with_for_update(skip_locked=True)
         async with self._engine.begin() as connection:
-            if not is_sqlite(self._engine):
-                # Losing this mark in a crash only means publishing again (at-least-once, deduped
-                # by event_id), so the mark need not wait for the disk.
-                await connection.execute(text("SET LOCAL synchronous_commit TO OFF"))
-            rows = (await connection.execute(query)).all()
+            rows = await due_rows(connection, utc_now(), self._batch_size)
             if not rows:
                 return 0
             events = [_event_from_row(row) for row in rows]
@@ -275,7 +246,7 @@ class OutboxRelay:
                 return 0
             self.bus_healthy = True
             if published:
-                await _mark_published(connection, published)
+                await mark_published(connection, published)
             if refusals:
                 tried = {row.event_id: row.attempts for row in rows}
                 await self._set_aside(connection, events, refusals, tried)
@@ -360,22 +331,9 @@ class OutboxRelay:
             len(ids),
             extra={"retry_in_s": round(delay, 2)},
         )
-        await connection.execute(
-            update(outbox_events)
-            .where(outbox_events.c.event_id.in_(ids))
-            .values(
-                attempts=outbox_events.c.attempts + 1,
-                last_error=error[:1000],
-                next_attempt_at=utc_now() + timedelta(seconds=delay),
-            )
-        )
+        await record_failure(connection, ids, error, utc_now() + timedelta(seconds=delay))
 
     async def delete_published_before(self, cutoff: Any) -> int:
         """Drop published rows older than ``cutoff`` (the retention of the emitter audit log)."""
         async with self._engine.begin() as connection:
-            result = await connection.execute(
-                delete(outbox_events).where(
-                    outbox_events.c.published_at.is_not(None), outbox_events.c.published_at < cutoff
-                )
-            )
-        return int(result.rowcount or 0)
+            return await delete_published_before(connection, cutoff)

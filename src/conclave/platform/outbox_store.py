@@ -1,4 +1,5 @@
-"""SQL on the outbox table for the relay's refused events and the operators who deal with them.
+"""All SQL on the outbox table: the rows services add, the relay's due rows and marks, and the
+refused events and the operators who deal with them.
 
 A row the bus refused for a reason of its own is either rescheduled with its own backoff or
 **quarantined**: ``quarantined_at`` set, so it leaves the due set (the relay's query and the
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy import and_, delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.clock import as_utc, utc_now
@@ -177,3 +178,75 @@ async def discard(engine: AsyncEngine, event_ids: Sequence[str] | None) -> list[
                 delete(outbox_events).where(_quarantined, outbox_events.c.event_id.in_(ids))
             )
     return ids
+
+
+async def insert_event(connection: AsyncConnection, row: dict[str, Any]) -> None:
+    """Insert one outbox row in the caller's open transaction."""
+    await connection.execute(outbox_events.insert().values(**row))
+
+
+async def pending_count(engine: AsyncEngine) -> int:
+    """Events committed but not yet published (quarantined ones not included)."""
+    async with engine.connect() as connection:
+        count = await connection.scalar(
+            select(func.count())
+            .select_from(outbox_events)
+            .where(outbox_events.c.published_at.is_(None), ~_quarantined)
+        )
+    return int(count or 0)
+
+
+async def due_rows(connection: AsyncConnection, now: datetime, limit: int) -> Sequence[Any]:
+    """The oldest ``limit`` rows due for publishing, taken for this transaction: on PostgreSQL,
+    locked and skipped by the other relays."""
+    query = (
+        select(outbox_events)
+        .where(
+            outbox_events.c.published_at.is_(None),
+            ~_quarantined,
+            outbox_events.c.next_attempt_at <= now,
+        )
+        .order_by(outbox_events.c.created_at)
+        .limit(limit)
+    )
+    if connection.dialect.name != "sqlite":
+        # Several replicas relay from one table: each row is taken by one relay at a time.
+        query = query.with_for_update(skip_locked=True)
+        # Losing the marks of this transaction in a crash only means publishing again
+        # (at-least-once, deduped by event_id), so its commit need not wait for the disk.
+        await connection.execute(text("SET LOCAL synchronous_commit TO OFF"))
+    return (await connection.execute(query)).all()
+
+
+async def mark_published(connection: AsyncConnection, ids: Sequence[str]) -> None:
+    """Mark rows published (one more attempt each)."""
+    await connection.execute(
+        update(outbox_events)
+        .where(outbox_events.c.event_id.in_(ids))
+        .values(published_at=utc_now(), attempts=outbox_events.c.attempts + 1)
+    )
+
+
+async def record_failure(
+    connection: AsyncConnection, ids: Sequence[str], error: str, retry_at: datetime
+) -> None:
+    """Rows the bus could not take (it is down): one more attempt, the error, the next try."""
+    await connection.execute(
+        update(outbox_events)
+        .where(outbox_events.c.event_id.in_(ids))
+        .values(
+            attempts=outbox_events.c.attempts + 1,
+            last_error=error[:_ERROR_CHARS],
+            next_attempt_at=retry_at,
+        )
+    )
+
+
+async def delete_published_before(connection: AsyncConnection, cutoff: datetime) -> int:
+    """Drop published rows older than ``cutoff``; how many went."""
+    result = await connection.execute(
+        delete(outbox_events).where(
+            outbox_events.c.published_at.is_not(None), outbox_events.c.published_at < cutoff
+        )
+    )
+    return int(result.rowcount or 0)
