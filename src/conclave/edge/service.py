@@ -28,7 +28,7 @@ from conclave.edge.metrics import EdgeMetrics
 from conclave.edge.multipart import MAX_FIELD_BYTES, Upload, boundary_of, read_upload
 from conclave.edge.parsing import ParserPool
 from conclave.edge.records import IntakeError, NewEvidencePack
-from conclave.edge.sniff import sniff
+from conclave.edge.sniff import Sniffed, is_built_in, sniff
 from conclave.platform import signing
 from conclave.platform.auth import Principal
 from conclave.platform.clock import rfc3339, utc_now
@@ -247,6 +247,7 @@ class IntakeService:
         # One budget for all the files of the upload: sixteen files each made to take just under
         # the per-file time-out would otherwise hold a parser worker for minutes.
         deadline = time.monotonic() + self.settings.parse_request_seconds
+        built_in = is_built_in(media_type)
         for index, part in enumerate(upload.files):
             if part.blob.size == 0:
                 raise Unprocessable(
@@ -254,7 +255,8 @@ class IntakeService:
                     code=ProblemCode.EMPTY_FILE,
                     errors=[{"field": f"file[{index}]", "message": "empty"}],
                 )
-            sniffed = sniff(media_type, part.blob.head, part.blob.size)
+            # A built-in type is sniffed here, before a parser is taken; a plug-in's, in the worker.
+            sniffed = sniff(media_type, part.blob.head, part.blob.size) if built_in else None
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise Unprocessable(
@@ -265,11 +267,13 @@ class IntakeService:
             extracted = await self.parsers.parse(
                 media_type,
                 str(part.blob.path),
-                sniffed.format,
+                sniffed.format if sniffed else "",
                 metadata,
                 time_limit=min(self.settings.parse_timeout_seconds, remaining),
             )
             self.metrics.parse_duration.labels(media_type).observe(time.perf_counter() - started)
+            if sniffed is None:
+                sniffed = Sniffed(extracted.pop("format"), extracted.pop("mime"))
             mime = extracted.pop("mime", None) or sniffed.mime
             analysed.append((part, sniffed.format, mime, extracted))
         for part, *_ in analysed:

@@ -12,7 +12,7 @@ import struct
 from typing import NamedTuple
 
 from conclave.platform.errors import UnsupportedMediaType
-from conclave.platform.media_types import Sniffer, registered_media_types
+from conclave.platform.media_types import Sniffer
 from conclave.platform.problem_types import ProblemCode
 
 HEAD_BYTES = 8192
@@ -277,20 +277,49 @@ SNIFFERS: dict[str, Sniffer] = {
 """The sniffers of the built-in media types; a plug-in's type brings its own."""
 
 
-def sniffer_for(media_type: str) -> Sniffer:
-    """The sniffer of a built-in type, or the one a plug-in registered for its type."""
-    sniffer = SNIFFERS.get(media_type) or registered_media_types()[media_type].sniff
-    if sniffer is None:
-        raise LookupError(f"no sniffer for media type {media_type!r}")
-    return sniffer
+def is_built_in(media_type: str) -> bool:
+    """Whether ``media_type`` is sniffed here, in the service (a plug-in's type is sniffed in a
+    parser worker: its sniffer is code the edge does not know the cost of)."""
+    return media_type in SNIFFERS
 
 
 def sniff(media_type: str, head: bytes, size: int) -> Sniffed:
-    """The format of a file posted to ``media_type``; 415 when its bytes say otherwise."""
-    found = sniffer_for(media_type)(head, size)
+    """The format of a file posted to a built-in ``media_type``; 415 when its bytes are not one."""
+    found = SNIFFERS[media_type](head, size)
     if found is None:
         raise UnsupportedMediaType(
             f"The file's content is not a format the {media_type} route accepts.",
             code=ProblemCode.UNSUPPORTED_MEDIA_TYPE,
         )
+    return Sniffed(*found)
+
+
+# What a plug-in may answer: a format name and a MIME type the pack, the event and the
+# Content-Type of GET .../content carry as they are.
+_FORMAT = re.compile(r"[A-Za-z0-9._+-]{1,32}")
+_MIME = re.compile(r"[A-Za-z0-9!#$&^_.+-]{1,64}/[A-Za-z0-9!#$&^_.+-]{1,64}")
+
+
+def is_mime(value: object) -> bool:
+    """Whether ``value`` is a bare ``type/subtype`` (no parameters, no whitespace)."""
+    return isinstance(value, str) and _MIME.fullmatch(value) is not None
+
+
+def sniff_plugin_file(sniffer: Sniffer, path: str, size: int) -> Sniffed | None:
+    """A plug-in sniffer's reading of the file at ``path`` (run in a parser worker), ``None``
+    when it does not recognise the bytes; ``ValueError`` when its answer is not a format name
+    and a MIME type."""
+    with open(path, "rb") as handle:
+        head = handle.read(HEAD_BYTES)
+    found = sniffer(head, size)
+    if found is None:
+        return None
+    if (
+        not isinstance(found, tuple)
+        or len(found) != 2
+        or not isinstance(found[0], str)
+        or _FORMAT.fullmatch(found[0]) is None
+        or not is_mime(found[1])
+    ):
+        raise ValueError("the media type's sniffer answered something else than (format, mime)")
     return Sniffed(*found)

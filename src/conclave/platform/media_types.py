@@ -17,6 +17,7 @@ the platform may not import.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "conclave.media_types"
 MiB = 1024**2
@@ -90,10 +93,16 @@ def _expand(target: Any, origin: str) -> Iterator[MediaType]:
 
 
 def load_entry_point_media_types() -> list[MediaType]:
-    """The media types every installed distribution registers under ``conclave.media_types``."""
+    """The media types the installed distributions register under ``conclave.media_types``. A
+    plug-in that fails to load is logged and left out: one broken distribution must not take
+    the services, the client and the CLI down with it."""
     found: list[MediaType] = []
     for entry_point in entry_points(group=ENTRY_POINT_GROUP):
-        found.extend(_expand(entry_point.load(), f"entry point {entry_point.name}"))
+        origin = f"entry point {entry_point.name} ({entry_point.value})"
+        try:
+            found.extend(_expand(entry_point.load(), origin))
+        except Exception as exc:
+            log.error("media type plug-in not loaded: %s: %s", origin, exc)
     return found
 
 
@@ -102,7 +111,10 @@ def _registered(search_path: tuple[str, ...]) -> Mapping[str, MediaType]:
     types = {media.name: media for media in BUILT_IN_MEDIA_TYPES}
     for media in load_entry_point_media_types():
         if media.name in types:
-            raise ValueError(f"media type {media.name!r} is registered twice")
+            # The first wins (a built-in before any plug-in): a type's route, its stored packs
+            # and its extractor must not change with the order distributions are found in.
+            log.error("media type plug-in not loaded: %r is registered twice", media.name)
+            continue
         types[media.name] = media
     return MappingProxyType(types)
 

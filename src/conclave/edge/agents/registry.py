@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from conclave.edge.agents import audio, cad, document, geo, image, landscape, video
-from conclave.edge.agents.base import CorruptMedia, MediaMismatch
+from conclave.edge.agents.base import CorruptMedia, MediaMismatch, clean
+from conclave.edge.sniff import is_mime, sniff_plugin_file
 from conclave.platform.media_types import Extractor, registered_media_types
 
 AGENTS: dict[str, Extractor] = {
@@ -20,19 +23,34 @@ AGENTS: dict[str, Extractor] = {
 """The agents of the built-in media types; a plug-in's type brings its own extractor."""
 
 
-def agent_for(media_type: str) -> Extractor:
-    """The agent of a built-in type, or the extractor a plug-in registered for its type."""
-    agent = AGENTS.get(media_type) or registered_media_types()[media_type].extract
-    if agent is None:
-        raise LookupError(f"no agent for media type {media_type!r}")
-    return agent
+def run_plugin(media_type: str, path: str, metadata: dict[str, Any]) -> tuple[str, Any]:
+    """Sniff and extract a file of a plug-in's type: the summary, cleaned as the built-in agents
+    clean theirs, with the sniffed ``format`` and the ``mime`` (the extractor's, when it gave a
+    bare ``type/subtype``)."""
+    media = registered_media_types()[media_type]
+    if media.sniff is None or media.extract is None:
+        raise LookupError(f"no sniffer or extractor for media type {media_type!r}")
+    sniffed = sniff_plugin_file(media.sniff, path, os.path.getsize(path))
+    if sniffed is None:
+        return "mismatch", f"The file's content is not a format the {media_type} route accepts."
+    summary = media.extract(path, sniffed.format, metadata)
+    if not isinstance(summary, Mapping):
+        return "corrupt", "The media type's extractor answered no facts."
+    facts = clean(summary)
+    mime = facts.pop("mime", None)
+    facts["format"] = sniffed.format
+    facts["mime"] = mime if is_mime(mime) else sniffed.mime
+    return "ok", facts
 
 
 def run_agent(media_type: str, path: str, fmt: str, metadata: dict[str, Any]) -> tuple[str, Any]:
-    """Run the agent of ``media_type``; the outcome is ``("ok", summary)``, ``("corrupt", why)``
-    or ``("mismatch", why)``, plain data that crosses a process boundary."""
+    """Run the agent of ``media_type`` (for a plug-in's type, given no ``fmt``, its sniffer
+    first); the outcome is ``("ok", summary)``, ``("corrupt", why)`` or ``("mismatch", why)``,
+    plain data that crosses a process boundary."""
     try:
-        return "ok", agent_for(media_type)(path, fmt, metadata)
+        if media_type not in AGENTS:
+            return run_plugin(media_type, path, metadata)
+        return "ok", AGENTS[media_type](path, fmt, metadata)
     except MediaMismatch as exc:
         return "mismatch", str(exc)
     except CorruptMedia as exc:
