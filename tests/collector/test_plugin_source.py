@@ -83,3 +83,24 @@ async def test_a_plugged_in_source_feeds_both_stores(backend: Backend, tmp_path)
         await eventually(indexed, timeout=15)
         found = await client.get("/collections/warehouse/search", params={"q": "crate 3"})
         assert "sku-3" in {hit["record"]["record_key"] for hit in found.json()["hits"]}
+
+
+class BrokenSource(InventorySource):
+    """A plug-in whose construction fails (a missing setting of its own, say)."""
+
+    name = "broken"
+
+    def __init__(self) -> None:
+        raise RuntimeError("no credentials for the warehouse API")
+
+
+def test_a_plugin_that_fails_to_build_is_left_out(tmp_path) -> None:
+    def with_broken(group: str) -> list[EntryPoint]:
+        broken = EntryPoint("broken", f"{__name__}:BrokenSource", SOURCES_GROUP)
+        return [broken, *installed(group)] if group == SOURCES_GROUP else []
+
+    settings = collector_settings(tmp_path, load_entry_points=True)
+    registry = ExpeditionRegistry.load(settings, find_plugins=with_broken)
+    assert "broken" not in registry.sources
+    assert isinstance(registry.sources["inventory"], InventorySource)
+    assert {"file", "http_json", "evidence"} <= set(registry.sources)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conclave import edge_client
-from conclave.edge_client import Envelope, InvalidEnvelope
+from conclave.edge_client import Envelope, InvalidEnvelope, envelope
 from tests.conftest import Backend, test_settings
 from tests.edge.conftest import edge_app, edge_settings, form
 from tests.gateway.conftest import run_gateway
@@ -94,6 +94,7 @@ def test_the_sdk_takes_a_plugin_type(
 
     monkeypatch.syspath_prepend(str(plugin))  # installing the plug-in, as pip would
     assert edge_client.SOURCE_TYPES[-2:] == ("geo", "spectrum")
+    assert envelope.SOURCE_TYPES == edge_client.SOURCE_TYPES
     assert Envelope.for_file("spectrum", sample).path == sample
 
 

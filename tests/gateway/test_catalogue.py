@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
+import pytest
+
+from conclave.gateway.backends.catalogue import load_catalogue
 from conclave.gateway.formats import wire_name
 from tests.conftest import Backend
 from tests.gateway.conftest import GatewayClient
@@ -101,3 +106,35 @@ async def test_built_in_tools_work_without_a_backend(backend: Backend, gateway: 
             )
             assert response.status_code == 422
             assert response.json()["code"] == code
+
+
+def test_enum_from_is_read_only_where_a_schema_is(tmp_path: Path) -> None:
+    """A property may be called ``enum_from`` and a default may hold one: only a schema's own
+    ``enum_from`` names a list; a bad one is a catalogue error that says where."""
+    spec = {
+        "name": "lookup",
+        "description": "d",
+        "backend": "edge",
+        "method": "GET",
+        "path": "/x",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "enum_from": {"type": "string"},
+                "kind": {"type": "string", "enum_from": "media_types"},
+                "raw": {"type": "object", "default": {"enum_from": "media_types"}},
+            },
+        },
+    }
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps({"tools": [spec]}))
+    [loaded] = load_catalogue(path).tools
+    properties = loaded.parameters["properties"]
+    assert properties["enum_from"] == {"type": "string"}
+    assert properties["kind"]["enum"][:2] == ["document", "image"]
+    assert properties["raw"]["default"] == {"enum_from": "media_types"}
+
+    spec["parameters"]["properties"]["kind"]["enum_from"] = {"not": "a name"}
+    path.write_text(json.dumps({"tools": [spec]}))
+    with pytest.raises(ValueError, match=r"tool catalogue .*enum_from \{'not': 'a name'\}"):
+        load_catalogue(path)

@@ -38,13 +38,15 @@ def _plugins(group: str, find: PluginFinder) -> Iterable[Any]:
     for entry in find(group):
         try:
             loaded = entry.load()
+            # An entry point may name the object, its class (whose ``name`` is a class
+            # attribute, so a class is always built), or a factory that builds it.
+            built = isinstance(loaded, type) or (callable(loaded) and not hasattr(loaded, "name"))
+            plugin = loaded() if built else loaded
         except Exception:
+            # A broken plug-in is left out: it must not stop the collector and the others.
             log.exception("cannot load plug-in", extra={"group": group, "entry_point": entry.name})
             continue
-        # An entry point may name the object, its class (whose ``name`` is a class attribute, so
-        # a class is always built), or a factory that builds it.
-        built = isinstance(loaded, type) or (callable(loaded) and not hasattr(loaded, "name"))
-        yield loaded() if built else loaded
+        yield plugin
 
 
 def _problem_code(error: BaseException) -> str:

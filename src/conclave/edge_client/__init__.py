@@ -1,5 +1,6 @@
 """Edge client: upload media to the edge intake service, with an offline outbox (spec 002)."""
 
+from conclave.edge_client import envelope
 from conclave.edge_client.client import EdgeClient, UploadResult
 from conclave.edge_client.daemon import SyncDaemon
 from conclave.edge_client.device import DeviceIdentity
@@ -13,14 +14,13 @@ from conclave.edge_client.errors import (
 from conclave.edge_client.outbox import Outbox, SyncReport, default_outbox_path
 from conclave.edge_client.retry import RetryPolicy
 from conclave.edge_client.store import OutboxItem
-from conclave.platform.media_types import media_type_names
 
 
 def __getattr__(name: str) -> object:
     # ``SOURCE_TYPES`` was a fixed tuple of the seven built-in types; SDK code that reads it now
-    # gets the registered types, plug-ins' included, from their one home.
+    # gets the registered types, plug-ins' included, from their one home (via the envelope).
     if name == "SOURCE_TYPES":
-        return media_type_names()
+        return envelope.SOURCE_TYPES
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -98,6 +98,14 @@ def local_path(source_uri: str) -> Path:
     return Path(source_uri)
 
 
+def __getattr__(name: str) -> object:
+    # ``SOURCE_TYPES`` was this module's fixed tuple of the built-in types; it is now read from
+    # their one home on each access, so it names the plug-ins' types too.
+    if name == "SOURCE_TYPES":
+        return media_type_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def check_source_type(source_type: str) -> None:
     """Raise :class:`InvalidEnvelope` unless ``source_type`` is a registered media type."""
     names = media_type_names()

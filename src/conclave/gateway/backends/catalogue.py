@@ -98,19 +98,33 @@ class Catalogue(BaseModel):
     tools: list[BackendToolSpec]
 
 
+# Keywords whose value is data, not a schema: nothing below them is read as a directive.
+_DATA_KEYWORDS = frozenset({"const", "default", "enum", "examples"})
+# Keywords whose value maps names to schemas: a property may well be called ``enum_from``.
+_NAMED_SCHEMAS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+
+
 def fill_enums(schema: Any) -> Any:
     """``schema`` with every ``enum_from: <source>`` replaced by ``enum: [...]`` of that source."""
     if isinstance(schema, list):
         return [fill_enums(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    filled = {key: fill_enums(value) for key, value in schema.items() if key != "enum_from"}
+    filled: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _DATA_KEYWORDS:
+            filled[key] = value
+        elif key in _NAMED_SCHEMAS and isinstance(value, dict):
+            filled[key] = {name: fill_enums(item) for name, item in value.items()}
+        elif key != "enum_from":
+            filled[key] = fill_enums(value)
     if "enum_from" in schema:
-        source = ENUM_SOURCES.get(schema["enum_from"])
+        name = schema["enum_from"]
+        source = ENUM_SOURCES.get(name) if isinstance(name, str) else None
         if source is None:
-            raise ValueError(
-                f"enum_from {schema['enum_from']!r}: use one of {', '.join(ENUM_SOURCES)}"
-            )
+            raise ValueError(f"enum_from {name!r}: use one of {', '.join(ENUM_SOURCES)}")
         filled["enum"] = list(source())
     return filled
 
