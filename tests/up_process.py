@@ -47,11 +47,9 @@ class Up:
         return self.log.read_text(errors="replace")
 
 
-@contextmanager
-def conclave_up(data_dir: Path, **settings: str) -> Iterator[Up]:
-    """Run ``conclave up`` with ``data_dir`` as its data folder until the block ends; the
-    process's output goes to ``data_dir/up.log``. The block starts once every service is healthy;
-    afterwards ``process.returncode`` tells how it stopped."""
+def start_up(data_dir: Path, **settings: str) -> Up:
+    """Start ``conclave up`` with ``data_dir`` as its data folder, its output in
+    ``data_dir/up.log``, the four services on free ports."""
     ports = dict(zip(SERVICES, free_ports(len(SERVICES)), strict=True))
     environment = {k: v for k, v in os.environ.items() if not k.startswith(_SETTING_PREFIXES)}
     environment.update(CONCLAVE_DATA_DIR=str(data_dir), **settings)
@@ -64,7 +62,15 @@ def conclave_up(data_dir: Path, **settings: str) -> Iterator[Up]:
             stdout=output,
             stderr=subprocess.STDOUT,
         )
-    up = Up(process, log, {n: f"http://127.0.0.1:{p}" for n, p in ports.items()}, ports)
+    return Up(process, log, {n: f"http://127.0.0.1:{p}" for n, p in ports.items()}, ports)
+
+
+@contextmanager
+def conclave_up(data_dir: Path, **settings: str) -> Iterator[Up]:
+    """Run ``conclave up`` (:func:`start_up`) until the block ends. The block starts once every
+    service is healthy; afterwards ``process.returncode`` tells how it stopped."""
+    up = start_up(data_dir, **settings)
+    process = up.process
     try:
         _wait_healthy(up)
         yield up

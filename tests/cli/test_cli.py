@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import pathlib
 import socket
 import threading
 import time
@@ -14,7 +15,7 @@ from typer.testing import CliRunner
 
 from conclave.cli.main import app
 from conclave.platform.db.migrate import head_revision
-from tests.up_process import conclave_up
+from tests.up_process import conclave_up, start_up
 
 runner = CliRunner()
 
@@ -153,3 +154,20 @@ def test_up_on_other_ports_links_the_services_on_those_ports(tmp_path):
     finally:
         named_graph.close()
     assert up.process.returncode == 0, up.output()[-2000:]
+
+
+def test_up_does_not_say_it_is_up_when_a_service_is_not(tmp_path: pathlib.Path) -> None:
+    """A gateway that cannot start (its catalogue is broken) stops the others and ``up`` says
+    which one failed, instead of printing its table of running services."""
+    catalogue = tmp_path / "tools.yaml"
+    catalogue.write_text("tools: [{name: broken}]\n")
+    up = start_up(tmp_path, GATEWAY_TOOL_CATALOGUES=str(catalogue))
+    try:
+        returncode = up.process.wait(timeout=90)
+    finally:
+        up.process.kill()
+    output = up.output()
+    assert returncode == 3, output[-3000:]
+    assert "Conclave did not start: gateway" in output
+    assert "Conclave is up" not in output
+    assert "tool catalogue" in output  # the cause, in the log

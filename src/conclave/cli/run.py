@@ -134,6 +134,17 @@ async def _run_all(host: str, common: GatewaySettings) -> None:
             config = server_config(app, settings, host=host, port=settings.port, lifespan="on")
             servers.append(_EmbeddedServer(config))
             table.add_row(name.value, f"http://{host}:{settings.port}", spec.description)
+        tune_garbage_collector()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, _stop_all, servers)
+        running = [asyncio.create_task(_serve(server)) for server in servers]
+        failed = await _failed_to_start(list(SERVICES), servers, running)
+        if failed:
+            _stop_all(servers)
+            await asyncio.gather(*running, return_exceptions=True)
+            console.print(f"[red]Conclave did not start[/red]: {', '.join(failed)} (see the log)")
+            raise typer.Exit(3)
         console.print(table)
         console.print(f"store: {_describe_store(common)}   bus: {common.resolved_bus_url()}")
         if inbox is not None:
@@ -143,14 +154,33 @@ async def _run_all(host: str, common: GatewaySettings) -> None:
             if not common.auth_active()
             else "auth: on (bearer tokens / JWT)"
         )
-        tune_garbage_collector()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, _stop_all, servers)
-        results = await asyncio.gather(*(s.serve() for s in servers), return_exceptions=True)
+        results = await asyncio.gather(*running, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+
+
+async def _serve(server: uvicorn.Server) -> None:
+    # uvicorn exits the process when its app fails to start; here three other services share
+    # the process, and `up` reports the failure and stops them instead.
+    with contextlib.suppress(SystemExit):
+        await server.serve()
+
+
+async def _failed_to_start(
+    names: list[ServiceName], servers: list[uvicorn.Server], running: list[asyncio.Task[None]]
+) -> list[str]:
+    """Wait until every server has started (its lifespan ran, its port is bound) or one gave
+    up: the services that gave up, so ``up`` never says it is up when one is not."""
+    while not all(server.started for server in servers):
+        if any(task.done() for task in running):
+            break
+        await asyncio.sleep(0.05)
+    return [
+        name.value
+        for name, server, task in zip(names, servers, running, strict=True)
+        if task.done() and not server.started
+    ]
 
 
 def _stop_all(servers: list[uvicorn.Server]) -> None:
