@@ -104,3 +104,26 @@ def test_a_plugin_that_fails_to_build_is_left_out(tmp_path) -> None:
     assert "broken" not in registry.sources
     assert isinstance(registry.sources["inventory"], InventorySource)
     assert {"file", "http_json", "evidence"} <= set(registry.sources)
+
+
+def nothing() -> None:
+    """A factory that builds nothing."""
+
+
+class NamelessSource(InventorySource):
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        raise RuntimeError("config missing")
+
+
+def test_a_plugin_that_builds_no_usable_object_is_left_out(tmp_path) -> None:
+    def with_junk(group: str) -> list[EntryPoint]:
+        junk = [
+            EntryPoint("none", f"{__name__}:nothing", SOURCES_GROUP),
+            EntryPoint("nameless", f"{__name__}:NamelessSource", SOURCES_GROUP),
+        ]
+        return [*junk, *installed(group)] if group == SOURCES_GROUP else []
+
+    settings = collector_settings(tmp_path, load_entry_points=True)
+    registry = ExpeditionRegistry.load(settings, find_plugins=with_junk)
+    assert set(registry.sources) == {"file", "http_json", "evidence", "inventory"}

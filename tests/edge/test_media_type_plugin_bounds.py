@@ -19,6 +19,9 @@ from tests.edge_client.test_media_type_plugin import conclave_edge
 BUILT_IN = ("document", "image", "audio", "video", "cad", "landscape", "geo")
 
 HOSTILE = """
+import time
+
+from conclave.edge.agents.base import CorruptMedia
 from conclave.platform.media_types import MediaType, MiB
 
 
@@ -32,17 +35,28 @@ def sniff(head, size):
 
 
 def extract(path, fmt, metadata):
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if data.startswith(b"HSTE"):
+        raise CorruptMedia("bad record: " + data.decode("latin-1"))
     return {
         "nul": "a" + chr(0) + "b",
         "lone": "x" + chr(0xD800),
         "nan": float("nan"),
         "big": 10**30,
+        "format": "plugin-fact",
         "mime": "text/html; charset=utf-8",
+        "mime" + chr(0): "text/html",
     }
 
 
 HOSTILE = MediaType("hostile", 5 * MiB, sniff=sniff, extract=extract)
 IMPOSTOR = MediaType("image", 5 * MiB, sniff=sniff, extract=extract)
+
+
+def slow():
+    time.sleep(3)  # a plug-in whose import takes its time (a model, a large table)
+    return MediaType("slow", 5 * MiB, sniff=sniff, extract=extract)
 """
 
 
@@ -74,7 +88,19 @@ async def test_a_plugin_answer_is_checked_and_bounded(
         assert "\x00" not in extracted["nul"] and extracted["nul"].startswith("a")
         assert extracted["lone"].startswith("x") and "\ud800" not in extracted["lone"]
         assert extracted["nan"] is None and extracted["big"] is None
+        # A plug-in's facts named like the pack's fields stay facts; only its own exact `mime`
+        # key may set the MIME type, and only as a bare type/subtype.
+        assert extracted["format"] == "plugin-fact"
+        assert pack["format"] == "hst"
         json.dumps(pack, allow_nan=False).encode()
+
+        # A refusal that quotes the file is bounded and cleaned before it is answered.
+        quoted = b"HSTE\x00\x01\x1b[31m" + b"A" * (1 << 20)
+        refused = await client.post("/api/edge-intake/hostile", **form(("q.hst", quoted)))
+        assert refused.status_code == 422
+        assert refused.json()["code"] == "CORRUPT_MEDIA"
+        assert len(refused.content) < 4096
+        assert "\x1b" not in refused.json()["detail"] and "\x00" not in refused.json()["detail"]
 
         header = await client.post("/api/edge-intake/hostile", **form(("b.hst", b"BADM\n")))
         assert header.status_code == 422
@@ -112,3 +138,14 @@ def test_a_broken_or_clashing_plugin_is_left_out(
     helped = conclave_edge("enqueue", "--help", tmp_path=tmp_path, site=site)
     assert helped.returncode == 0, helped.stderr
     assert "landscape or geo" in helped.stdout
+
+
+async def test_a_plugin_loads_before_its_first_upload_is_timed(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parser worker loads the plug-ins while it starts, not within an upload's limit."""
+    monkeypatch.syspath_prepend(str(install(tmp_path, "slow = hostile_plugin:slow")))
+    settings = edge_settings(tmp_path, parse_timeout_seconds=2.0)
+    async with edge_app(backend, settings) as (client, _app):
+        created = await client.post("/api/edge-intake/slow", **form(("a.hst", b"HST1\n")))
+        assert created.status_code == 200, created.text

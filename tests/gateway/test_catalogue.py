@@ -123,7 +123,11 @@ def test_enum_from_is_read_only_where_a_schema_is(tmp_path: Path) -> None:
                 "enum_from": {"type": "string"},
                 "kind": {"type": "string", "enum_from": "media_types"},
                 "raw": {"type": "object", "default": {"enum_from": "media_types"}},
+                "shown": {"type": "object", "example": {"enum_from": "media_types"}},
+                "vendor": {"type": "string", "x-ui": {"enum_from": "free text"}},
+                "nested": {"anyOf": [{"type": "string", "enum_from": "media_types"}]},
             },
+            "dependencies": {"enum_from": ["kind"]},
         },
     }
     path = tmp_path / "tools.json"
@@ -133,8 +137,23 @@ def test_enum_from_is_read_only_where_a_schema_is(tmp_path: Path) -> None:
     assert properties["enum_from"] == {"type": "string"}
     assert properties["kind"]["enum"][:2] == ["document", "image"]
     assert properties["raw"]["default"] == {"enum_from": "media_types"}
+    assert properties["shown"]["example"] == {"enum_from": "media_types"}
+    assert properties["vendor"]["x-ui"] == {"enum_from": "free text"}
+    assert properties["nested"]["anyOf"][0]["enum"][-1] == "geo"
+    assert loaded.parameters["dependencies"] == {"enum_from": ["kind"]}
 
     spec["parameters"]["properties"]["kind"]["enum_from"] = {"not": "a name"}
     path.write_text(json.dumps({"tools": [spec]}))
     with pytest.raises(ValueError, match=r"tool catalogue .*enum_from \{'not': 'a name'\}"):
+        load_catalogue(path)
+
+
+def test_a_catalogue_nested_too_deeply_is_refused_by_name(tmp_path: Path) -> None:
+    deep: dict[str, object] = {"type": "string"}
+    for _ in range(200):
+        deep = {"anyOf": [deep]}
+    spec = {"name": "deep", "description": "d", "backend": "edge", "parameters": deep}
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps({"tools": [spec]}))
+    with pytest.raises(ValueError, match=r"tool catalogue .*deeper than 64 levels"):
         load_catalogue(path)

@@ -136,13 +136,16 @@ async def _run_all(host: str, common: GatewaySettings) -> None:
             table.add_row(name.value, f"http://{host}:{settings.port}", spec.description)
         tune_garbage_collector()
         loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, _stop_all, servers)
+            loop.add_signal_handler(sig, _stop_all, servers, stopping)
         running = [asyncio.create_task(_serve(server)) for server in servers]
-        failed = await _failed_to_start(list(SERVICES), servers, running)
-        if failed:
-            _stop_all(servers)
+        failed = await _failed_to_start(list(SERVICES), servers, running, stopping)
+        if failed or stopping.is_set():
+            _stop_all(servers, stopping)
             await asyncio.gather(*running, return_exceptions=True)
+            if not failed:  # stopped (Ctrl-C) while starting: nothing to report
+                return
             console.print(f"[red]Conclave did not start[/red]: {', '.join(failed)} (see the log)")
             raise typer.Exit(3)
         console.print(table)
@@ -168,22 +171,31 @@ async def _serve(server: uvicorn.Server) -> None:
 
 
 async def _failed_to_start(
-    names: list[ServiceName], servers: list[uvicorn.Server], running: list[asyncio.Task[None]]
+    names: list[ServiceName],
+    servers: list[uvicorn.Server],
+    running: list[asyncio.Task[None]],
+    stopping: asyncio.Event,
 ) -> list[str]:
-    """Wait until every server has started (its lifespan ran, its port is bound) or one gave
-    up: the services that gave up, so ``up`` never says it is up when one is not."""
+    """Wait until every server has started (its lifespan ran, its port is bound), one gave up,
+    or a stop was asked for: the services that gave up, so ``up`` never says it is up when one
+    is not."""
+
+    def gave_up() -> list[str]:
+        return [
+            name.value
+            for name, server, task in zip(names, servers, running, strict=True)
+            if task.done() and not server.started
+        ]
+
     while not all(server.started for server in servers):
-        if any(task.done() for task in running):
+        if stopping.is_set() or gave_up():
             break
         await asyncio.sleep(0.05)
-    return [
-        name.value
-        for name, server, task in zip(names, servers, running, strict=True)
-        if task.done() and not server.started
-    ]
+    return gave_up()
 
 
-def _stop_all(servers: list[uvicorn.Server]) -> None:
+def _stop_all(servers: list[uvicorn.Server], stopping: asyncio.Event) -> None:
+    stopping.set()
     for server in servers:
         server.should_exit = True
 

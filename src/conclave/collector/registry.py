@@ -34,6 +34,9 @@ def installed_plugins(group: str) -> Iterable[EntryPoint]:
     return entry_points(group=group)
 
 
+_PLUGIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
 def _plugins(group: str, find: PluginFinder) -> Iterable[Any]:
     for entry in find(group):
         try:
@@ -42,6 +45,8 @@ def _plugins(group: str, find: PluginFinder) -> Iterable[Any]:
             # attribute, so a class is always built), or a factory that builds it.
             built = isinstance(loaded, type) or (callable(loaded) and not hasattr(loaded, "name"))
             plugin = loaded() if built else loaded
+            if not isinstance(plugin.name, str) or not _PLUGIN_NAME.fullmatch(plugin.name):
+                raise TypeError(f"a plug-in's name must match {_PLUGIN_NAME.pattern}")
         except Exception:
             # A broken plug-in is left out: it must not stop the collector and the others.
             log.exception("cannot load plug-in", extra={"group": group, "entry_point": entry.name})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import multiprocessing
 import os
 import resource
@@ -19,6 +20,8 @@ from typing import Any
 from conclave.platform.errors import Unavailable, Unprocessable, UnsupportedMediaType
 from conclave.platform.problem_types import ProblemCode
 
+log = logging.getLogger(__name__)
+
 _STARTUP_TIMEOUT_SECONDS = 60.0
 
 
@@ -26,9 +29,12 @@ def _worker_main(connection: Connection, memory_bytes: int) -> None:
     # Imported here, in the worker only: the parsing libraries (Pillow, pypdf, ezdxf with numpy,
     # MediaInfo) stay out of the service process, which keeps its memory small.
     from conclave.edge.agents.registry import run_agent
+    from conclave.platform.media_types import registered_media_types
 
     if memory_bytes > 0:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    # Plug-in types load now, within the start-up deadline, not in the first upload's time.
+    registered_media_types()
     connection.send(("ready", None))
     while True:
         try:
@@ -204,6 +210,11 @@ class ParserPool:
             self._idle.put_nowait(worker)
         if kind == "mismatch":
             raise UnsupportedMediaType(value, code=ProblemCode.UNSUPPORTED_MEDIA_TYPE)
+        if kind == "unavailable":
+            # The service loaded the plug-in and the worker could not (its log says why): not
+            # the file's fault, and not something the uploader can fix.
+            log.error("media type plug-in missing in a parser worker: %s", value)
+            raise Unprocessable(value, code=ProblemCode.PARSER_FAILED)
         if kind != "ok":
             raise Unprocessable(value, code=ProblemCode.CORRUPT_MEDIA)
         return value  # type: ignore[no-any-return]

@@ -272,9 +272,11 @@ class IntakeService:
                 time_limit=min(self.settings.parse_timeout_seconds, remaining),
             )
             self.metrics.parse_duration.labels(media_type).observe(time.perf_counter() - started)
-            if sniffed is None:
-                sniffed = Sniffed(extracted.pop("format"), extracted.pop("mime"))
-            mime = extracted.pop("mime", None) or sniffed.mime
+            if sniffed is None:  # a plug-in's type: sniffed in the worker (run_plugin)
+                sniffed = Sniffed(extracted["format"], extracted["mime"])
+                extracted, mime = extracted["facts"], sniffed.mime
+            else:
+                mime = extracted.pop("mime", None) or sniffed.mime
             analysed.append((part, sniffed.format, mime, extracted))
         for part, *_ in analysed:
             # Blobs land before the rows that name them: a crash in between leaves an unreferenced

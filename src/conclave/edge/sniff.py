@@ -317,9 +317,11 @@ def sniff_plugin_file(sniffer: Sniffer, path: str, size: int) -> Sniffed | None:
     if (
         not isinstance(found, tuple)
         or len(found) != 2
-        or not isinstance(found[0], str)
-        or _FORMAT.fullmatch(found[0]) is None
-        or not is_mime(found[1])
+        or not all(isinstance(part, str) for part in found)
     ):
         raise ValueError("the media type's sniffer answered something else than (format, mime)")
-    return Sniffed(*found)
+    # Plain strings: a subclass's own methods are not trusted, nor pickled back.
+    fmt, mime = (str.__str__(part) for part in found)
+    if _FORMAT.fullmatch(fmt) is None or not is_mime(mime):
+        raise ValueError("the media type's sniffer answered something else than (format, mime)")
+    return Sniffed(fmt, mime)

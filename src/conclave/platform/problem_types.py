@@ -217,7 +217,8 @@ class ProblemCode(StrEnum):
     INVALID_COORDINATES = ("INVALID_COORDINATES", (422,), "Invalid coordinates",
         "Latitude or longitude in `metadata` is out of range or not a number.")
     CORRUPT_MEDIA = "CORRUPT_MEDIA", (422,), "Corrupt media", "The file's parser could not read it."
-    PARSER_FAILED = "PARSER_FAILED", (422,), "Parser failed", "No parser worker could be started."
+    PARSER_FAILED = ("PARSER_FAILED", (422,), "Parser failed",
+        "No parser worker could be started, or it could not load the media type's plug-in.")
     PARSE_TIMEOUT = ("PARSE_TIMEOUT", (422,), "Parse timed out",
         "Parsing a file took longer than `EDGE_PARSE_TIMEOUT_SECONDS`, or all the files of the "
         "upload longer than `EDGE_PARSE_REQUEST_SECONDS`.")

@@ -68,10 +68,14 @@ def _clean(value: Any, depth: int, budget: _Budget) -> Any:
         return None
     if isinstance(value, bool) or value is None:
         return value
+    # A subclass (numpy's scalars) becomes the plain number: its own comparisons are not
+    # trusted, and nothing foreign is pickled back to the service process.
     if isinstance(value, int):
-        return value if INT_MIN <= value <= INT_MAX else None
+        number = int(value)
+        return number if INT_MIN <= number <= INT_MAX else None
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        real = float(value)
+        return real if math.isfinite(real) else None
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     if isinstance(value, str):
@@ -107,6 +111,19 @@ def _clean(value: Any, depth: int, budget: _Budget) -> Any:
 
 def _text(value: str, limit: int) -> str:
     return escape_text(_CONTROL.sub("", value)[:limit])
+
+
+_MAX_MESSAGE = 500
+
+
+def error_text(error: BaseException) -> str:
+    """What an agent's refusal says, made safe to answer and store (bounded, no control
+    characters, lone surrogates escaped): a plug-in's message may quote the uploaded bytes."""
+    try:
+        text = str(error)
+    except Exception:
+        text = type(error).__name__
+    return _text(text, _MAX_MESSAGE)
 
 
 def bbox_of(points: list[tuple[float, float]]) -> list[float] | None:

@@ -99,27 +99,33 @@ class Catalogue(BaseModel):
 
 
 # Keywords whose value is data, not a schema: nothing below them is read as a directive.
-_DATA_KEYWORDS = frozenset({"const", "default", "enum", "examples"})
+_DATA_KEYWORDS = frozenset({"const", "default", "enum", "example", "examples", "dependentRequired"})
 # Keywords whose value maps names to schemas: a property may well be called ``enum_from``.
 _NAMED_SCHEMAS = frozenset(
-    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
 )
+# A schema nested deeper than this is refused (recursion would otherwise end in RecursionError).
+_MAX_SCHEMA_DEPTH = 64
 
 
-def fill_enums(schema: Any) -> Any:
-    """``schema`` with every ``enum_from: <source>`` replaced by ``enum: [...]`` of that source."""
+def fill_enums(schema: Any, depth: int = 0) -> Any:
+    """``schema`` with every ``enum_from: <source>`` replaced by ``enum: [...]`` of that source.
+    Only a schema's own keyword is read: not a property's name, not data (``default``,
+    ``examples``, ...), not an extension keyword (``x-...``)."""
+    if depth > _MAX_SCHEMA_DEPTH:
+        raise ValueError(f"a schema nests deeper than {_MAX_SCHEMA_DEPTH} levels")
     if isinstance(schema, list):
-        return [fill_enums(item) for item in schema]
+        return [fill_enums(item, depth + 1) for item in schema]
     if not isinstance(schema, dict):
         return schema
     filled: dict[str, Any] = {}
     for key, value in schema.items():
-        if key in _DATA_KEYWORDS:
+        if key in _DATA_KEYWORDS or (isinstance(key, str) and key.startswith("x-")):
             filled[key] = value
         elif key in _NAMED_SCHEMAS and isinstance(value, dict):
-            filled[key] = {name: fill_enums(item) for name, item in value.items()}
+            filled[key] = {name: fill_enums(item, depth + 1) for name, item in value.items()}
         elif key != "enum_from":
-            filled[key] = fill_enums(value)
+            filled[key] = fill_enums(value, depth + 1)
     if "enum_from" in schema:
         name = schema["enum_from"]
         source = ENUM_SOURCES.get(name) if isinstance(name, str) else None
@@ -137,6 +143,8 @@ def load_catalogue(path: Path) -> Catalogue:
         catalogue = Catalogue.model_validate(data)
         for spec in catalogue.tools:
             spec.parameters = fill_enums(spec.parameters)
+    except RecursionError as exc:
+        raise ValueError(f"tool catalogue {path}: nested too deeply") from exc
     except (ValueError, yaml.YAMLError, ValidationError) as exc:
         raise ValueError(f"tool catalogue {path}: {exc}") from exc
     return catalogue
