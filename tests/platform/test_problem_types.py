@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXPEDITION_ERRORS = {"EXPEDITION_FAILED", "FILE_TOO_LARGE"}
 
 
+@functools.cache
 def _source_nodes() -> list[tuple[str, ast.AST]]:
     """Every AST node of the package's source but the registry's own, with its file."""
     return [
