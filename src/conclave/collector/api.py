@@ -25,8 +25,9 @@ from conclave.collector.models import (
     SearchResult,
     Status,
 )
-from conclave.collector.service import ExpeditionService, expedition_read
+from conclave.collector.service import ExpeditionService
 from conclave.collector.store import ExpeditionRecord
+from conclave.collector.views import expedition_read
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.http import CurrentPrincipal, correlation_id
 from conclave.platform.openapi import HEALTH_RESPONSES, problem_responses
