@@ -73,6 +73,8 @@ async def health(request: Request, service: Service) -> JSONResponse:
     try:
         await runtime.memory.ping()
         checks["semantic_memory"] = {"status": "up", "indexer": runtime.indexer.healthy}
+        if runtime.indexer.reindex is not None:  # refilling from the structured store
+            checks["semantic_memory"]["reindex"] = runtime.indexer.reindex.view()
     except Exception as exc:
         checks["semantic_memory"] = {"status": "down", "error": type(exc).__name__}
     essential = checks["store"]["status"] == "up" and checks["bus"]["status"] == "up"

@@ -4,6 +4,11 @@ A record and its pending flag commit together, so the structured store never los
 owes; the indexer writes the vector afterwards and clears the flag only for the content hash it
 embedded. While semantic memory is down it backs off and retries: vectors are delayed, not lost.
 Several replicas may index the same rows at the same time; the write is an idempotent upsert.
+
+A semantic memory created empty (the first start, a move from an older layout, a lost shard) says
+so; the indexer then flags every record pending again and refills it from the structured store,
+the source of truth, reporting progress in the log and on ``/health`` while searches keep working
+on what is already written.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,6 +28,22 @@ from conclave.platform.db.engine import is_store_down
 from conclave.platform.inputs import escape_text
 
 log = logging.getLogger(__name__)
+
+_PROGRESS_SECONDS = 5.0
+
+
+@dataclass
+class Reindex:
+    """A refill of semantic memory from the structured store, as ``/health`` shows it."""
+
+    records: int
+    written: int = 0
+    started: float = 0.0
+    reported: float = 0.0
+
+    def view(self) -> dict[str, int]:
+        """The figures ``/health`` reports."""
+        return {"records": self.records, "written": self.written}
 
 
 class VectorIndexer:
@@ -44,7 +67,9 @@ class VectorIndexer:
         self._max_backoff = max_backoff_seconds
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._checked = False
         self.healthy = True
+        self.reindex: Reindex | None = None
 
     def wake(self) -> None:
         """Look for pending vectors now."""
@@ -64,10 +89,45 @@ class VectorIndexer:
             await self._task
         self._task = None
 
+    async def _refill_if_new(self) -> None:
+        if self._checked:
+            return
+        if await self._memory.needs_reindex():
+            records = await store.mark_all_pending(self._engine)
+            await self._memory.reindex_started()
+            now = time.monotonic()
+            self.reindex = Reindex(records, started=now, reported=now)
+            log.warning(
+                "semantic memory is new: re-indexing %d records from the structured store", records
+            )
+        self._checked = True
+
+    def _progress(self, written: int) -> None:
+        if self.reindex is None:
+            return
+        self.reindex.written += written
+        now = time.monotonic()
+        if not written:
+            log.warning(
+                "semantic memory re-index finished: %d vectors in %.1f s",
+                self.reindex.written,
+                now - self.reindex.started,
+            )
+            self.reindex = None
+        elif now - self.reindex.reported >= _PROGRESS_SECONDS:
+            self.reindex.reported = now
+            log.warning(
+                "semantic memory re-index: %d of %d records written",
+                self.reindex.written,
+                self.reindex.records,
+            )
+
     async def index_pending(self) -> int:
         """Write one batch of pending vectors; return how many were written."""
+        await self._refill_if_new()
         rows = await store.pending_vectors(self._engine, self._batch_size)
         if not rows:
+            self._progress(0)
             return 0
         # A record stored before text was checked may hold a lone surrogate: an embedder
         # encodes its text, and one such record would fail its whole batch, every time.
@@ -85,6 +145,7 @@ class VectorIndexer:
             self._engine, [(i.collection, i.key, i.content_hash) for i in items]
         )
         self._metrics.vectors.inc(len(items))
+        self._progress(len(items))
         return len(items)
 
     async def drain(self) -> int:
@@ -107,6 +168,7 @@ class VectorIndexer:
             except Exception as exc:
                 written = 0
                 self.healthy = False
+                self._checked = False  # a replaced store process may hold a new, empty shard
                 self._metrics.vector_errors.inc()
                 level = logging.WARNING
                 log.log(level, "vector indexing failed, retrying", exc_info=not is_store_down(exc))

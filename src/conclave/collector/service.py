@@ -435,7 +435,7 @@ class ExpeditionService:
         return SearchResult(
             collection=collection,
             query=query,
-            embedder=self.memory.embedder.name,
+            embedder=self.memory.embedder_name,
             hits=hits,
             count=len(hits),
         )

@@ -11,10 +11,9 @@ from conclave.collector.listeners import ExpeditionListeners
 from conclave.collector.metrics import CollectorMetrics
 from conclave.collector.registry import ExpeditionRegistry
 from conclave.collector.scheduler import Scheduler
-from conclave.collector.semantic import SemanticMemory
+from conclave.collector.semantic import SemanticMemory, open_semantic_memory
 from conclave.collector.service import ExpeditionService
 from conclave.collector.worker import ExpeditionWorker
-from conclave.platform.embedding import load_embedder
 from conclave.platform.runtime import Platform
 from conclave.settings import CollectorSettings
 
@@ -48,9 +47,9 @@ class CollectorRuntime:
         settings.resolved_file_inbox().mkdir(mode=0o750, parents=True, exist_ok=True)
         if registry is None:
             registry = ExpeditionRegistry.load(settings)
-        embedder = load_embedder(settings.embedder, settings.embedding_dimensions)
         async with AsyncExitStack() as stack:
-            memory = SemanticMemory.from_settings(settings, embedder)
+            memory = open_semantic_memory(settings)
+            await memory.open()
             stack.push_async_callback(memory.close)
             indexer = VectorIndexer(platform.engine, memory, metrics)
             worker = ExpeditionWorker(

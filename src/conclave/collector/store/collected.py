@@ -169,6 +169,16 @@ async def mark_pending(connection: AsyncConnection, collection: str, keys: Seque
     await connection.execute(_set_pending(True, of_hash=False), params)
 
 
+async def mark_all_pending(engine: AsyncEngine) -> int:
+    """Flag every record for rewriting its vector (semantic memory was created empty); return
+    how many records there are."""
+    async with engine.begin() as connection:
+        await connection.execute(
+            update(records).where(records.c.vector_pending.is_(False)).values(vector_pending=True)
+        )
+    return await total_records(engine)
+
+
 async def repair_hash(
     connection: AsyncConnection, collection: str, key: str, content_hash: str, now: datetime
 ) -> None:

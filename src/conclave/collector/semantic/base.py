@@ -1,0 +1,127 @@
+"""What every semantic memory is: the interface, its records, point ids and embedded text.
+
+Both implementations keep one store for all record collections: each point's payload carries its
+``collection`` (a keyword field with a tenant index) beside ``record_key`` and ``content_hash``,
+and every read filters on it. Qdrant Edge has no collections, and Qdrant recommends one collection
+with a tenant field over many small collections on a server too, so both layouts are the same: the
+same point ids, payloads, filters and scores.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+_POINT_NAMESPACE = uuid.UUID("5b0c6c52-4f3e-4b8e-9a77-c0111ec7a0e5")
+_MAX_TEXT_CHARS = 8000
+
+COLLECTION_FIELD = "collection"
+"""The payload field naming a point's record collection (keyword, tenant index)."""
+
+
+def point_id(collection: str, key: str) -> str:
+    """The stable point id of a record: writing its vector again replaces the point."""
+    return str(uuid.uuid5(_POINT_NAMESPACE, f"{collection}\x00{key}"))
+
+
+def point_payload(collection: str, key: str, content_hash: str) -> dict[str, str]:
+    """The payload of a record's point (the same on every implementation)."""
+    return {COLLECTION_FIELD: collection, "record_key": key, "content_hash": content_hash}
+
+
+def embedding_text(data: Any) -> str:
+    """The text embedded for a record: its scalar leaves as ``path: value`` lines."""
+    lines: list[str] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for name, child in value.items():
+                walk(child, f"{path}.{name}" if path else str(name))
+        elif isinstance(value, list):
+            for child in value:
+                walk(child, path)
+        elif value is not None:
+            lines.append(f"{path}: {value}" if path else str(value))
+
+    walk(data, "")
+    return "\n".join(lines)[:_MAX_TEXT_CHARS] or json.dumps(data)[:_MAX_TEXT_CHARS]
+
+
+@dataclass(frozen=True)
+class VectorRecord:
+    """What semantic memory holds about one record."""
+
+    collection: str
+    key: str
+    content_hash: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StoredPoint:
+    """A point read back from semantic memory."""
+
+    key: str
+    content_hash: str
+
+
+class SemanticMemoryUnavailable(Exception):
+    """Semantic memory does not answer (server down, shard held by another process, its process
+    gone). Records keep their vectors pending; the indexer retries."""
+
+
+class SemanticMemory(ABC):
+    """The collector's semantic memory: points by (collection, record key), searched by text.
+
+    Implementations embed the texts themselves (the embedded one in its own process). Every method
+    raises :class:`SemanticMemoryUnavailable` when the store cannot be reached. A write returns
+    once it is durable: the indexer clears a record's pending flag only after that.
+    """
+
+    embedder_name: str
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect (or start the store's process); an unreachable store is not an error here."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release the store."""
+
+    @abstractmethod
+    async def ping(self) -> None:
+        """Raise :class:`SemanticMemoryUnavailable` when semantic memory does not answer."""
+
+    @abstractmethod
+    async def needs_reindex(self) -> bool:
+        """Whether the store was created empty (first start, or moved from an older layout) and
+        has not been refilled from the structured store yet (see :meth:`reindex_started`)."""
+
+    @abstractmethod
+    async def reindex_started(self) -> None:
+        """Every record was flagged pending again: the store stops asking for a re-index."""
+
+    @abstractmethod
+    async def upsert(self, items: Sequence[VectorRecord]) -> None:
+        """Embed and write the points of ``items`` (any collections); durable on return."""
+
+    @abstractmethod
+    async def delete(self, collection: str, keys: Sequence[str]) -> None:
+        """Remove the points of ``keys``; durable on return."""
+
+    @abstractmethod
+    async def count(self, collection: str) -> int:
+        """Points of ``collection`` (0 for a collection never written)."""
+
+    @abstractmethod
+    async def scan(self, collection: str) -> list[StoredPoint]:
+        """Every point of ``collection`` with its record key and content hash."""
+
+    @abstractmethod
+    async def search(self, collection: str, query: str, limit: int) -> list[tuple[str, float]]:
+        """``(record_key, score)`` of the points of ``collection`` nearest to ``query``, best
+        first (cosine similarity)."""
