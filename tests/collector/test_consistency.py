@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conclave.collector.semantic import VectorRecord
+from conclave.collector.semantic.base import VectorRecord
 from tests.collector.conftest import (
     collector_app,
     collector_settings,

@@ -38,6 +38,7 @@ from sqlalchemy import text
 
 from conclave.platform.db.engine import create_engine
 from tests.conftest import POSTGRES_URL, REDIS_URL, isolated_postgres, missing_service
+from tests.faults import qdrant_server as qdrant_server_module
 from tests.httpserver import free_port
 from tests.netproxy import CuttableProxy
 
@@ -303,8 +304,8 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
     data_dir = tmp_path_factory.mktemp("faults")
     qdrant_port = free_port()
     with (data_dir / "qdrant.log").open("wb") as log:
-        qdrant_server = subprocess.Popen(
-            [sys.executable, "-m", "tests.faults.qdrant_server", str(qdrant_port)],
+        qdrant_server = qdrant_server_module.start(
+            qdrant_port,
             cwd=ROOT,
             env=_own_environment(),
             stdout=log,
@@ -344,7 +345,7 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
             process.start()
 
         async def all_ready() -> None:
-            await _qdrant_ready(qdrant_port, qdrant_server)
+            await qdrant_server_module.ready(qdrant_port, qdrant_server, START_TIMEOUT)
             await asyncio.gather(*(process.ready() for process in processes))
 
         asyncio.run(all_ready())
@@ -365,18 +366,6 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
 async def _search_path(engine: Any) -> str:
     async with engine.connect() as connection:
         return str(await connection.scalar(text("SELECT current_schema()")))
-
-
-async def _qdrant_ready(port: int, process: subprocess.Popen[bytes]) -> None:
-    async with httpx.AsyncClient(timeout=2) as client:
-        for _ in range(int(START_TIMEOUT * 10)):
-            if process.poll() is not None:
-                raise AssertionError("the Qdrant-protocol server exited at start")
-            with contextlib.suppress(httpx.TransportError):
-                await client.get(f"http://127.0.0.1:{port}/collections")
-                return
-            await asyncio.sleep(0.1)
-    raise AssertionError("the Qdrant-protocol server did not start")
 
 
 def _delete_streams(prefix: str) -> None:

@@ -12,12 +12,16 @@ Run: ``python -m tests.faults.qdrant_server PORT``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
 from typing import Any
 
+import httpx
 import uvicorn
 from qdrant_client import AsyncQdrantClient, models
 from starlette.applications import Starlette
@@ -27,6 +31,8 @@ from starlette.routing import Route
 
 # Claim the client's own version, so its compatibility check at start-up is satisfied.
 VERSION = version("qdrant-client")
+# (engine, collection) -> field -> type of the payload indexes made through the server.
+_INDEXES: dict[tuple[int, str], dict[str, models.PayloadSchemaType]] = {}
 Handler = Callable[[AsyncQdrantClient, Request], Awaitable[Any]]
 
 
@@ -75,6 +81,26 @@ async def _delete(engine: AsyncQdrantClient, request: Request) -> Any:
     return _completed()
 
 
+async def _info(engine: AsyncQdrantClient, request: Request) -> Any:
+    info = await engine.get_collection(_name(request))
+    # Local mode keeps no payload indexes: report the ones created through this server.
+    indexed = _INDEXES.get((id(engine), _name(request)), {})
+    schema = {
+        field: models.PayloadIndexInfo(data_type=kind, points=0) for field, kind in indexed.items()
+    }
+    return info.model_copy(update={"payload_schema": schema})
+
+
+async def _index(engine: AsyncQdrantClient, request: Request) -> Any:
+    body = models.CreateFieldIndex(**await request.json())
+    await engine.get_collection(_name(request))  # 404 for an unknown collection
+    schema: Any = body.field_schema
+    kind = schema if isinstance(schema, models.PayloadSchemaType) else schema.type
+    indexes = _INDEXES.setdefault((id(engine), _name(request)), {})
+    indexes[body.field_name] = models.PayloadSchemaType(kind)
+    return _completed()
+
+
 async def _count(engine: AsyncQdrantClient, request: Request) -> Any:
     body = models.CountRequest(**await request.json())
     return await engine.count(_name(request), count_filter=body.filter, exact=True)
@@ -86,6 +112,7 @@ async def _scroll(engine: AsyncQdrantClient, request: Request) -> Any:
         _name(request),
         limit=body.limit or 10,
         offset=body.offset,
+        scroll_filter=body.filter,
         with_payload=body.with_payload if body.with_payload is not None else True,
         with_vectors=body.with_vector or False,
     )
@@ -97,6 +124,7 @@ async def _query(engine: AsyncQdrantClient, request: Request) -> Any:
     return await engine.query_points(
         _name(request),
         query=body.query,
+        query_filter=body.filter,
         limit=body.limit or 10,
         with_payload=body.with_payload if body.with_payload is not None else True,
     )
@@ -127,7 +155,9 @@ def create_app() -> Starlette:
         ("/", "GET", _root),
         ("/collections", "GET", _list),
         (base + "/exists", "GET", _exists),
+        (base, "GET", _info),
         (base, "PUT", _create),
+        (base + "/index", "PUT", _index),
         (base + "/points", "PUT", _upsert),
         (base + "/points/delete", "POST", _delete),
         (base + "/points/count", "POST", _count),
@@ -135,6 +165,25 @@ def create_app() -> Starlette:
         (base + "/points/query", "POST", _query),
     ]
     return Starlette(routes=[_route(path, method, fn, engine) for path, method, fn in table])
+
+
+def start(port: int, **popen: Any) -> subprocess.Popen[bytes]:
+    """The stand-in server as a process on ``port`` (see :func:`ready`)."""
+    command = [sys.executable, "-m", "tests.faults.qdrant_server", str(port)]
+    return subprocess.Popen(command, **popen)
+
+
+async def ready(port: int, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Wait until the stand-in server on ``port`` answers."""
+    async with httpx.AsyncClient(timeout=2) as client:
+        for _ in range(int(timeout * 10)):
+            if process.poll() is not None:
+                raise AssertionError("the Qdrant-protocol server exited at start")
+            with contextlib.suppress(httpx.TransportError):
+                await client.get(f"http://127.0.0.1:{port}/collections")
+                return
+            await asyncio.sleep(0.1)
+    raise AssertionError("the Qdrant-protocol server did not start")
 
 
 if __name__ == "__main__":

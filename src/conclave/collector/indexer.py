@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conclave.collector import store
 from conclave.collector.metrics import CollectorMetrics
-from conclave.collector.semantic import SemanticMemory, VectorRecord, embedding_text
+from conclave.collector.semantic.base import SemanticMemory, VectorRecord, embedding_text
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.inputs import escape_text
 

@@ -31,7 +31,7 @@ from conclave.collector.models import (
 )
 from conclave.collector.parameter_secrets import check_parameters
 from conclave.collector.registry import ExpeditionRegistry
-from conclave.collector.semantic import SemanticMemory
+from conclave.collector.semantic.base import SemanticMemory
 from conclave.collector.store import ExpeditionRecord
 from conclave.collector.views import decode_cursor, encode_cursor, record_read
 from conclave.platform.auth import Principal

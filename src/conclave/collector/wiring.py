@@ -11,7 +11,8 @@ from conclave.collector.listeners import ExpeditionListeners
 from conclave.collector.metrics import CollectorMetrics
 from conclave.collector.registry import ExpeditionRegistry
 from conclave.collector.scheduler import Scheduler
-from conclave.collector.semantic import SemanticMemory, open_semantic_memory
+from conclave.collector.semantic.base import SemanticMemory
+from conclave.collector.semantic.opening import open_semantic_memory
 from conclave.collector.service import ExpeditionService
 from conclave.collector.worker import ExpeditionWorker
 from conclave.platform.runtime import Platform

@@ -25,7 +25,7 @@ from conclave.collector.events import duration_ms, state_event
 from conclave.collector.indexer import VectorIndexer
 from conclave.collector.metrics import CollectorMetrics
 from conclave.collector.registry import ExpeditionRegistry
-from conclave.collector.semantic import SemanticMemory
+from conclave.collector.semantic.base import SemanticMemory
 from conclave.collector.store import ExpeditionRecord
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import is_store_down

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conclave.collector.indexer import VectorIndexer
 from conclave.collector.metrics import CollectorMetrics
-from conclave.collector.semantic import SemanticMemory
+from conclave.collector.semantic.base import SemanticMemory
 from conclave.collector.sources.base import Source
 from conclave.settings import CollectorSettings
 

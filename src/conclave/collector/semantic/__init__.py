@@ -2,49 +2,6 @@
 
 Embedded (the default): a Qdrant Edge shard under the data folder, in a process of its own
 (:mod:`.edge`). Production: a Qdrant server at ``CONCLAVE_SEMANTIC_MEMORY_URL`` (:mod:`.server`).
+The interface and its records are in :mod:`.base`, the choice between the two in :mod:`.opening`.
+This package imports nothing itself: the semantic-memory process imports only what it runs.
 """
-
-from __future__ import annotations
-
-from qdrant_client import AsyncQdrantClient
-
-from conclave.collector.semantic.base import (
-    SemanticMemory,
-    SemanticMemoryUnavailable,
-    StoredPoint,
-    VectorRecord,
-    embedding_text,
-    point_id,
-)
-from conclave.collector.semantic.edge import EdgeMemory
-from conclave.collector.semantic.server import ServerMemory
-from conclave.platform.embedding import load_embedder
-from conclave.settings import CollectorSettings
-
-__all__ = [
-    "EdgeMemory",
-    "SemanticMemory",
-    "SemanticMemoryUnavailable",
-    "ServerMemory",
-    "StoredPoint",
-    "VectorRecord",
-    "embedding_text",
-    "open_semantic_memory",
-    "point_id",
-]
-
-
-def open_semantic_memory(settings: CollectorSettings) -> SemanticMemory:
-    """The server at ``CONCLAVE_SEMANTIC_MEMORY_URL``, or the embedded shard under the data
-    folder (call :meth:`SemanticMemory.open` before use)."""
-    if settings.semantic_memory_url:
-        api_key = settings.semantic_memory_api_key.get_secret_value() or None
-        client = AsyncQdrantClient(url=settings.semantic_memory_url, api_key=api_key, timeout=10)
-        embedder = load_embedder(settings.embedder, settings.embedding_dimensions)
-        return ServerMemory(client, embedder, settings.semantic_collection_prefix)
-    return EdgeMemory(
-        settings.resolved_semantic_memory_path(),
-        settings.embedder,
-        settings.embedding_dimensions,
-        log_level=settings.log_level,
-    )
