@@ -8,14 +8,15 @@ before, during and after.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import pytest
-from qdrant_client import QdrantClient
 
+from conclave.collector.semantic.edge_shard import EdgeStore
 from tests.collector.conftest import JsonApi
 from tests.conftest import eventually
 from tests.edge import samples
@@ -292,11 +293,11 @@ async def _pending_vectors(topology: Topology, collection: str) -> int:
     return int(rows[0].n)
 
 
-async def test_local_semantic_memory_held_by_another_client(topology: Topology) -> None:
-    # Local mode (the default) keeps semantic memory in a folder one client may open at a time.
-    # Another client holding it is this mode's "Qdrant unavailable".
-    folder = topology.data_dir / "local-qdrant"
-    holder = QdrantClient(path=str(folder))
+async def test_embedded_semantic_memory_held_by_another_process(topology: Topology) -> None:
+    # The embedded semantic memory (the default) is a Qdrant Edge shard one process may open at a
+    # time. Another process holding it is this mode's "Qdrant unavailable".
+    folder = topology.data_dir / "edge-shard"
+    holder = EdgeStore.open(folder, 384)
     port = free_port()
     env = {
         key: value
@@ -323,9 +324,10 @@ async def test_local_semantic_memory_held_by_another_client(topology: Topology) 
                 answer = await client.get("/health")
                 return answer.json()["checks"]["semantic_memory"]["status"] == "up"
 
-            await eventually(back, timeout=10)
+            await eventually(back, timeout=15)
     finally:
-        holder.close()
+        with contextlib.suppress(Exception):
+            holder.close()  # already released above when the test got that far
         collector.stop()
 
 

@@ -95,11 +95,13 @@ class VectorIndexer:
         if await self._memory.needs_reindex():
             records = await store.mark_all_pending(self._engine)
             await self._memory.reindex_started()
-            now = time.monotonic()
-            self.reindex = Reindex(records, started=now, reported=now)
-            log.warning(
-                "semantic memory is new: re-indexing %d records from the structured store", records
-            )
+            if records:  # a first start with nothing stored has nothing to say
+                now = time.monotonic()
+                self.reindex = Reindex(records, started=now, reported=now)
+                log.warning(
+                    "semantic memory is new: re-indexing %d records from the structured store",
+                    records,
+                )
         self._checked = True
 
     def _progress(self, written: int) -> None:

@@ -62,6 +62,12 @@ class EdgeMemory(SemanticMemory):
         self._down_reason = "not started"
         self._lock = asyncio.Lock()
 
+    @property
+    def process_id(self) -> int | None:
+        """The semantic-memory process's pid while one runs (for operators and tests)."""
+        process = self._process
+        return process.pid if process is not None and process.returncode is None else None
+
     async def open(self) -> None:
         """Start the process; a bad embedder or folder fails here, a held folder does not."""
         async with self._lock:
