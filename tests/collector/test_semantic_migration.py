@@ -76,7 +76,7 @@ async def test_local_mode_data_is_reindexed_on_first_start(backend, tmp_path, ca
         await eventually(refilled, timeout=120)
         asker.cancel()
         assert answers and set(answers) == {200}
-        assert all(step["records"] == RECORDS for step in progress)
+        assert all(0 <= step["progress"] <= 1 for step in progress)
         hits = (
             await client.get("/collections/docs/search", params={"q": "crane survey 17"})
         ).json()

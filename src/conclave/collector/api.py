@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -65,13 +66,17 @@ _ACCEPTED = {
 }
 
 
+_PING_SECONDS = 2.0
+
+
 @router.get("/health", tags=["operations"], responses=HEALTH_RESPONSES)
 async def health(request: Request, service: Service) -> JSONResponse:
     """Store, bus and semantic memory status; 503 when the store or the bus is down."""
     checks = await service.platform.check()
     runtime = request.app.state.collector
     try:
-        await runtime.memory.ping()
+        async with asyncio.timeout(_PING_SECONDS):  # a busy semantic memory is "down" here
+            await runtime.memory.ping()
         checks["semantic_memory"] = {"status": "up", "indexer": runtime.indexer.healthy}
         if runtime.indexer.reindex is not None:  # refilling from the structured store
             checks["semantic_memory"]["reindex"] = runtime.indexer.reindex.view()

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conclave.collector import store
 from conclave.collector.metrics import CollectorMetrics
+from conclave.collector.records import CollectedRecord
 from conclave.collector.semantic.base import SemanticMemory, VectorRecord, embedding_text
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.inputs import escape_text
@@ -41,9 +42,21 @@ class Reindex:
     started: float = 0.0
     reported: float = 0.0
 
-    def view(self) -> dict[str, int]:
-        """The figures ``/health`` reports."""
-        return {"records": self.records, "written": self.written}
+    def view(self) -> dict[str, float]:
+        """What ``/health`` reports: the share written, not counts (``/health`` is public, and
+        the number of records of the whole deployment is not)."""
+        return {"progress": round(min(1.0, self.written / self.records), 3)}
+
+
+def _vector_records(rows: list[CollectedRecord]) -> list[VectorRecord]:
+    # A record stored before text was checked may hold a lone surrogate: an embedder encodes
+    # its text, and one such record would fail its whole batch, every time.
+    return [
+        VectorRecord(
+            row.collection, row.record_key, row.content_hash, escape_text(embedding_text(row.data))
+        )
+        for row in rows
+    ]
 
 
 class VectorIndexer:
@@ -67,7 +80,7 @@ class VectorIndexer:
         self._max_backoff = max_backoff_seconds
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._checked = False
+        self._checked_generation = -1
         self.healthy = True
         self.reindex: Reindex | None = None
 
@@ -90,7 +103,9 @@ class VectorIndexer:
         self._task = None
 
     async def _refill_if_new(self) -> None:
-        if self._checked:
+        # Asked again whenever the store may have been replaced (a new process, a server that
+        # came back empty), not only at start.
+        if self._checked_generation == self._memory.generation:
             return
         if await self._memory.needs_reindex():
             records = await store.mark_all_pending(self._engine)
@@ -102,7 +117,7 @@ class VectorIndexer:
                     "semantic memory is new: re-indexing %d records from the structured store",
                     records,
                 )
-        self._checked = True
+        self._checked_generation = self._memory.generation
 
     def _progress(self, written: int) -> None:
         if self.reindex is None:
@@ -131,17 +146,8 @@ class VectorIndexer:
         if not rows:
             self._progress(0)
             return 0
-        # A record stored before text was checked may hold a lone surrogate: an embedder
-        # encodes its text, and one such record would fail its whole batch, every time.
-        items = [
-            VectorRecord(
-                row.collection,
-                row.record_key,
-                row.content_hash,
-                escape_text(embedding_text(row.data)),
-            )
-            for row in rows
-        ]
+        # Building the texts walks every record: on a worker thread, off the event loop.
+        items = await asyncio.to_thread(_vector_records, rows)
         await self._memory.upsert(items)
         await store.mark_indexed(
             self._engine, [(i.collection, i.key, i.content_hash) for i in items]
@@ -170,7 +176,6 @@ class VectorIndexer:
             except Exception as exc:
                 written = 0
                 self.healthy = False
-                self._checked = False  # a replaced store process may hold a new, empty shard
                 self._metrics.vector_errors.inc()
                 level = logging.WARNING
                 log.log(level, "vector indexing failed, retrying", exc_info=not is_store_down(exc))

@@ -9,7 +9,7 @@ same point ids, payloads, filters and scores.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -33,11 +33,18 @@ def point_payload(collection: str, key: str, content_hash: str) -> dict[str, str
     return {COLLECTION_FIELD: collection, "record_key": key, "content_hash": content_hash}
 
 
+class _Enough(Exception):
+    """The text is long enough: the rest of the record is not walked."""
+
+
 def embedding_text(data: Any) -> str:
-    """The text embedded for a record: its scalar leaves as ``path: value`` lines."""
+    """The text embedded for a record: its scalar leaves as ``path: value`` lines, up to 8000
+    characters. The walk stops there, so a huge record costs no more than a long one."""
     lines: list[str] = []
+    size = 0
 
     def walk(value: Any, path: str) -> None:
+        nonlocal size
         if isinstance(value, dict):
             for name, child in value.items():
                 walk(child, f"{path}.{name}" if path else str(name))
@@ -45,10 +52,17 @@ def embedding_text(data: Any) -> str:
             for child in value:
                 walk(child, path)
         elif value is not None:
-            lines.append(f"{path}: {value}" if path else str(value))
+            line = f"{path}: {value}" if path else str(value)
+            lines.append(line)
+            size += len(line) + 1
+            if size > _MAX_TEXT_CHARS:
+                raise _Enough
 
-    walk(data, "")
-    return "\n".join(lines)[:_MAX_TEXT_CHARS] or json.dumps(data)[:_MAX_TEXT_CHARS]
+    with contextlib.suppress(_Enough, RecursionError):
+        walk(data, "")
+    # A record with no scalar at all ({} or lists of nothing) has no text: its point is the
+    # zero vector, which matches nothing (serialising it instead would be unbounded work).
+    return "\n".join(lines)[:_MAX_TEXT_CHARS]
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,9 @@ class SemanticMemory(ABC):
     """
 
     embedder_name: str
+    generation: int = 0
+    """Changes whenever the store behind may have been replaced (a new semantic-memory process,
+    a server collection made again): the indexer then asks :meth:`needs_reindex` again."""
 
     @abstractmethod
     async def open(self) -> None:

@@ -30,7 +30,8 @@ from conclave.collector.semantic.frames import encode, read_frame_async
 
 log = logging.getLogger(__name__)
 
-_SCAN_PAGE = 10_000
+# Pages are unpickled on the event loop: 2000 points of long keys is a few milliseconds.
+_SCAN_PAGE = 2000
 
 
 class EdgeMemory(SemanticMemory):
@@ -46,6 +47,7 @@ class EdgeMemory(SemanticMemory):
         call_timeout_seconds: float = 120.0,
         start_timeout_seconds: float = 120.0,
         respawn_seconds: float = 5.0,
+        max_waiting: int = 64,
     ) -> None:
         self._setup = {
             "folder": str(folder),
@@ -60,6 +62,9 @@ class EdgeMemory(SemanticMemory):
         self._process: asyncio.subprocess.Process | None = None
         self._last_start = -float("inf")
         self._down_reason = "not started"
+        self._max_waiting = max_waiting
+        self._waiting = 0
+        self._closed = False
         self._lock = asyncio.Lock()
 
     @property
@@ -77,6 +82,7 @@ class EdgeMemory(SemanticMemory):
         self._last_start = time.monotonic()
         process = await asyncio.create_subprocess_exec(
             sys.executable,
+            "-P",  # the working directory is not put on the import path
             "-m",
             "conclave.collector.semantic.edge_process",
             stdin=asyncio.subprocess.PIPE,
@@ -92,6 +98,7 @@ class EdgeMemory(SemanticMemory):
             answer = ("error", f"the semantic-memory process did not start ({exc!r})")
         if answer[0] == "ready":
             self._process, self.embedder_name = process, answer[1]
+            self.generation += 1
             return
         await _end(process)
         self._down_reason = answer[1]
@@ -101,13 +108,17 @@ class EdgeMemory(SemanticMemory):
 
     async def close(self) -> None:
         """Ask the process to flush and stop (closing its stdin), then wait for it."""
+        self._closed = True
         async with self._lock:
             if self._process is not None:
                 process, self._process = self._process, None
                 await _end(process, graceful=True)
 
     async def _exchange(self, name: str, arguments: tuple[Any, ...]) -> Any:
-        async with self._lock:
+        """One request and its answer; the caller holds the lock, released here at the end."""
+        try:
+            if self._closed:
+                raise SemanticMemoryUnavailable("semantic memory is closed")
             if self._process is None or self._process.returncode is not None:
                 self._process = None
                 if time.monotonic() - self._last_start < self._respawn:
@@ -118,22 +129,34 @@ class EdgeMemory(SemanticMemory):
             process = self._process
             assert process.stdin is not None and process.stdout is not None
             try:
-                process.stdin.write(encode((name, arguments)))
-                await process.stdin.drain()
+                # Writing waits too when a stopped process leaves the pipe full.
                 async with asyncio.timeout(self._call_timeout):
+                    process.stdin.write(encode((name, arguments)))
+                    await process.stdin.drain()
                     answer = await read_frame_async(process.stdout)
             except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError) as exc:
                 # Gone or stuck: a stuck process would answer this request to the next caller.
                 self._process, self._down_reason = None, f"semantic-memory process lost ({exc!r})"
                 await _end(process)
                 raise SemanticMemoryUnavailable(self._down_reason) from exc
+        finally:
+            self._lock.release()
         if answer[0] != "ok":
             raise SemanticMemoryUnavailable(answer[1])
         return answer[1]
 
     async def _call(self, name: str, *arguments: Any) -> Any:
-        # The exchange runs to its end even when the caller is cancelled: an answer left unread
-        # in the pipe would be taken by the next request as its own.
+        # Requests wait their turn here, where a cancelled caller just leaves (nothing was sent);
+        # a bounded queue makes a flood of requests fail fast instead of delaying everyone.
+        if self._waiting >= self._max_waiting:
+            raise SemanticMemoryUnavailable("semantic memory is busy")
+        self._waiting += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self._waiting -= 1
+        # Once sent, the exchange runs to its end even when the caller is cancelled: an answer
+        # left unread in the pipe would be taken by the next request as its own.
         exchange = asyncio.ensure_future(self._exchange(name, arguments))
         exchange.add_done_callback(_retrieve)
         return await asyncio.shield(exchange)

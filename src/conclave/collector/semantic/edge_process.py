@@ -39,12 +39,8 @@ class _Server:
         )
 
     def upsert(self, items: list[tuple[str, str, str, str]]) -> None:
-        by_collection: dict[str, list[tuple[str, str, str]]] = {}
-        for collection, key, content_hash, text in items:
-            by_collection.setdefault(collection, []).append((key, content_hash, text))
-        for collection, members in by_collection.items():
-            vectors = self._vectors([text for _, _, text in members])
-            self._store.upsert(collection, [(k, h) for k, h, _ in members], vectors)
+        vectors = self._vectors([text for _, _, _, text in items])
+        self._store.upsert([(c, k, h) for c, k, h, _ in items], vectors)
 
     def search(self, collection: str, query: str, limit: int) -> list[tuple[str, float]]:
         [vector] = self._vectors([query])

@@ -119,16 +119,15 @@ class EdgeStore:
         """The service flagged every record pending again."""
         (self._folder / REINDEX_MARKER).unlink(missing_ok=True)
 
-    def upsert(
-        self, collection: str, members: Sequence[tuple[str, str]], vectors: np.ndarray
-    ) -> None:
-        """Write ``(key, content_hash)`` points with their vectors, then flush."""
+    def upsert(self, members: Sequence[tuple[str, str, str]], vectors: np.ndarray) -> None:
+        """Write ``(collection, key, content_hash)`` points with their vectors, then flush once
+        (a batch may span any number of collections)."""
         # An embedder plug-in could answer NaN or infinities; the engine would store them and
         # every search touching the point would rank by NaN. Such a point matches nothing.
         vectors = np.nan_to_num(vectors, nan=0.0, posinf=0.0, neginf=0.0)
         points = [
-            Point(point_id(collection, key), {VECTOR: vector}, point_payload(collection, key, h))
-            for (key, h), vector in zip(members, vectors, strict=True)
+            Point(point_id(c, key), {VECTOR: vector}, point_payload(c, key, content_hash))
+            for (c, key, content_hash), vector in zip(members, vectors, strict=True)
         ]
         self._shard.update(UpdateOperation.upsert_points(points))
         self._shard.flush()

@@ -67,6 +67,8 @@ class ServerMemory(SemanticMemory):
         try:
             return await getattr(self._client, name)(**arguments)
         except _UNREACHABLE as exc:
+            # The server may come back empty (wiped, replaced): look for the collection again.
+            self._ready = False
             raise SemanticMemoryUnavailable(f"Qdrant server: {type(exc).__name__}") from exc
 
     async def _collection_ready(self) -> str:
@@ -86,6 +88,7 @@ class ServerMemory(SemanticMemory):
                     if not await self._call("collection_exists", collection_name=self._name):
                         raise
             self._ready = True
+            self.generation += 1
         return self._name
 
     async def ping(self) -> None:
