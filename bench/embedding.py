@@ -9,7 +9,7 @@ runs, each run timing the baselines and the current embedder one after the other
 Hashing embedder (``conclave.platform.embedding.HashingEmbedder``), per text:
 
 1. record texts as the collector benchmark makes them (``bench.collector._items`` through
-   ``conclave.collector.semantic.embedding_text``), in batches of ``--batch`` like the vector
+   ``conclave.collector.semantic.base.embedding_text``), in batches of ``--batch`` like the vector
    indexer, each run on records no embedder of that run has seen (unique ids, as in a discovery)
    with fresh caches; then the same texts again (caches warm);
 2. longer texts: about 1,000 and 8,000 characters (the collector's cap on a record's text) of
@@ -43,7 +43,7 @@ import numpy as np
 
 from bench.collector import _items
 from bench.report import target
-from conclave.collector.semantic import embedding_text
+from conclave.collector.semantic.base import embedding_text
 from conclave.platform.embedding import HashingEmbedder
 
 _WORD = re.compile(r"\w+", re.UNICODE)

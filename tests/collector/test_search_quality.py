@@ -4,7 +4,7 @@ The set (``fixtures/search_quality.json``) holds 52 short records (evidence, ins
 places, people, equipment) and 19 queries, each with the records a person would want among the
 first five hits: 8 *lexical* queries share words with what they must find, 11 *paraphrases* say
 it in other words. Records are embedded as semantic memory embeds them
-(``collector.semantic.embedding_text``) and ranked by exact cosine similarity, the ranking
+(``collector.semantic.base.embedding_text``) and ranked by exact cosine similarity, the ranking
 Qdrant's exact search gives with cosine distance; recall@5 of a query is the share of its
 relevant records in its first five hits, averaged per kind.
 """
@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from conclave.collector.semantic import embedding_text
+from conclave.collector.semantic.base import embedding_text
 from conclave.platform.embedding import Embedder, HashingEmbedder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "search_quality.json"
