@@ -56,6 +56,11 @@ BENCHMARKS = [
         ["--records", "100000", "--starts", "150", "--uploads", "20"],
         ["--records", "5000", "--starts", "30", "--uploads", "5"], 300,
     ),
+    Benchmark(
+        "embedding", "Embedders (issue 19)",
+        ["--records", "20000", "--repeats", "5", "--minilm-records", "512"],
+        ["--records", "2000", "--repeats", "1", "--minilm-records", "64"], 300,
+    ),
 ]  # fmt: skip
 
 
