@@ -34,9 +34,11 @@ class _Server:
         self._embedder = embedder
 
     def _vectors(self, texts: list[str]) -> np.ndarray:
-        return np.asarray(self._embedder.embed(texts), dtype=np.float32).reshape(
-            len(texts), self._embedder.dimensions
-        )
+        # The built-in embedder answers an array directly: its lists of Python floats cost more
+        # than the embedding itself. Plug-ins answer lists (the Embedder protocol).
+        as_matrix = getattr(self._embedder, "embed_matrix", None)
+        vectors = as_matrix(texts) if as_matrix is not None else self._embedder.embed(texts)
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self._embedder.dimensions)
 
     def upsert(self, items: list[tuple[str, str, str, str]]) -> None:
         vectors = self._vectors([text for _, _, _, text in items])
