@@ -54,6 +54,9 @@ class EdgeMemory(SemanticMemory):
             "embedder": embedder,
             "dimensions": dimensions,
             "log_level": log_level,
+            # An embedder plug-in importable in the collector is importable in its process: the
+            # same import path, no more (``-P`` below keeps the working directory off it).
+            "import_path": list(sys.path),
         }
         self.embedder_name = f"hashing-{dimensions}" if embedder == "hashing" else embedder
         self._call_timeout = call_timeout_seconds

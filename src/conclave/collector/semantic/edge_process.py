@@ -77,6 +77,7 @@ def _send(channel: BinaryIO, message: Any) -> None:
 def serve(requests: BinaryIO, answers: BinaryIO) -> None:
     """Open the shard named in the first request, then answer requests until stdin closes."""
     setup = read_frame(requests)
+    sys.path[:] = setup["import_path"]
     logging.basicConfig(level=setup["log_level"], format="%(levelname)s %(name)s: %(message)s")
     try:
         embedder = load_embedder(setup["embedder"], setup["dimensions"])
