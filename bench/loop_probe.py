@@ -79,8 +79,8 @@ def main(seconds: float, steps: int) -> None:
             runs.append(asyncio.run(_idle(seconds / 2, kind)))
     busy: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(5):
-        for with_probe, runs in busy.items():
-            runs.append(asyncio.run(_busy(steps, with_probe)))
+        for probed, runs in busy.items():
+            runs.append(asyncio.run(_busy(steps, probed)))
 
     per_second = {kind: sum(runs) / seconds for kind, runs in idle.items()}
     per_wakeup = (per_second["probe"] - per_second["none"]) * seconds / wakeups
