@@ -206,8 +206,8 @@ class _LatenessDuring:
     wakeups: int
     over_20ms: int
     p99_bound: float  # seconds: the edge of the bucket that holds the 99th percentile
-    largest: float  # seconds; when the run did not raise the gauge, the value before it
-    raised: bool  # whether ``largest`` is the run's own (else the run's max is at most it)
+    largest: float  # seconds: the run's max, or a bound on it when the run did not raise the gauge
+    raised: bool  # whether ``largest`` is the run's own max (else the run's max is at most it)
 
 
 def _lateness_during(before: _Lateness, after: _Lateness) -> _LatenessDuring:
@@ -216,9 +216,13 @@ def _lateness_during(before: _Lateness, after: _Lateness) -> _LatenessDuring:
     }
     wakeups = counts[float("inf")]
     p99_bound = next(edge for edge, count in counts.items() if count >= 0.99 * wakeups)
-    raised = after.largest > before.largest
     over_20ms = int(wakeups - counts[0.02])
-    return _LatenessDuring(int(wakeups), over_20ms, p99_bound, after.largest, raised)
+    if after.largest > before.largest:
+        return _LatenessDuring(int(wakeups), over_20ms, p99_bound, after.largest, True)
+    # Not the run's own: its max is at most the gauge, and at most the edge of the first bucket
+    # (cumulative counts) that holds every wake-up of the run.
+    highest = next(edge for edge, count in counts.items() if count >= wakeups)
+    return _LatenessDuring(int(wakeups), over_20ms, p99_bound, min(after.largest, highest), False)
 
 
 def _lateness_figures(during: _LatenessDuring) -> str:
