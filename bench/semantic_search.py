@@ -3,21 +3,21 @@
 Run: ``.venv/bin/python -m bench.semantic_search [--points 1000000] [--collections 10]
 [--queries 200]``
 
-The shards are filled in this process with the collector's own ``EdgeStore`` (the class the
-semantic-memory process serves), not through ``EdgeMemory``: that would embed a million texts
-first, minutes of the hashing embedder on this machine before a single search. The points are
-random unit vectors of 384 floats (seeded), each with the payload the service writes
-(``collection``, ``record_key``, ``content_hash``). Every search then goes the service's way,
-``EdgeMemory.search(collection, text, limit=10)``: the query text goes to a semantic-memory
-process of its own, which embeds it with the hashing embedder and searches the shard with the
-collection filter. Query texts are generated phrases, not stored texts.
+Everything goes the service's way, through ``EdgeMemory`` (a semantic-memory process per shard,
+the hashing embedder, 384 dimensions). The shards are filled with ``EdgeMemory.upsert`` in
+batches of 1,000 generated inspection records (their ``embedding_text``), as the collector's
+indexer writes them; searches are ``EdgeMemory.search(collection, text, limit=10)``, the query
+text embedded in the semantic-memory process and the shard searched with the collection filter.
+Query texts are generated phrases of two to four words, not stored texts.
 
 * Baseline: 100,000 points, all in one collection.
-* ``--points`` points in ``--collections`` collections of equal size (written in batches of
-  10,000, each batch to the next collection in turn), searched with a collection filter.
+* ``--points`` points in ``--collections`` collections of equal size (each batch to the next
+  collection in turn), searched with a collection filter.
   Target: p99 < 50 ms.
 * The largest collection: the same points relabelled into one collection (a payload update by
-  filter on the closed shard), searched with that filter. Reported, not targeted.
+  filter, straight on the closed shard with Qdrant Edge: the service has no such operation, and
+  filling a second million points would double the run), searched with that filter. Reported,
+  not targeted.
 
 Each of the two large cases is measured beside the baseline: both shards are open, each in a
 semantic-memory process of its own, and every round searches one then the other with the same
@@ -41,17 +41,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from qdrant_edge import EdgeShard, FieldCondition, Filter, MatchValue, UpdateOperation
 
 from bench.report import target
 from bench.servers import cpu_seconds
-from conclave.collector.semantic.base import COLLECTION_FIELD
+from conclave.collector.semantic.base import COLLECTION_FIELD, VectorRecord, embedding_text
 from conclave.collector.semantic.edge import EdgeMemory
-from conclave.collector.semantic.edge_shard import EdgeStore
 
 DIMENSIONS = 384
-BATCH = 10_000
+BATCH = 1000
 BASELINE_POINTS = 100_000
 TARGET_P99_MS = 50.0
 # Words of the query phrases (the generated texts a user might search an inspection archive with).
@@ -94,21 +92,35 @@ def _collection(index: int) -> str:
     return f"c{index:02d}"
 
 
-def fill(folder: Path, points: int, collections: int, seed: int) -> float:
-    """Write ``points`` random unit vectors over ``collections`` collections; seconds taken."""
-    generator = np.random.default_rng(seed)
+def _record(number: int) -> dict[str, object]:
+    """A generated inspection record (the kind of item a discovery run stores)."""
+    words = _VOCABULARY.split()
+    return {
+        "id": f"r{number}",
+        "title": f"{words[number % 26]} {words[number * 7 % 26]} inspection {number}",
+        "site": f"{words[number * 3 % 26]} {words[number * 11 % 26]} {number % 977}",
+        "region": words[number * 5 % 26],
+        "value": number,
+    }
+
+
+async def fill(folder: Path, points: int, collections: int) -> float:
+    """Write ``points`` generated records over ``collections`` collections through
+    ``EdgeMemory.upsert``, as the collector's indexer does; seconds taken."""
     started = time.perf_counter()
-    store = EdgeStore.open(folder, DIMENSIONS)
+    memory = EdgeMemory(folder, "hashing", DIMENSIONS)
+    await memory.open()
     try:
         for batch, first in enumerate(range(0, points, BATCH)):
-            size = min(BATCH, points - first)
-            vectors = generator.standard_normal((size, DIMENSIONS), dtype=np.float32)
-            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             collection = _collection(batch % collections)
-            members = [(collection, f"r{first + i}", f"h{first + i}") for i in range(size)]
-            store.upsert(members, vectors)
+            await memory.upsert(
+                [
+                    VectorRecord(collection, f"r{n}", f"h{n}", embedding_text(_record(n)))
+                    for n in range(first, min(first + BATCH, points))
+                ]
+            )
     finally:
-        store.close()
+        await memory.close()
     return time.perf_counter() - started
 
 
@@ -209,8 +221,8 @@ async def main(points: int, collections: int, queries: int, warm_up: int) -> Non
     names = [_collection(i) for i in range(collections)]
     try:
         filled = {
-            "baseline": fill(baseline_folder, BASELINE_POINTS, 1, seed=1),
-            "million": fill(folder, points, collections, seed=2),
+            "baseline": await fill(baseline_folder, BASELINE_POINTS, 1),
+            "million": await fill(folder, points, collections),
         }
         baseline = _baseline(baseline_folder)
         filtered = Case(
@@ -230,8 +242,8 @@ async def main(points: int, collections: int, queries: int, warm_up: int) -> Non
         shutil.rmtree(root, ignore_errors=True)
 
     print(
-        f"semantic search benchmark: Qdrant Edge through EdgeMemory, {DIMENSIONS}-d random unit "
-        f"vectors, hashing-embedded query texts, limit 10, {queries} searches per case after "
+        f"semantic search benchmark: Qdrant Edge through EdgeMemory, hashing embedder "
+        f"({DIMENSIONS}-d) for record and query texts, limit 10, {queries} searches per case after "
         f"{warm_up} warm-up, each case searched in turn with its baseline, {os.cpu_count()} CPUs, "
         f"load average {load:.1f} at the start, {time.strftime('%Y-%m-%d')}"
     )
@@ -247,7 +259,7 @@ async def main(points: int, collections: int, queries: int, warm_up: int) -> Non
         )
     print(
         f"filled {points:,} points in {filled['million']:.0f} s "
-        f"({points / filled['million']:,.0f} points/s through EdgeStore.upsert, flushed per "
+        f"({points / filled['million']:,.0f} points/s through EdgeMemory.upsert, batches of "
         f"{BATCH:,}); shard on disk {disk / 2**30:.2f} GiB; relabelled into one collection in "
         f"{relabelled:.0f} s"
     )
