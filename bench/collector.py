@@ -15,6 +15,12 @@ throw-away PostgreSQL database and Redis stream prefix; the client runs in this 
    bus wake-up reaches it and it finds work only by polling (``COLLECTOR_POLL_SECONDS``).
 3. Upload → vector: an Evidence Pack uploaded to the edge service until its record in collection
    ``evidence`` has its semantic-memory point (bridge event → ``evidence_ingest`` → indexer).
+
+During the discovery run of 1, the collector's event-loop lateness histogram
+(``conclave_collector_event_loop_lateness_seconds``, docs/observability.md) is read from its
+``/metrics`` before and after: the run's p99 is taken from the bucket counts, so it is an upper
+bound (the edge of the bucket holding the 99th percentile); the max is the service's largest
+lateness gauge when the run raised it.
 """
 
 from __future__ import annotations
@@ -31,12 +37,14 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.report import target
 from bench.servers import Scratch, free_port, scratch_stores, start_process, wait_ready
@@ -166,6 +174,63 @@ async def _upload_to_vector(edge: str, collector: str, uploads: int) -> list[flo
     return latencies
 
 
+_LATENESS = "conclave_collector_event_loop_lateness_seconds"
+
+
+@dataclass(frozen=True)
+class _Lateness:
+    """The collector's event-loop lateness figures as /metrics shows them at one moment."""
+
+    cumulative: dict[float, float]  # bucket edge (seconds, +inf last) -> wake-ups at most that late
+    largest: float  # the largest lateness since the service began serving
+
+
+async def _read_lateness(base: str) -> _Lateness:
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        page = (await client.get("/metrics")).text
+    cumulative: dict[float, float] = {}
+    largest = 0.0
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.name == f"{_LATENESS}_bucket":
+                cumulative[float(sample.labels["le"])] = sample.value
+            elif sample.name == "conclave_collector_event_loop_lateness_max_seconds":
+                largest = sample.value
+    if not cumulative:
+        raise RuntimeError(f"the collector's /metrics has no {_LATENESS}")
+    return _Lateness(dict(sorted(cumulative.items())), largest)
+
+
+@dataclass(frozen=True)
+class _LatenessDuring:
+    wakeups: int
+    over_20ms: int
+    p99_bound: float  # seconds: the edge of the bucket that holds the 99th percentile
+    largest: float  # seconds: the run's max, or a bound on it when the run did not raise the gauge
+    raised: bool  # whether ``largest`` is the run's own max (else the run's max is at most it)
+
+
+def _lateness_during(before: _Lateness, after: _Lateness) -> _LatenessDuring:
+    counts = {
+        edge: total - before.cumulative.get(edge, 0.0) for edge, total in after.cumulative.items()
+    }
+    wakeups = counts[float("inf")]
+    p99_bound = next(edge for edge, count in counts.items() if count >= 0.99 * wakeups)
+    over_20ms = int(wakeups - counts[0.02])
+    if after.largest > before.largest:
+        return _LatenessDuring(int(wakeups), over_20ms, p99_bound, after.largest, True)
+    # Not the run's own: its max is at most the gauge, and at most the edge of the first bucket
+    # (cumulative counts) that holds every wake-up of the run.
+    highest = next(edge for edge, count in counts.items() if count >= wakeups)
+    return _LatenessDuring(int(wakeups), over_20ms, p99_bound, min(after.largest, highest), False)
+
+
+def _lateness_figures(during: _LatenessDuring) -> str:
+    p99 = "over 1 s" if during.p99_bound == float("inf") else f"≤ {during.p99_bound * 1000:g} ms"
+    largest = f"{'' if during.raised else '≤ '}{during.largest * 1000:.1f} ms"
+    return f"p99 {p99} (bucket edge), max {largest}"
+
+
 def _env(stores: Scratch, data_dir: Path, **extra: str) -> dict[str, str]:
     return {
         **stores.env(),
@@ -207,7 +272,9 @@ async def main(records: int, starts: int, uploads: int) -> None:
         )  # fmt: skip
         await wait_ready(main_port, "/health")
         collector = f"http://127.0.0.1:{main_port}"
+        lateness_before = await _read_lateness(collector)
         stored, both = await _throughput(collector, source, records)
+        lateness = _lateness_during(lateness_before, await _read_lateness(collector))
         plain = await _plain_insert(stores.dsn, items)
         vectors = await _upload_to_vector(edge_base, collector, uploads)
         local = await _start_latency(collector, starts)
@@ -254,19 +321,30 @@ async def main(records: int, starts: int, uploads: int) -> None:
             f"| {name} | p50 {statistics.median(values):.1f} ms, "
             f"p99 {_percentile(values, 0.99):.1f} ms |"
         )
+    print(
+        f"| event-loop lateness during the discovery run | {_lateness_figures(lateness)}, "
+        f"{lateness.over_20ms:,} of {lateness.wakeups:,} wake-ups over 20 ms |"
+    )
     print(f"ratio discovery (both stores)/plain insert: {plain / both:.2f} (target >= 0.3)")
     print(f"start latency p99 across processes: {_percentile(crossed, 0.99):.1f} ms "
           f"(target < 200 ms: {_percentile(crossed, 0.99) / 200:.2f} of it)")  # fmt: skip
     print(f"upload → vector p99: {_percentile(vectors, 0.99):.0f} ms "
-          f"(target < 2000 ms: {_percentile(vectors, 0.99) / 2000:.2f} of it)")  # fmt: skip
+          f"(target < 500 ms: {_percentile(vectors, 0.99) / 500:.2f} of it)")  # fmt: skip
     ratio, start_p99 = plain / both, _percentile(crossed, 0.99)
     vector_p99 = _percentile(vectors, 0.99)
     target("collector: discovery (both stores) / plain insert", f"{ratio:.3f}", ">= 0.3",
            ratio >= 0.3)  # fmt: skip
     target("collector: start latency p99 across processes", f"{start_p99:.1f} ms", "< 200 ms",
            start_p99 < 200)  # fmt: skip
-    target("collector: edge upload to vector p99", f"{vector_p99:.0f} ms", "< 2000 ms",
-           vector_p99 < 2000)  # fmt: skip
+    target("collector: edge upload to vector p99", f"{vector_p99:.0f} ms", "< 500 ms",
+           vector_p99 < 500)  # fmt: skip
+    # The bound is a bucket edge: p99 ≤ 20 ms is what the buckets can say about "< 20 ms".
+    target(
+        "collector: event-loop lateness p99 during discovery",
+        _lateness_figures(lateness),
+        "< 20 ms",
+        lateness.p99_bound <= 0.020,
+    )
 
 
 if __name__ == "__main__":

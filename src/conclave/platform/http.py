@@ -22,6 +22,7 @@ from conclave.platform.auth import (
 )
 from conclave.platform.bodies import require_json_body
 from conclave.platform.clock import rfc3339, utc_now
+from conclave.platform.event_loop_probe import EventLoopProbe
 from conclave.platform.fast_lane import ServiceApp
 from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.metrics import Reading, ServiceMetrics
@@ -120,7 +121,7 @@ def create_service_app(
         title=title,
         version=version,
         description=description,
-        lifespan=_flushing(lifespan, tracing),
+        lifespan=_served(lifespan, metrics, tracing),
         telemetry=tracing.fastapi_telemetry(),
         edge=None if tracing.enabled else edge,
         dependencies=[
@@ -158,14 +159,22 @@ def create_service_app(
     return app
 
 
-def _flushing(lifespan: Lifespan, tracing: Tracing) -> Lifespan:
-    """``lifespan``, then the spans still buffered exported."""
+def _served(lifespan: Lifespan, metrics: ServiceMetrics, tracing: Tracing) -> Lifespan:
+    """``lifespan`` with the event-loop probe running while the app serves, then the spans still
+    buffered exported."""
 
     @asynccontextmanager
     async def run(app: FastAPI) -> AsyncIterator[None]:
         try:
             async with lifespan(app):
-                yield
+                # Started once the service is up and stopped before it shuts down: the probe
+                # measures what requests meet, not start-up work nobody is waiting on.
+                probe = EventLoopProbe(metrics.event_loop_lateness, metrics.event_loop_lateness_max)
+                probe.start()
+                try:
+                    yield
+                finally:
+                    await probe.stop()
         finally:
             await tracing.flush()
 

@@ -12,6 +12,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
+from conclave.platform.event_loop_probe import PROBE_INTERVAL_SECONDS
+
 # Latency buckets from sub-millisecond (in-process tools) up to the longest time-outs.
 LATENCY_BUCKETS = (
     0.0005,
@@ -30,6 +32,30 @@ LATENCY_BUCKETS = (
     10.0,
     30.0,
     60.0,
+)
+
+# Event-loop lateness (platform/event_loop_probe.py): fine-grained around the 20 ms a service's
+# loop may be held at most, up to the second beyond which a stall is simply "too long".
+LATENESS_BUCKETS = (
+    0.001,
+    0.002,
+    0.003,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.02,
+    0.025,
+    0.03,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
 )
 
 
@@ -51,6 +77,16 @@ class ServiceMetrics:
             "http_request_duration_seconds",
             "HTTP request duration by route template.",
             ["method", "route"],
+        )
+        self.event_loop_lateness = self.histogram(
+            "event_loop_lateness_seconds",
+            "How much later than due the event loop woke the lateness probe, which sleeps "
+            f"{PROBE_INTERVAL_SECONDS * 1000:g} ms at a time while the service serves.",
+            buckets=LATENESS_BUCKETS,
+        )
+        self.event_loop_lateness_max = self.gauge(
+            "event_loop_lateness_max_seconds",
+            "The largest event-loop lateness since the service began serving.",
         )
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
