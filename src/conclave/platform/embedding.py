@@ -19,6 +19,7 @@ import itertools
 import math
 import re
 import string
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol, TypeVar, cast, runtime_checkable
 
@@ -99,9 +100,8 @@ class HashingEmbedder:
         self.dimensions = dimensions
         self.name = f"hashing-{dimensions}"
         # Keyed by UTF-8 bytes: word -> the codes of its unigram then its trigrams (int32
-        # bytes); trigram -> code; b"word word" -> code. Plain dicts: a get or an update is
-        # atomic under the GIL, so threads may share them (a clear racing an update only
-        # forgets more).
+        # bytes); trigram -> code; b"word word" -> code. Plain dicts shared by threads: a get is
+        # atomic under the GIL, and additions go through _remember's lock so the limit holds.
         self._words: dict[bytes, bytes] = {}
         self._trigrams: dict[bytes, int] = {}
         self._pairs: dict[bytes, int] = {}
@@ -390,12 +390,19 @@ def _trigrams(padded: bytes | str, start: int, stop: int) -> list[bytes]:
     return [padded[at : at + 3].encode() for at in range(start, stop)]
 
 
+_REMEMBERING = threading.Lock()
+
+
 def _remember(known: dict[bytes, _Cached], fresh: dict[bytes, _Cached], limit: int) -> None:
-    """Add ``fresh`` to a cache, which is forgotten first if it would pass ``limit`` entries."""
-    if len(known) + len(fresh) > limit:
-        known.clear()
-    if len(fresh) <= limit:
-        known.update(fresh)
+    """Add ``fresh`` to a cache, which is forgotten first if it would pass ``limit`` entries.
+
+    Under a lock: threads embedding at once (searches on worker threads) would each pass the
+    check and then each add their entries, past the limit."""
+    with _REMEMBERING:
+        if len(known) + len(fresh) > limit:
+            known.clear()
+        if len(fresh) <= limit:
+            known.update(fresh)
 
 
 def load_embedder(spec: str, dimensions: int) -> Embedder:

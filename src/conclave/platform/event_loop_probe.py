@@ -5,8 +5,8 @@ GIL) delays every other request, timer and heartbeat of its process, and no requ
 where the time went. The probe sleeps :data:`PROBE_INTERVAL_SECONDS` in a loop and records how
 much later than due each wake-up came: ``conclave_<service>_event_loop_lateness_seconds`` (a
 histogram) and ``conclave_<service>_event_loop_lateness_max_seconds`` (the largest since the
-service began serving). A stall of 200 ms shows up as one wake-up up to 200 ms late: less the part
-of the interval that had already passed when the stall began.
+service last began serving). A stall of 200 ms shows up as one wake-up up to 200 ms late: less
+the part of the interval that had already passed when the stall began.
 """
 
 from __future__ import annotations
@@ -47,14 +47,20 @@ class EventLoopProbe:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
+            # Only the probe's own cancellation is expected: a cancellation of the caller while
+            # it waits here goes on to the caller.
+            await asyncio.wait([task])
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                task.result()
 
     async def _measure(self) -> None:
         loop = asyncio.get_running_loop()
         interval = self._interval
         observe = self._lateness.observe
+        # The gauge is the largest since the service last began serving: reset on purpose, so a
+        # second serving period on the same metrics does not mix with the first.
         largest = 0.0
+        self._largest.set(0.0)
         while True:
             due = loop.time() + interval
             await asyncio.sleep(interval)

@@ -46,6 +46,8 @@ class _Server:
 
     def search(self, collection: str, query: str, limit: int) -> list[tuple[str, float]]:
         [vector] = self._vectors([query])
+        if not np.any(vector):  # no word in the query: every point would tie at score 0
+            return []
         return self._store.search(collection, vector, limit)
 
     def operations(self) -> dict[str, Callable[..., Any]]:

@@ -178,6 +178,8 @@ class ServerMemory(SemanticMemory):
         """See :meth:`SemanticMemory.search`."""
         name = await self._collection_ready()
         [vector] = await asyncio.to_thread(self._embedder.embed, [query])
+        if not any(vector):  # no word in the query: every point would tie at score 0
+            return []
         result = await self._call(
             "query_points",
             collection_name=name,
