@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from conclave.collector import store
 from conclave.collector.agents.context import ExpeditionContext, content_hash
-from conclave.collector.store import CollectedRecord
 
 _PAGE = 1000
 _MAX_ISSUES = 50
@@ -56,24 +57,42 @@ class Inspector:
         self._context = context
         self._required = list(required_fields)
 
-    def _check(self, rows: Sequence[CollectedRecord], report: Inspection) -> None:
-        for row in rows:
+    def _check(self, records: Iterable[tuple[str, str, Any]], report: Inspection) -> None:
+        """Check ``(key, stored content hash, data)`` of each record."""
+        for key, stored_hash, data in records:
             report.checked += 1
-            if content_hash(row.data) != row.content_hash:
-                report.corrupted.append(row.record_key)
+            if content_hash(data) != stored_hash:
+                report.corrupted.append(key)
             if self._required and (
-                not isinstance(row.data, dict)
-                or any(row.data.get(name) in (None, "") for name in self._required)
+                not isinstance(data, dict)
+                or any(data.get(name) in (None, "") for name in self._required)
             ):
-                report.incomplete.append(row.record_key)
+                report.incomplete.append(key)
 
     async def inspect_keys(self, collection: str, keys: Sequence[str]) -> Inspection:
-        """Inspect the records of ``keys`` (what a run just bound)."""
+        """Inspect the records of ``keys`` (what a run just bound).
+
+        The next page is read while this one is checked, so the database and this process work
+        at the same time."""
         report = Inspection()
-        for start in range(0, len(keys), _PAGE):
-            chunk = list(keys[start : start + _PAGE])
-            self._check(await store.get_records(self._context.engine, collection, chunk), report)
-            self._context.progress.advance(len(chunk))
+        pages = [list(keys[start : start + _PAGE]) for start in range(0, len(keys), _PAGE)]
+        if not pages:
+            return report
+        engine = self._context.engine
+        reading = asyncio.create_task(store.stored_documents(engine, collection, pages[0]))
+        try:
+            for index, page in enumerate(pages):
+                rows = await reading
+                if index + 1 < len(pages):
+                    reading = asyncio.create_task(
+                        store.stored_documents(engine, collection, pages[index + 1])
+                    )
+                    await asyncio.sleep(0)  # lets the read be sent before the checks below
+                # json.loads: the data as the JSON column type reads it.
+                self._check(((key, hashed, json.loads(text)) for key, hashed, text in rows), report)
+                self._context.progress.advance(len(page))
+        finally:
+            reading.cancel()
         return report
 
     async def inspect_collection(self, collection: str) -> Inspection:
@@ -83,7 +102,7 @@ class Inspector:
         while rows := await store.iter_collection(
             self._context.engine, collection, after=after, limit=_PAGE
         ):
-            self._check(rows, report)
+            self._check(((r.record_key, r.content_hash, r.data) for r in rows), report)
             self._context.progress.advance(len(rows))
             after = rows[-1].record_key
         return report

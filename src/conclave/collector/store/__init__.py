@@ -1,12 +1,15 @@
 """The expedition service's tables and all of its SQL (one module per table group)."""
 
 from conclave.collector.records import (
+    BindStats,
     CollectedRecord,
     CollectionSize,
     ExpeditionRecord,
+    RecordBatch,
     ScheduleRecord,
 )
 from conclave.collector.store.collected import (
+    bind_batch,
     collection_counts,
     existing_hashes,
     get_record,
@@ -17,6 +20,7 @@ from conclave.collector.store.collected import (
     mark_pending,
     pending_vectors,
     repair_hash,
+    stored_documents,
     total_records,
     upsert_records,
 )
@@ -52,11 +56,14 @@ from conclave.collector.store.tables import (
 
 __all__ = [
     "TERMINAL",
+    "BindStats",
     "CollectedRecord",
     "CollectionSize",
     "ExpeditionRecord",
+    "RecordBatch",
     "ScheduleRecord",
     "advance_schedule",
+    "bind_batch",
     "claim_collections",
     "claim_next",
     "collection_counts",
@@ -90,6 +97,7 @@ __all__ = [
     "repair_hash",
     "requeue",
     "schedules",
+    "stored_documents",
     "total_records",
     "upsert_records",
 ]
