@@ -16,6 +16,9 @@ from typing import Any
 # None on an interpreter without the C accelerator: json.dumps it is, then.
 _c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
 
+# What json.loads skips after a value (str.strip would also take \x0c, \u2028, ...).
+_JSON_WHITESPACE = " \t\n\r"
+
 # What the fast encoder must write exactly as json.dumps does before it is used.
 _PROBE: Any = {"b": [1.5, -0.0, 1e16, 2**70, True, None], "a": {'é\n\x00\ud800"': "\\/"}}
 
@@ -65,3 +68,25 @@ def json_encoder(
     except (TypeError, ValueError):  # another Python's encoder takes other arguments
         return slow
     return fast
+
+
+def json_decoder() -> Callable[[str], Any]:
+    """A function giving ``json.loads(text)`` for a text: the same value, or the same error.
+
+    The text goes straight to the standard library's scanner; only a text the scanner does not
+    take whole (JSON whitespace after the value is fine) goes through ``json.loads``, for its
+    exact answer or error."""
+    # Set by JSONDecoder.__init__ (the C scanner where there is one), though not in the stubs.
+    scan: Callable[[str, int], tuple[Any, int]] = json.decoder.JSONDecoder().scan_once  # type: ignore[attr-defined]
+    loads = json.loads
+
+    def decode(text: str) -> Any:
+        try:
+            value, end = scan(text, 0)
+        except (StopIteration, ValueError, RecursionError):
+            return loads(text)
+        if end != len(text) and text[end:].strip(_JSON_WHITESPACE):
+            return loads(text)
+        return value
+
+    return decode

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from conclave.collector import store
 from conclave.collector.agents.context import ExpeditionContext, content_hash
+from conclave.platform.json_text import json_decoder
 
 _PAGE = 1000
 _MAX_ISSUES = 50
+# The data as the JSON column type reads its stored text (json.loads).
+_loads = json_decoder()
 
 
 @dataclass
@@ -88,8 +90,7 @@ class Inspector:
                         store.stored_documents(engine, collection, pages[index + 1])
                     )
                     await asyncio.sleep(0)  # lets the read be sent before the checks below
-                # json.loads: the data as the JSON column type reads it.
-                self._check(((key, hashed, json.loads(text)) for key, hashed, text in rows), report)
+                self._check(((key, hashed, _loads(text)) for key, hashed, text in rows), report)
                 self._context.progress.advance(len(page))
         finally:
             reading.cancel()
