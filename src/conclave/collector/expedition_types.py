@@ -64,7 +64,6 @@ async def _collect(
     progress.deploy(Restorer.name)
     progress.deploy(Binder.name)
     tracker, binder = Tracker(context), Binder(context)
-    keys: dict[str, None] = {}
     rejections: list[str] = []
     seen = backfilled = 0
     for spec in specs:
@@ -72,16 +71,16 @@ async def _collect(
         async for where, batch in tracker.track(spec):
             restored = restorer.restore(batch)
             await binder.bind(collection, restored.records, where)
-            keys.update(dict.fromkeys(record.key for record in restored.records))
             rejections += restored.rejected
             backfilled += restored.backfilled
             seen += len(batch)
             progress.advance(len(batch))
     stats = await binder.flush()
     context.metrics.records.labels("rejected").inc(len(rejections))
-    progress.enter("inspecting", Inspector.name, total=len(keys))
+    bound = binder.bound
+    progress.enter("inspecting", Inspector.name, total=len(bound))
     inspector = Inspector(context, context.parameters.get("required_fields") or ())
-    inspection = await inspector.inspect_keys(collection, list(keys))
+    inspection = await inspector.inspect_keys(collection, list(bound), written=bound)
     inspection.rejected = len(rejections)
     return {
         "collection": collection,

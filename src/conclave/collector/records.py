@@ -91,7 +91,8 @@ class CollectedRecord(_Columns):
 @dataclass(slots=True)
 class RecordBatch:
     """Records to bind into one collection from one source of one run: what they share, and
-    each record's key, content hash and data, in step (no key twice)."""
+    each record's key, content hash, data and the data's JSON text as stored, in step (no key
+    twice)."""
 
     collection: str
     source: str
@@ -101,6 +102,7 @@ class RecordBatch:
     keys: list[str]
     hashes: list[str]
     data: list[Any]
+    documents: list[str]
 
 
 @dataclass(slots=True)

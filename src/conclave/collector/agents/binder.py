@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from conclave.collector import store
-from conclave.collector.agents.context import ExpeditionContext, content_hash
+from conclave.collector.agents.context import ExpeditionContext, content_hash, record_digest
 from conclave.collector.agents.restorer import Restored
 from conclave.collector.store import BindStats, RecordBatch
 from conclave.platform.clock import utc_now
@@ -28,6 +28,14 @@ class Binder:
         self._context = context
         self._stats = BindStats()
         self._writing: asyncio.Task[BindStats] | None = None
+        self._bound: dict[str, bytes] = {}
+
+    @property
+    def bound(self) -> Mapping[str, bytes]:
+        """Every key bound so far, in the order first seen, with the digest of the record as
+        its last batch stored it (:func:`record_digest`), which lets an inspection skip
+        hashing again what is still exactly as written."""
+        return self._bound
 
     async def bind(self, collection: str, records: Sequence[Restored], source: str) -> None:
         """Hash one batch and start writing it once the previous batch's write has ended; the
@@ -37,6 +45,7 @@ class Binder:
         if not latest:
             return
         context = self._context
+        data = list(latest.values())
         batch = RecordBatch(
             collection=collection,
             source=source,
@@ -44,9 +53,12 @@ class Binder:
             correlation_id=context.correlation_id,
             at=utc_now(),
             keys=list(latest),
-            hashes=[content_hash(data) for data in latest.values()],
-            data=list(latest.values()),
+            hashes=[content_hash(item) for item in data],
+            data=data,
+            documents=[store.document_text(item) for item in data],
         )
+        for key, hashed, document in zip(batch.keys, batch.hashes, batch.documents, strict=True):
+            self._bound[key] = record_digest(hashed, document)
         await self._settle()
         self._writing = asyncio.create_task(self._write(batch))
         # A run stopped between batches never awaits its last write: its outcome is dropped

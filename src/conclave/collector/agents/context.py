@@ -31,6 +31,14 @@ def content_hash(data: Any) -> str:
     return hashlib.sha256(_canonical_json(data).encode()).hexdigest()
 
 
+def record_digest(content_hash: str, document: str) -> bytes:
+    """SHA-256 of a record as the store keeps it: its content hash and the JSON text of its
+    data. A stored record whose digest is the one taken when a run wrote it is byte for byte
+    what was written, so its content hash still matches its data (both were made from the same
+    data, and JSON text decodes to data that hashes the same)."""
+    return hashlib.sha256(f"{content_hash}{document}".encode()).digest()
+
+
 @dataclass
 class ProgressTracker:
     """Progress of a run, read by the heartbeat that persists it with the lease."""

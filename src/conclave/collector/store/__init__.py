@@ -8,8 +8,8 @@ from conclave.collector.records import (
     RecordBatch,
     ScheduleRecord,
 )
+from conclave.collector.store.binding import bind_batch, document_text
 from conclave.collector.store.collected import (
-    bind_batch,
     collection_counts,
     existing_hashes,
     get_record,
@@ -70,6 +70,7 @@ __all__ = [
     "collection_owners",
     "counts_by_status_and_type",
     "delete_schedule",
+    "document_text",
     "due_schedules",
     "existing_hashes",
     "expeditions",

@@ -6,32 +6,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    DateTime,
-    Integer,
-    String,
-    Text,
-    bindparam,
-    cast,
-    column,
-    func,
-    select,
-    true,
-    update,
-)
+from sqlalchemy import Integer, String, Text, bindparam, cast, func, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select, Update
 
-from conclave.collector.records import BindStats, CollectedRecord, CollectionSize, RecordBatch
+from conclave.collector.records import CollectedRecord, CollectionSize
 from conclave.collector.store.executor import Executor, all_rows, first_row, is_sqlite
 from conclave.collector.store.tables import records
-from conclave.platform.json_text import json_encoder
-
-# The text SQLAlchemy's JSON type stores (json.dumps with its defaults), for the statements that
-# pass JSON documents as text.
-_stored_json = json_encoder()
 
 
 def _by_keys(
@@ -74,92 +57,9 @@ async def existing_hashes(
     return {row.record_key: row.content_hash for row in await all_rows(executor, statement)}
 
 
-async def upsert_records(connection: AsyncConnection, rows: Sequence[CollectedRecord]) -> None:
-    """Insert or update records by (collection, key); a row whose content is unchanged is left
-    alone, so binding the same data twice changes nothing (re-runs are idempotent)."""
-    if not rows:
-        return
-    dialect = postgresql if not is_sqlite(connection) else sqlite
-    statement = dialect.insert(records)
-    statement = statement.on_conflict_do_update(
-        index_elements=[records.c.collection, records.c.record_key],
-        set_=_rewritten(statement),
-        where=records.c.content_hash != statement.excluded.content_hash,
-    )
-    await connection.execute(statement, [row.values() for row in rows])
-
-
-def _bind_statement() -> Select[Any]:
-    """Bind a batch in one PostgreSQL statement: upsert every record (rewriting only those whose
-    hash differs, flagging their vectors) and count, against what was stored before, the keys
-    that existed and those whose content was the same.
-
-    The records travel as three arrays (keys, hashes, JSON texts) and the shared values once, so
-    the statement is as cheap to send as one row. Every part of a statement sees the same
-    snapshot, so the lookup sees the table as it was before the insert. It probes the primary
-    key once per key (a lateral ``LIMIT 1``, as :func:`_by_keys` and for the same reason)."""
-    given = (
-        func.unnest(
-            bindparam("keys", type_=postgresql.ARRAY(Text)),
-            bindparam("hashes", type_=postgresql.ARRAY(Text)),
-            bindparam("documents", type_=postgresql.ARRAY(Text)),
-        )
-        .table_valued(
-            column("record_key", Text), column("content_hash", Text), column("data", Text)
-        )
-        .render_derived("given")
-    )
-    incoming = select(given).cte("incoming")
-    collection = bindparam("collection", type_=String)
-    at = bindparam("at", type_=DateTime(timezone=True))
-    insert = postgresql.insert(records).from_select(
-        [
-            records.c.collection,
-            records.c.record_key,
-            records.c.content_hash,
-            records.c.data,
-            records.c.source,
-            records.c.expedition_id,
-            records.c.correlation_id,
-            records.c.vector_pending,
-            records.c.created_at,
-            records.c.updated_at,
-        ],
-        select(
-            collection,
-            incoming.c.record_key,
-            incoming.c.content_hash,
-            cast(incoming.c.data, JSON),
-            bindparam("source", type_=String),
-            bindparam("expedition_id", type_=String),
-            bindparam("correlation_id", type_=String),
-            true(),
-            at,
-            at,
-        ),
-    )
-    upsert = insert.on_conflict_do_update(
-        index_elements=[records.c.collection, records.c.record_key],
-        set_=_rewritten(insert),
-        where=records.c.content_hash != insert.excluded.content_hash,
-    )
-    written = upsert.returning(records.c.record_key).cte("written")
-    stored = (
-        select(records.c.content_hash)
-        .where(records.c.collection == collection, records.c.record_key == incoming.c.record_key)
-        .limit(1)
-        .lateral("stored")
-    )
-    return select(
-        func.count(stored.c.content_hash).label("existing"),
-        func.count().filter(stored.c.content_hash == incoming.c.content_hash).label("unchanged"),
-        # Referenced so that the insert is part of the statement at all.
-        select(func.count()).select_from(written).scalar_subquery().label("written"),
-    ).select_from(incoming.outerjoin(stored, true()))
-
-
-def _rewritten(insert: postgresql.Insert | sqlite.Insert) -> dict[str, Any]:
-    """What an upsert sets on a record whose content changed."""
+def changed_record_values(insert: postgresql.Insert | sqlite.Insert) -> dict[str, Any]:
+    """What an upsert of records sets on a stored record whose content changed: its new
+    content, where it came from, when, and its vector flagged pending."""
     return {
         "content_hash": insert.excluded.content_hash,
         "data": insert.excluded.data,
@@ -171,70 +71,19 @@ def _rewritten(insert: postgresql.Insert | sqlite.Insert) -> dict[str, Any]:
     }
 
 
-_BIND = _bind_statement()
-
-
-async def bind_batch(engine: AsyncEngine, batch: RecordBatch) -> BindStats:
-    """Store a batch: new records are inserted, records whose content hash changed are
-    rewritten, identical ones are left alone (so binding is idempotent); written records are
-    flagged for their vector. Commits before it returns.
-
-    On PostgreSQL this is one statement, sent outside any transaction so that it is a
-    transaction of its own: one round trip, which the caller can leave in flight while it
-    prepares the next batch (``BEGIN``, statement and ``COMMIT`` were three, each waiting for a
-    busy event loop to read the answer and send the next). SQLite looks the keys up and upserts
-    in one transaction."""
-    if not batch.keys:
-        return BindStats()
-    if is_sqlite(engine):
-        return await _bind_in_transaction(engine, batch)
-    params = {
-        "keys": batch.keys,
-        "hashes": batch.hashes,
-        "documents": [_stored_json(data) for data in batch.data],
-        "collection": batch.collection,
-        "source": batch.source,
-        "expedition_id": batch.expedition_id,
-        "correlation_id": batch.correlation_id,
-        "at": batch.at,
-    }
-    async with engine.connect() as connection:
-        single = await connection.execution_options(isolation_level="AUTOCOMMIT")
-        counts = (await single.execute(_BIND, params)).one()
-    existing, unchanged = int(counts.existing), int(counts.unchanged)
-    return BindStats(len(batch.keys) - existing, existing - unchanged, unchanged)
-
-
-async def _bind_in_transaction(engine: AsyncEngine, batch: RecordBatch) -> BindStats:
-    stats = BindStats()
-    async with engine.begin() as connection:
-        existing = await existing_hashes(connection, batch.collection, batch.keys)
-        rows = []
-        for key, content_hash, data in zip(batch.keys, batch.hashes, batch.data, strict=True):
-            before = existing.get(key)
-            if before == content_hash:
-                stats.unchanged += 1
-                continue
-            if before is None:
-                stats.inserted += 1
-            else:
-                stats.updated += 1
-            rows.append(
-                CollectedRecord(
-                    collection=batch.collection,
-                    record_key=key,
-                    content_hash=content_hash,
-                    data=data,
-                    source=batch.source,
-                    expedition_id=batch.expedition_id,
-                    correlation_id=batch.correlation_id,
-                    vector_pending=True,
-                    created_at=batch.at,
-                    updated_at=batch.at,
-                )
-            )
-        await upsert_records(connection, rows)
-    return stats
+async def upsert_records(connection: AsyncConnection, rows: Sequence[CollectedRecord]) -> None:
+    """Insert or update records by (collection, key); a row whose content is unchanged is left
+    alone, so binding the same data twice changes nothing (re-runs are idempotent)."""
+    if not rows:
+        return
+    dialect = postgresql if not is_sqlite(connection) else sqlite
+    statement = dialect.insert(records)
+    statement = statement.on_conflict_do_update(
+        index_elements=[records.c.collection, records.c.record_key],
+        set_=changed_record_values(statement),
+        where=records.c.content_hash != statement.excluded.content_hash,
+    )
+    await connection.execute(statement, [row.values() for row in rows])
 
 
 async def get_record(executor: Executor, collection: str, key: str) -> CollectedRecord | None:
@@ -258,9 +107,10 @@ async def get_records(
 
 async def stored_documents(
     executor: Executor, collection: str, keys: Sequence[str]
-) -> list[tuple[str, str, str]]:
-    """``(record_key, content_hash, JSON text of the data)`` of the stored records among
-    ``keys``: what an inspection needs, without the other columns or decoding the data."""
+) -> Sequence[Row[Any]]:
+    """Rows ``(record_key, content_hash, document)`` of the stored records among ``keys``, the
+    document being the JSON text of the data: what an inspection needs, without the other
+    columns or decoding the data."""
     if not keys:
         return []
     statement = _by_keys(
@@ -271,8 +121,7 @@ async def stored_documents(
         records.c.content_hash,
         cast(records.c.data, Text).label("document"),
     )
-    rows = await all_rows(executor, statement)
-    return [(row.record_key, row.content_hash, row.document) for row in rows]
+    return await all_rows(executor, statement)
 
 
 async def collection_counts(engine: AsyncEngine) -> list[CollectionSize]:
