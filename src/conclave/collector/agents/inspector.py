@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from conclave.platform.json_text import json_decoder
 
 _PAGE = 1000
 _MAX_ISSUES = 50
+_READS_AHEAD = 1
 # The data as the JSON column type reads its stored text (json.loads).
 _loads = json_decoder()
 
@@ -97,27 +99,26 @@ class Inspector:
         the digests of the records as the run stored them (:attr:`Binder.bound`): a record
         still stored exactly so is not decoded and hashed again, any other one is.
 
-        The next page is read while this one is checked, so the database and this process work
-        at the same time."""
+        The next pages (:data:`_READS_AHEAD`) are read while one is checked, each on a
+        connection of its own: the checks take little time next to the database's lookups."""
         written = written or {}
         report = Inspection()
         pages = [list(keys[start : start + _PAGE]) for start in range(0, len(keys), _PAGE)]
-        if not pages:
-            return report
         engine = self._context.engine
-        reading = asyncio.create_task(store.stored_documents(engine, collection, pages[0]))
+        reads: deque[asyncio.Task[Sequence[Any]]] = deque()
         try:
             for index, page in enumerate(pages):
-                rows = await reading
-                if index + 1 < len(pages):
-                    reading = asyncio.create_task(
-                        store.stored_documents(engine, collection, pages[index + 1])
+                while len(reads) <= _READS_AHEAD and index + len(reads) < len(pages):
+                    upcoming = pages[index + len(reads)]
+                    reads.append(
+                        asyncio.create_task(store.stored_documents(engine, collection, upcoming))
                     )
-                    await asyncio.sleep(0)  # lets the read be sent before the checks below
-                self._check_documents(rows, written, report)
+                await asyncio.sleep(0)  # lets the new reads be sent before this page is checked
+                self._check_documents(await reads.popleft(), written, report)
                 self._context.progress.advance(len(page))
         finally:
-            reading.cancel()
+            for read in reads:
+                read.cancel()
         return report
 
     async def inspect_collection(self, collection: str) -> Inspection:
