@@ -6,14 +6,27 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, String, Text, bindparam, cast, func, select, true, update
+from sqlalchemy import (
+    Integer,
+    String,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    column,
+    func,
+    literal_column,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select, Update
 
 from conclave.collector.records import CollectedRecord, CollectionSize
-from conclave.collector.store.executor import Executor, all_rows, first_row, is_sqlite
+from conclave.collector.store.executor import Executor, all_rows, alone, first_row, is_sqlite
 from conclave.collector.store.tables import records
 
 
@@ -177,14 +190,69 @@ def _set_pending(pending: bool, *, of_hash: bool) -> Update:
     return update(records).where(*conditions).values(vector_pending=pending)
 
 
+def _clear_pending_statement() -> Update:
+    """Clear the flags of the records ``(collections[i], keys[i], hashes[i])`` in one statement.
+
+    Each record is found by one primary-key probe (a lateral ``LIMIT 1``: a join from the
+    arrays would be planned from the table's statistics, which a bulk load leaves describing a
+    nearly empty table, and then read the whole table), and updated by its row address. A
+    record changed after the probe's snapshot is a new row version at another address, so it
+    is left pending, as a record whose hash differs is."""
+    written = (
+        func.unnest(
+            bindparam("collections", type_=postgresql.ARRAY(Text)),
+            bindparam("keys", type_=postgresql.ARRAY(Text)),
+            bindparam("hashes", type_=postgresql.ARRAY(Text)),
+        )
+        .table_valued(
+            column("collection", Text), column("record_key", Text), column("content_hash", Text)
+        )
+        .render_derived("written")
+    )
+    stored = records.alias("stored")
+    probe = (
+        select(literal_column("stored.ctid").label("address"))
+        .select_from(stored)
+        .where(
+            stored.c.collection == written.c.collection,
+            stored.c.record_key == written.c.record_key,
+            stored.c.content_hash == written.c.content_hash,
+        )
+        .limit(1)
+        .lateral("probe")
+    )
+    addresses = select(probe.c.address).select_from(written.join(probe, true())).scalar_subquery()
+    # "ctid = ANY (ARRAY(SELECT ...))": compared with an array of addresses, PostgreSQL fetches
+    # the rows by address (a join on ctid could be planned as a scan of the whole table).
+    return (
+        update(records)
+        .where(literal_column("ctid") == any_(func.array(addresses)))
+        .values(vector_pending=False)
+    )
+
+
+_CLEAR_PENDING = _clear_pending_statement()
+
+
 async def mark_indexed(engine: AsyncEngine, written: Sequence[tuple[str, str, str]]) -> None:
     """Clear the pending flag of ``(collection, key, content_hash)`` whose vector was written;
-    a record changed meanwhile (other hash) stays pending for its new content."""
+    a record changed meanwhile (other hash) stays pending for its new content.
+
+    On PostgreSQL one statement (:func:`_clear_pending_statement`): an ``executemany`` of a
+    thousand single-row updates was planned a thousand times (every execution of a prepared
+    statement is planned with its values, see ``platform/db/engine.py``)."""
     if not written:
         return
-    params = [{"b_collection": c, "b_key": k, "b_hash": h} for c, k, h in written]
-    async with engine.begin() as connection:
-        await connection.execute(_set_pending(False, of_hash=True), params)
+    if is_sqlite(engine):
+        params = [{"b_collection": c, "b_key": k, "b_hash": h} for c, k, h in written]
+        async with engine.begin() as connection:
+            await connection.execute(_set_pending(False, of_hash=True), params)
+        return
+    collections, keys, hashes = (list(values) for values in zip(*written, strict=True))
+    async with alone(engine) as connection:
+        await connection.execute(
+            _CLEAR_PENDING, {"collections": collections, "keys": keys, "hashes": hashes}
+        )
 
 
 async def mark_pending(connection: AsyncConnection, collection: str, keys: Sequence[str]) -> None:
