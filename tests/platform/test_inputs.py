@@ -10,6 +10,7 @@ from conclave.platform.inputs import (
     UnsafeInput,
     escape_unsafe,
     find_unsafe,
+    holds_unsafe,
     loads_checked,
 )
 
@@ -56,3 +57,43 @@ def test_escaped_copy_can_be_stored_and_keeps_what_was_sent() -> None:
     assert escaped == {"m": "a\\ud800b\\u0000", "\\udfff": ["NaN", "-Infinity", str(2**64)]}
     assert find_unsafe(escaped) is None
     json.dumps(escaped, allow_nan=False).encode("utf-8")
+
+
+class Tag(str):
+    pass
+
+
+def _nested(inner: object, depth: int) -> object:
+    for _ in range(depth):
+        inner = {"k": [inner]}
+    return inner
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"text": "naïve ☃ 𝄞", "n": [1.5, -(2**63), 2**63 - 1, True, False, None]},
+        {"a": "x\ud800"},
+        {"a": ["ok", "x\x00y"]},
+        {"\udfff": 1},
+        {"n": float("nan")},
+        {"n": [float("-inf")]},
+        {"n": 2**63},
+        {"n": -(2**63) - 1},
+        {2**64: "int key"},
+        {float("inf"): "float key"},
+        {"t": ("ok", "\x00")},
+        {"t": (1, 2)},
+        {"s": Tag("a\x00")},
+        {"s": Tag("fine")},
+        {"o": object()},
+        "plain",
+        "\ud800",
+        2**70,
+        [1, [2, [3.5, {"deep": "\x00"}]]],
+        _nested("fine", 3_000),
+        _nested("\ud800", 3_000),
+    ],
+)
+def test_holds_unsafe_agrees_with_find_unsafe(document: object) -> None:
+    assert holds_unsafe(document) is (find_unsafe(document) is not None)

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 from conclave.collector import store
-from conclave.collector.agents.binder import Binder, BindStats
+from conclave.collector.agents.binder import Binder
 from conclave.collector.agents.cartographer import Cartographer
 from conclave.collector.agents.context import ExpeditionContext, content_hash
 from conclave.collector.agents.inspector import Inspector
@@ -64,21 +64,23 @@ async def _collect(
     progress.deploy(Restorer.name)
     progress.deploy(Binder.name)
     tracker, binder = Tracker(context), Binder(context)
-    stats, keys, rejections, seen, backfilled = BindStats(), {}, [], 0, 0
+    rejections: list[str] = []
+    seen = backfilled = 0
     for spec in specs:
         restorer = Restorer(spec.get("key"), spec.get("defaults"))
         async for where, batch in tracker.track(spec):
             restored = restorer.restore(batch)
-            stats.add(await binder.bind(collection, restored.records, where))
-            keys.update(dict.fromkeys(record.key for record in restored.records))
+            await binder.bind(collection, restored.records, where)
             rejections += restored.rejected
             backfilled += restored.backfilled
             seen += len(batch)
             progress.advance(len(batch))
+    stats = await binder.flush()
     context.metrics.records.labels("rejected").inc(len(rejections))
-    progress.enter("inspecting", Inspector.name, total=len(keys))
+    bound = binder.bound
+    progress.enter("inspecting", Inspector.name, total=len(bound))
     inspector = Inspector(context, context.parameters.get("required_fields") or ())
-    inspection = await inspector.inspect_keys(collection, list(keys))
+    inspection = await inspector.inspect_keys(collection, list(bound), written=bound)
     inspection.rejected = len(rejections)
     return {
         "collection": collection,

@@ -89,6 +89,39 @@ class CollectedRecord(_Columns):
 
 
 @dataclass(slots=True)
+class RecordBatch:
+    """Records to bind into one collection from one source of one run: what they share, and
+    each record's key, content hash, data and the data's JSON text as stored, in step (no key
+    twice)."""
+
+    collection: str
+    source: str
+    expedition_id: str | None
+    correlation_id: str | None
+    at: datetime
+    keys: list[str]
+    hashes: list[str]
+    data: list[Any]
+    documents: list[str]
+
+
+@dataclass(slots=True)
+class BindStats:
+    """What binding did to records: new ones inserted, changed ones updated, identical ones
+    left alone."""
+
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+
+    def add(self, other: BindStats) -> None:
+        """Accumulate ``other``."""
+        self.inserted += other.inserted
+        self.updated += other.updated
+        self.unchanged += other.unchanged
+
+
+@dataclass(slots=True)
 class CollectionSize:
     """A collection as the structured store counts it."""
 

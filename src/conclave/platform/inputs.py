@@ -120,6 +120,49 @@ def find_unsafe(document: Any, prefix: tuple[str | int, ...] = ()) -> UnsafeValu
     return None
 
 
+def holds_unsafe(document: Any) -> bool:
+    """Whether :func:`find_unsafe` finds something in ``document``: the same test, several times
+    faster on JSON documents because it does not work out where (a bulk load checks every
+    item it reads)."""
+    try:
+        return _holds_unsafe(document)
+    except RecursionError:  # nested beyond the interpreter's stack: the iterative walk
+        return find_unsafe(document) is not None
+
+
+def _text_unsafe(text: str) -> bool:
+    return "\x00" in text or (not text.isascii() and text_problem(text) is not None)
+
+
+def _holds_unsafe(value: Any) -> bool:
+    # The JSON types are told apart by exact type, inline, for speed; anything else (a
+    # subclass, a tuple, a value of a plug-in's own type) takes find_unsafe's own path.
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            if (_text_unsafe(key) if type(key) is str else _scalar_problem(key) is not None) or (
+                _item_unsafe(item)
+            ):
+                return True
+        return False
+    if kind is list:
+        return any(_item_unsafe(item) for item in value)
+    return find_unsafe(value) is not None
+
+
+def _item_unsafe(item: Any) -> bool:
+    kind = type(item)
+    if kind is str:
+        return _text_unsafe(item)
+    if kind is int:
+        return not INT_MIN <= item <= INT_MAX
+    if kind is float:
+        return not math.isfinite(item)
+    if item is None or kind is bool:
+        return False
+    return _holds_unsafe(item)
+
+
 def check_safe(document: Any, prefix: tuple[str | int, ...] = ()) -> None:
     """Raise :class:`UnsafeInput` if ``document`` holds an unsafe value."""
     finding = find_unsafe(document, prefix)

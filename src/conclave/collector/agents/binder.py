@@ -3,82 +3,92 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
 from conclave.collector import store
-from conclave.collector.agents.context import ExpeditionContext, content_hash
+from conclave.collector.agents.context import ExpeditionContext, content_hash, record_digest
 from conclave.collector.agents.restorer import Restored
-from conclave.collector.store import CollectedRecord
+from conclave.collector.store import BindStats, RecordBatch
 from conclave.platform.clock import utc_now
-
-
-@dataclass
-class BindStats:
-    """Outcome counts of binding."""
-
-    inserted: int = 0
-    updated: int = 0
-    unchanged: int = 0
-
-    def add(self, other: BindStats) -> None:
-        """Accumulate ``other``."""
-        self.inserted += other.inserted
-        self.updated += other.updated
-        self.unchanged += other.unchanged
 
 
 class Binder:
     """Upserts records by (collection, key): new content is written and flagged for its vector,
-    identical content is skipped, so binding is idempotent and re-runs are safe."""
+    identical content is skipped, so binding is idempotent and re-runs are safe.
+
+    A batch's write runs while the caller reads and restores the next batch: the database and
+    this process work at the same time instead of taking turns. Writes still happen one at a
+    time and in order (a key in two batches ends with the later one's content), and
+    :meth:`flush` waits for the last one.
+    """
 
     name = "binder"
 
     def __init__(self, context: ExpeditionContext) -> None:
         self._context = context
+        self._stats = BindStats()
+        self._writing: asyncio.Task[BindStats] | None = None
+        self._bound: dict[str, bytes] = {}
 
-    async def bind(self, collection: str, records: Sequence[Restored], source: str) -> BindStats:
-        """Bind one batch; the last item wins when a key repeats within it."""
-        latest = {record.key: record for record in records}
-        hashes = {key: content_hash(record.data) for key, record in latest.items()}
-        engine = self._context.engine
-        existing = await store.existing_hashes(engine, collection, list(latest))
-        stats = BindStats()
-        now = utc_now()
-        rows = []
-        for key, record in latest.items():
-            before = existing.get(key)
-            if before == hashes[key]:
-                stats.unchanged += 1
-                continue
-            if before is None:
-                stats.inserted += 1
-            else:
-                stats.updated += 1
-            rows.append(
-                CollectedRecord(
-                    collection=collection,
-                    record_key=key,
-                    content_hash=hashes[key],
-                    data=record.data,
-                    source=source,
-                    expedition_id=self._context.expedition_id,
-                    correlation_id=self._context.correlation_id,
-                    vector_pending=True,
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
-        if rows:
-            # Shielded: a cancellation (time-out, shutdown) must not cut a transaction in half
-            # inside the driver; the batch commits or fails as a whole, then the run stops.
-            await asyncio.shield(self._write(rows))
-            self._context.indexer.wake()
+    @property
+    def bound(self) -> Mapping[str, bytes]:
+        """Every key bound so far, in the order first seen, with the digest of the record as
+        its last batch stored it (:func:`record_digest`), which lets an inspection skip
+        hashing again what is still exactly as written."""
+        return self._bound
+
+    async def bind(self, collection: str, records: Sequence[Restored], source: str) -> None:
+        """Hash one batch and start writing it once the previous batch's write has ended; the
+        last item wins when a key repeats within it. A failed write raises here or in
+        :meth:`flush`."""
+        latest = {record.key: record.data for record in records}
+        if not latest:
+            return
+        context = self._context
+        data = list(latest.values())
+        batch = RecordBatch(
+            collection=collection,
+            source=source,
+            expedition_id=context.expedition_id,
+            correlation_id=context.correlation_id,
+            at=utc_now(),
+            keys=list(latest),
+            hashes=[content_hash(item) for item in data],
+            data=data,
+            documents=[store.document_text(item) for item in data],
+        )
+        for key, hashed, document in zip(batch.keys, batch.hashes, batch.documents, strict=True):
+            self._bound[key] = record_digest(hashed, document)
+        await self._settle()
+        self._writing = asyncio.create_task(self._write(batch))
+        # A run stopped between batches never awaits its last write: its outcome is dropped
+        # rather than logged as never retrieved.
+        self._writing.add_done_callback(_retrieved)
+
+    async def flush(self) -> BindStats:
+        """Wait for the last write; the counts of every batch bound so far."""
+        await self._settle()
+        return self._stats
+
+    async def _settle(self) -> None:
+        writing, self._writing = self._writing, None
+        if writing is None:
+            return
+        # Shielded: a cancellation (time-out, shutdown) must not cut a write in half inside the
+        # driver; the batch commits or fails as a whole, then the run stops.
+        stats = await asyncio.shield(writing)
+        self._stats.add(stats)
         metrics = self._context.metrics.records
         for outcome in ("inserted", "updated", "unchanged"):
             metrics.labels(outcome).inc(getattr(stats, outcome))
+
+    async def _write(self, batch: RecordBatch) -> BindStats:
+        stats = await store.bind_batch(self._context.engine, batch)
+        if stats.inserted or stats.updated:
+            self._context.indexer.wake()
         return stats
 
-    async def _write(self, rows: list[CollectedRecord]) -> None:
-        async with self._context.engine.begin() as connection:
-            await store.upsert_records(connection, rows)
+
+def _retrieved(task: asyncio.Task[BindStats]) -> None:
+    if not task.cancelled():
+        task.exception()

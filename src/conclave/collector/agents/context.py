@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +12,10 @@ from conclave.collector.indexer import VectorIndexer
 from conclave.collector.metrics import CollectorMetrics
 from conclave.collector.semantic.base import SemanticMemory
 from conclave.collector.sources.base import Source
+from conclave.platform.json_text import json_encoder
 from conclave.settings import CollectorSettings
+
+_canonical_json = json_encoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 class ExpeditionFailed(Exception):
@@ -26,8 +28,15 @@ class ExpeditionFailed(Exception):
 
 def content_hash(data: Any) -> str:
     """SHA-256 of the canonical JSON of ``data`` (key order and spacing do not matter)."""
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(_canonical_json(data).encode()).hexdigest()
+
+
+def record_digest(content_hash: str, document: str) -> bytes:
+    """SHA-256 of a record as the store keeps it: its content hash and the JSON text of its
+    data. A stored record whose digest is the one taken when a run wrote it is byte for byte
+    what was written, so its content hash still matches its data (both were made from the same
+    data, and JSON text decodes to data that hashes the same)."""
+    return hashlib.sha256(f"{content_hash}{document}".encode()).digest()
 
 
 @dataclass

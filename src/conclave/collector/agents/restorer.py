@@ -12,18 +12,34 @@ _MAX_KEY = 256
 MAX_DEPTH = 64
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests more than ``limit`` objects/arrays; iterative, because the point
-    is to refuse what would exhaust the stack of the recursive steps after it."""
-    pending = [(value, 1)]
-    while pending:
-        current, depth = pending.pop()
-        if isinstance(current, dict | list):
-            if depth > limit:
-                return True
-            children = current.values() if isinstance(current, dict) else current
-            pending.extend((child, depth + 1) for child in children)
-    return False
+class _TooDeep(Exception):
+    """Objects/arrays nest deeper than :data:`MAX_DEPTH`."""
+
+
+def _normalized(value: Any, depth: int = 1) -> Any:
+    """``value`` with its text trimmed and its object keys as trimmed text; raises
+    :class:`_TooDeep` past :data:`MAX_DEPTH` nested objects/arrays, before the recursion could
+    exhaust the stack (a source may hand over anything). The JSON types are told apart by exact
+    type first, inline: this runs on every item of a bulk load."""
+    if isinstance(value, dict):
+        if depth > MAX_DEPTH:
+            raise _TooDeep
+        result = {}
+        for key, item in value.items():
+            kind = type(item)
+            if kind is str:
+                item = item.strip()
+            elif kind is dict or kind is list or isinstance(item, dict | list | str):
+                item = _normalized(item, depth + 1)
+            result[(key if type(key) is str else str(key)).strip()] = item
+        return result
+    if isinstance(value, list):
+        if depth > MAX_DEPTH:
+            raise _TooDeep
+        return [_normalized(item, depth + 1) for item in value]
+    if isinstance(value, str):
+        return value.strip()
+    return value
 
 
 @dataclass(frozen=True)
@@ -41,16 +57,6 @@ class Restoration:
     records: list[Restored] = field(default_factory=list)
     backfilled: int = 0
     rejected: list[str] = field(default_factory=list)
-
-
-def _normalize(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.strip()
-    if isinstance(value, dict):
-        return {str(k).strip(): _normalize(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_normalize(v) for v in value]
-    return value
 
 
 class Restorer:
@@ -75,10 +81,11 @@ class Restorer:
             if not isinstance(item, dict):
                 result.rejected.append(f"item {index}: not an object ({type(item).__name__})")
                 continue
-            if _deeper_than(item, MAX_DEPTH):
+            try:
+                data = _normalized(item)
+            except _TooDeep:
                 result.rejected.append(f"item {index}: nested deeper than {MAX_DEPTH} levels")
                 continue
-            data = _normalize(item)
             for name, default in self._defaults.items():
                 if data.get(name) in (None, ""):
                     data[name] = default

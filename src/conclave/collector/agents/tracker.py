@@ -8,7 +8,7 @@ from typing import Any
 from conclave.collector.agents.context import ExpeditionContext, ExpeditionFailed
 from conclave.collector.parameter_secrets import resolve_headers
 from conclave.collector.sources.base import SourceContext, SourceError, label
-from conclave.platform.inputs import escape_unsafe, find_unsafe
+from conclave.platform.inputs import escape_unsafe, holds_unsafe
 
 
 class Tracker:
@@ -46,4 +46,4 @@ class Tracker:
 
 
 def _storable(item: Any) -> Any:
-    return item if find_unsafe(item) is None else escape_unsafe(item)
+    return escape_unsafe(item) if holds_unsafe(item) else item

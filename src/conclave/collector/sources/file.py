@@ -15,10 +15,12 @@ from typing import Any
 
 from conclave.collector.sources.base import SourceContext, SourceError
 from conclave.collector.sources.file_access import FileRoots
+from conclave.platform.json_text import json_decoder
 from conclave.settings import CollectorSettings
 
 _FORMATS = ("csv", "jsonl", "json")
 _SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json"}
+_loads = json_decoder()
 
 
 def _format(spec: Mapping[str, Any]) -> str:
@@ -101,7 +103,7 @@ class FileSource:
     @staticmethod
     def _json(text: str, where: str) -> Any:
         try:
-            return json.loads(text)
+            return _loads(text)
         except json.JSONDecodeError as exc:
             raise SourceError(f"malformed JSON at {where}: {exc.msg}") from exc
         except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting too deep

@@ -1,11 +1,14 @@
 """The expedition service's tables and all of its SQL (one module per table group)."""
 
 from conclave.collector.records import (
+    BindStats,
     CollectedRecord,
     CollectionSize,
     ExpeditionRecord,
+    RecordBatch,
     ScheduleRecord,
 )
+from conclave.collector.store.binding import bind_batch, document_text
 from conclave.collector.store.collected import (
     collection_counts,
     existing_hashes,
@@ -17,6 +20,7 @@ from conclave.collector.store.collected import (
     mark_pending,
     pending_vectors,
     repair_hash,
+    stored_documents,
     total_records,
     upsert_records,
 )
@@ -52,17 +56,21 @@ from conclave.collector.store.tables import (
 
 __all__ = [
     "TERMINAL",
+    "BindStats",
     "CollectedRecord",
     "CollectionSize",
     "ExpeditionRecord",
+    "RecordBatch",
     "ScheduleRecord",
     "advance_schedule",
+    "bind_batch",
     "claim_collections",
     "claim_next",
     "collection_counts",
     "collection_owners",
     "counts_by_status_and_type",
     "delete_schedule",
+    "document_text",
     "due_schedules",
     "existing_hashes",
     "expeditions",
@@ -90,6 +98,7 @@ __all__ = [
     "repair_hash",
     "requeue",
     "schedules",
+    "stored_documents",
     "total_records",
     "upsert_records",
 ]

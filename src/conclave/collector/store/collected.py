@@ -6,13 +6,27 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, String, bindparam, cast, func, select, true, update
+from sqlalchemy import (
+    Integer,
+    String,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    column,
+    func,
+    literal_column,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select, Update
 
 from conclave.collector.records import CollectedRecord, CollectionSize
-from conclave.collector.store.executor import Executor, all_rows, first_row, is_sqlite
+from conclave.collector.store.executor import Executor, all_rows, alone, first_row, is_sqlite
 from conclave.collector.store.tables import records
 
 
@@ -56,6 +70,20 @@ async def existing_hashes(
     return {row.record_key: row.content_hash for row in await all_rows(executor, statement)}
 
 
+def changed_record_values(insert: postgresql.Insert | sqlite.Insert) -> dict[str, Any]:
+    """What an upsert of records sets on a stored record whose content changed: its new
+    content, where it came from, when, and its vector flagged pending."""
+    return {
+        "content_hash": insert.excluded.content_hash,
+        "data": insert.excluded.data,
+        "source": insert.excluded.source,
+        "expedition_id": insert.excluded.expedition_id,
+        "correlation_id": insert.excluded.correlation_id,
+        "vector_pending": True,
+        "updated_at": insert.excluded.updated_at,
+    }
+
+
 async def upsert_records(connection: AsyncConnection, rows: Sequence[CollectedRecord]) -> None:
     """Insert or update records by (collection, key); a row whose content is unchanged is left
     alone, so binding the same data twice changes nothing (re-runs are idempotent)."""
@@ -65,15 +93,7 @@ async def upsert_records(connection: AsyncConnection, rows: Sequence[CollectedRe
     statement = dialect.insert(records)
     statement = statement.on_conflict_do_update(
         index_elements=[records.c.collection, records.c.record_key],
-        set_={
-            "content_hash": statement.excluded.content_hash,
-            "data": statement.excluded.data,
-            "source": statement.excluded.source,
-            "expedition_id": statement.excluded.expedition_id,
-            "correlation_id": statement.excluded.correlation_id,
-            "vector_pending": True,
-            "updated_at": statement.excluded.updated_at,
-        },
+        set_=changed_record_values(statement),
         where=records.c.content_hash != statement.excluded.content_hash,
     )
     await connection.execute(statement, [row.values() for row in rows])
@@ -96,6 +116,25 @@ async def get_records(
         return []
     rows = await all_rows(executor, _by_keys(executor, collection, keys, *records.c))
     return [CollectedRecord.from_row(row) for row in rows]
+
+
+async def stored_documents(
+    executor: Executor, collection: str, keys: Sequence[str]
+) -> Sequence[Row[Any]]:
+    """Rows ``(record_key, content_hash, document)`` of the stored records among ``keys``, the
+    document being the JSON text of the data: what an inspection needs, without the other
+    columns or decoding the data."""
+    if not keys:
+        return []
+    statement = _by_keys(
+        executor,
+        collection,
+        keys,
+        records.c.record_key,
+        records.c.content_hash,
+        cast(records.c.data, Text).label("document"),
+    )
+    return await all_rows(executor, statement)
 
 
 async def collection_counts(engine: AsyncEngine) -> list[CollectionSize]:
@@ -151,14 +190,69 @@ def _set_pending(pending: bool, *, of_hash: bool) -> Update:
     return update(records).where(*conditions).values(vector_pending=pending)
 
 
+def _clear_pending_statement() -> Update:
+    """Clear the flags of the records ``(collections[i], keys[i], hashes[i])`` in one statement.
+
+    Each record is found by one primary-key probe (a lateral ``LIMIT 1``: a join from the
+    arrays would be planned from the table's statistics, which a bulk load leaves describing a
+    nearly empty table, and then read the whole table), and updated by its row address. A
+    record changed after the probe's snapshot is a new row version at another address, so it
+    is left pending, as a record whose hash differs is."""
+    written = (
+        func.unnest(
+            bindparam("collections", type_=postgresql.ARRAY(Text)),
+            bindparam("keys", type_=postgresql.ARRAY(Text)),
+            bindparam("hashes", type_=postgresql.ARRAY(Text)),
+        )
+        .table_valued(
+            column("collection", Text), column("record_key", Text), column("content_hash", Text)
+        )
+        .render_derived("written")
+    )
+    stored = records.alias("stored")
+    probe = (
+        select(literal_column("stored.ctid").label("address"))
+        .select_from(stored)
+        .where(
+            stored.c.collection == written.c.collection,
+            stored.c.record_key == written.c.record_key,
+            stored.c.content_hash == written.c.content_hash,
+        )
+        .limit(1)
+        .lateral("probe")
+    )
+    addresses = select(probe.c.address).select_from(written.join(probe, true())).scalar_subquery()
+    # "ctid = ANY (ARRAY(SELECT ...))": compared with an array of addresses, PostgreSQL fetches
+    # the rows by address (a join on ctid could be planned as a scan of the whole table).
+    return (
+        update(records)
+        .where(literal_column("ctid") == any_(func.array(addresses)))
+        .values(vector_pending=False)
+    )
+
+
+_CLEAR_PENDING = _clear_pending_statement()
+
+
 async def mark_indexed(engine: AsyncEngine, written: Sequence[tuple[str, str, str]]) -> None:
     """Clear the pending flag of ``(collection, key, content_hash)`` whose vector was written;
-    a record changed meanwhile (other hash) stays pending for its new content."""
+    a record changed meanwhile (other hash) stays pending for its new content.
+
+    On PostgreSQL one statement (:func:`_clear_pending_statement`): an ``executemany`` of a
+    thousand single-row updates was planned a thousand times (every execution of a prepared
+    statement is planned with its values, see ``platform/db/engine.py``)."""
     if not written:
         return
-    params = [{"b_collection": c, "b_key": k, "b_hash": h} for c, k, h in written]
-    async with engine.begin() as connection:
-        await connection.execute(_set_pending(False, of_hash=True), params)
+    if is_sqlite(engine):
+        params = [{"b_collection": c, "b_key": k, "b_hash": h} for c, k, h in written]
+        async with engine.begin() as connection:
+            await connection.execute(_set_pending(False, of_hash=True), params)
+        return
+    collections, keys, hashes = (list(values) for values in zip(*written, strict=True))
+    async with alone(engine) as connection:
+        await connection.execute(
+            _CLEAR_PENDING, {"collections": collections, "keys": keys, "hashes": hashes}
+        )
 
 
 async def mark_pending(connection: AsyncConnection, collection: str, keys: Sequence[str]) -> None:
