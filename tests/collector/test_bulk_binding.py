@@ -146,6 +146,9 @@ async def test_postgres_plans_probe_the_primary_key_without_statistics(
         "collections": ["sites"] * len(wanted),
         "keys": bind.keys,
         "hashes": bind.hashes,
+        "identities": [
+            f"5:sites{len(k)}:{k}{h}" for k, h in zip(bind.keys, bind.hashes, strict=True)
+        ],
     }
     for statement, values in (
         (_BIND_NEW_PLAINLY, _bind_values(bind)),

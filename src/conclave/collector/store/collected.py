@@ -224,11 +224,29 @@ def _clear_pending_statement() -> Update:
     addresses = select(probe.c.address).select_from(written.join(probe, true())).scalar_subquery()
     # "ctid = ANY (ARRAY(SELECT ...))": compared with an array of addresses, PostgreSQL fetches
     # the rows by address (a join on ctid could be planned as a scan of the whole table).
+    # The row's own (collection, key, hash) is checked again as a filter: when a writer changes a
+    # record while this statement waits for its lock, PostgreSQL re-evaluates the filters on the
+    # new row version, and releases before the 2025 fix of TID-scan rechecks did not re-check the
+    # address, so without this the new content's flag was cleared with the old vector written.
     return (
         update(records)
         .where(literal_column("ctid") == any_(func.array(addresses)))
+        .where(_identity(records) == any_(bindparam("identities", type_=postgresql.ARRAY(Text))))
         .values(vector_pending=False)
     )
+
+
+def _identity(table: Any) -> Any:
+    """One text per (collection, key, hash), unambiguous: lengths before the free-form parts."""
+    return func.concat(
+        func.length(table.c.collection), ":", table.c.collection,
+        func.length(table.c.record_key), ":", table.c.record_key, table.c.content_hash,
+    )  # fmt: skip
+
+
+def _identity_of(collection: str, key: str, content_hash: str) -> str:
+    """:func:`_identity` in Python (PostgreSQL's ``length`` counts characters, as ``len``)."""
+    return f"{len(collection)}:{collection}{len(key)}:{key}{content_hash}"
 
 
 _CLEAR_PENDING = _clear_pending_statement()
@@ -250,8 +268,10 @@ async def mark_indexed(engine: AsyncEngine, written: Sequence[tuple[str, str, st
         return
     collections, keys, hashes = (list(values) for values in zip(*written, strict=True))
     async with alone(engine) as connection:
+        identities = [_identity_of(c, k, h) for c, k, h in written]
         await connection.execute(
-            _CLEAR_PENDING, {"collections": collections, "keys": keys, "hashes": hashes}
+            _CLEAR_PENDING,
+            {"collections": collections, "keys": keys, "hashes": hashes, "identities": identities},
         )
 
 
