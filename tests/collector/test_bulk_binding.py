@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conclave.collector import store
 from conclave.collector.agents.context import content_hash
-from conclave.collector.store.binding import _BIND_NEW_PLAINLY
+from conclave.collector.store.binding import _BIND_NEW_PLAINLY, statement_values
 from conclave.collector.store.collected import _CLEAR_PENDING
 from tests.conftest import Backend
 
@@ -151,7 +151,7 @@ async def test_postgres_plans_probe_the_primary_key_without_statistics(
         ],
     }
     for statement, values in (
-        (_BIND_NEW_PLAINLY, _bind_values(bind)),
+        (_BIND_NEW_PLAINLY, statement_values(bind)),
         (_CLEAR_PENDING, clear),
     ):
         lines = await _plan(postgres_engine, statement, values)
@@ -166,19 +166,6 @@ async def test_postgres_plans_probe_the_primary_key_without_statistics(
             )
         )
         assert analysed.first() in (None, (None, None))
-
-
-def _bind_values(batch: store.RecordBatch) -> dict[str, Any]:
-    return {
-        "keys": batch.keys,
-        "hashes": batch.hashes,
-        "documents": batch.documents,
-        "collection": batch.collection,
-        "source": batch.source,
-        "expedition_id": batch.expedition_id,
-        "correlation_id": batch.correlation_id,
-        "at": batch.at,
-    }
 
 
 async def _plan(engine: AsyncEngine, statement: Any, values: dict[str, Any]) -> list[str]:

@@ -143,6 +143,20 @@ _BIND_NEW_PLAINLY = _bind_statement(new_keys_plainly=True)
 _BIND_UPSERTING = _bind_statement(new_keys_plainly=False)
 
 
+def statement_values(batch: RecordBatch) -> dict[str, Any]:
+    """The parameters of the PostgreSQL binding statements for ``batch``."""
+    return {
+        "keys": batch.keys,
+        "hashes": batch.hashes,
+        "documents": batch.documents,
+        "collection": batch.collection,
+        "source": batch.source,
+        "expedition_id": batch.expedition_id,
+        "correlation_id": batch.correlation_id,
+        "at": batch.at,
+    }
+
+
 async def bind_batch(engine: AsyncEngine, batch: RecordBatch) -> BindStats:
     """Store a batch: new records are inserted, records whose content hash changed are
     rewritten, identical ones are left alone (so binding is idempotent); written records are
@@ -156,16 +170,7 @@ async def bind_batch(engine: AsyncEngine, batch: RecordBatch) -> BindStats:
         return BindStats()
     if is_sqlite(engine):
         return await _bind_in_transaction(engine, batch)
-    params = {
-        "keys": batch.keys,
-        "hashes": batch.hashes,
-        "documents": batch.documents,
-        "collection": batch.collection,
-        "source": batch.source,
-        "expedition_id": batch.expedition_id,
-        "correlation_id": batch.correlation_id,
-        "at": batch.at,
-    }
+    params = statement_values(batch)
     async with alone(engine) as connection:
         try:
             counts = (await connection.execute(_BIND_NEW_PLAINLY, params)).one()
