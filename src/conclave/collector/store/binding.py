@@ -9,10 +9,8 @@ from sqlalchemy import (
     ColumnElement,
     DateTime,
     String,
-    Text,
     bindparam,
     cast,
-    column,
     func,
     select,
     true,
@@ -28,6 +26,7 @@ from conclave.collector.records import BindStats, CollectedRecord, RecordBatch
 from conclave.collector.store.collected import (
     changed_record_values,
     existing_hashes,
+    text_arrays,
     upsert_records,
 )
 from conclave.collector.store.executor import alone, is_sqlite
@@ -74,17 +73,7 @@ def _bind_statement(*, new_keys_plainly: bool) -> Select[Any]:
     load. A key another writer inserts meanwhile then fails the statement (unique violation),
     and the batch is bound again by the statement without it, which upserts every record.
     """
-    given = (
-        func.unnest(
-            bindparam("keys", type_=postgresql.ARRAY(Text)),
-            bindparam("hashes", type_=postgresql.ARRAY(Text)),
-            bindparam("documents", type_=postgresql.ARRAY(Text)),
-        )
-        .table_valued(
-            column("record_key", Text), column("content_hash", Text), column("data", Text)
-        )
-        .render_derived("given")
-    )
+    given = text_arrays("given", keys="record_key", hashes="content_hash", documents="data")
     incoming = select(given).cte("incoming")
     collection = bindparam("collection", type_=String)
     probe = (

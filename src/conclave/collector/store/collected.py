@@ -30,6 +30,14 @@ from conclave.collector.store.executor import Executor, all_rows, alone, first_r
 from conclave.collector.store.tables import records
 
 
+def text_arrays(alias: str, **columns: str) -> Any:
+    """A derived table of text arrays bound side by side (``unnest``): parameter name -> column
+    name, in order. PostgreSQL only."""
+    unnest = func.unnest(*(bindparam(name, type_=postgresql.ARRAY(Text)) for name in columns))
+    named = unnest.table_valued(*(column(name, Text) for name in columns.values()))
+    return named.render_derived(alias)
+
+
 def _by_keys(
     executor: Executor, collection: str, keys: Sequence[str], *columns: Any
 ) -> Select[Any]:
@@ -198,16 +206,8 @@ def _clear_pending_statement() -> Update:
     nearly empty table, and then read the whole table), and updated by its row address. A
     record changed after the probe's snapshot is a new row version at another address, so it
     is left pending, as a record whose hash differs is."""
-    written = (
-        func.unnest(
-            bindparam("collections", type_=postgresql.ARRAY(Text)),
-            bindparam("keys", type_=postgresql.ARRAY(Text)),
-            bindparam("hashes", type_=postgresql.ARRAY(Text)),
-        )
-        .table_valued(
-            column("collection", Text), column("record_key", Text), column("content_hash", Text)
-        )
-        .render_derived("written")
+    written = text_arrays(
+        "written", collections="collection", keys="record_key", hashes="content_hash"
     )
     stored = records.alias("stored")
     probe = (
