@@ -12,7 +12,7 @@ from conclave.collector.indexer import VectorIndexer
 from conclave.collector.metrics import CollectorMetrics
 from conclave.collector.semantic.base import SemanticMemory
 from conclave.collector.sources.base import Source
-from conclave.platform.json_text import json_encoder
+from conclave.platform.jsontext import json_encoder
 from conclave.settings import CollectorSettings
 
 _canonical_json = json_encoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -10,7 +10,7 @@ from typing import Any
 
 from conclave.collector import store
 from conclave.collector.agents.context import ExpeditionContext, content_hash, record_digest
-from conclave.platform.json_text import json_decoder
+from conclave.platform.jsontext import json_decoder
 
 _PAGE = 1000
 _MAX_ISSUES = 50

@@ -15,7 +15,7 @@ from typing import Any
 
 from conclave.collector.sources.base import SourceContext, SourceError
 from conclave.collector.sources.file_access import FileRoots
-from conclave.platform.json_text import json_decoder
+from conclave.platform.jsontext import json_decoder
 from conclave.settings import CollectorSettings
 
 _FORMATS = ("csv", "jsonl", "json")

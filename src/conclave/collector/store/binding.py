@@ -31,7 +31,7 @@ from conclave.collector.store.collected import (
 )
 from conclave.collector.store.executor import alone, is_sqlite
 from conclave.collector.store.tables import records
-from conclave.platform.json_text import json_encoder
+from conclave.platform.jsontext import json_encoder
 
 _stored_json = json_encoder()
 

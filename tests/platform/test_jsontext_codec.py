@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conclave.platform.json_text import json_decoder, json_encoder
+from conclave.platform.jsontext import json_decoder, json_encoder
 
 
 class Level(enum.IntEnum):
