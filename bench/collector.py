@@ -8,7 +8,9 @@ throw-away PostgreSQL database and Redis stream prefix; the client runs in this 
 1. Throughput: one discovery run of ``--records`` rows from a JSON Lines file, until the run is
    ``completed`` (structured store) and until no vector is pending (both stores), next to a plain
    batched ``INSERT`` (asyncpg ``executemany``) of the same rows into a table with the same
-   columns and unique key, in the same database, in the same run.
+   columns and unique key, in the same database, in the same run. Then the same discovery on a
+   collector whose semantic memory does not answer (a server URL nothing listens on): the
+   structured store alone.
 2. Start latency (``created_at`` → ``started_at`` of the record): an accept-only collector
    (``COLLECTOR_RUN_WORKERS=false``) and a `conclave worker collector` process, so the start
    crosses processes. Baseline in the same run: the same worker on another stream prefix, so no
@@ -108,25 +110,38 @@ async def _vectors_written(client: httpx.AsyncClient) -> float:
     return 0.0
 
 
+async def _discovery(client: httpx.AsyncClient, path: Path, collection: str) -> float:
+    """Run a discovery of ``path`` into ``collection``; seconds until the run completed."""
+    body = {
+        "expedition_type": "discovery",
+        "target_collections": [collection],
+        "parameters": {"sources": [{"type": "file", "path": str(path), "key": "id"}]},
+    }
+    started = time.perf_counter()
+    expedition_id = (await client.post("/expedition/run", json=body)).json()["expedition_id"]
+
+    async def finished() -> dict[str, Any] | None:
+        record = (await client.get(f"/expedition/status/{expedition_id}")).json()
+        return record if record["status"] in ("completed", "failed") else None
+
+    record = await _until(finished, 3600, 0.05)
+    if record["status"] != "completed":
+        raise RuntimeError(f"discovery failed: {record['errors']}")
+    return time.perf_counter() - started
+
+
+async def _structured_alone(base: str, path: Path) -> float:
+    """The same discovery on a collector whose semantic memory does not answer: the structured
+    store alone (vectors stay pending)."""
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        return await _discovery(client, path, "bench_alone")
+
+
 async def _throughput(base: str, path: Path, count: int) -> tuple[float, float]:
     async with httpx.AsyncClient(base_url=base, timeout=30) as client:
-        body = {
-            "expedition_type": "discovery",
-            "target_collections": ["bench"],
-            "parameters": {"sources": [{"type": "file", "path": str(path), "key": "id"}]},
-        }
         written_before = await _vectors_written(client)
         started = time.perf_counter()
-        expedition_id = (await client.post("/expedition/run", json=body)).json()["expedition_id"]
-
-        async def finished() -> dict[str, Any] | None:
-            record = (await client.get(f"/expedition/status/{expedition_id}")).json()
-            return record if record["status"] in ("completed", "failed") else None
-
-        record = await _until(finished, 3600, 0.05)
-        stored = time.perf_counter() - started
-        if record["status"] != "completed":
-            raise RuntimeError(f"discovery failed: {record['errors']}")
+        stored = await _discovery(client, path, "bench")
 
         async def written() -> bool:
             return await _vectors_written(client) - written_before >= count
@@ -299,6 +314,18 @@ async def main(records: int, starts: int, uploads: int) -> None:
         _stop(processes)
         processes.clear()
 
+        # Phase 1b: the structured store alone (semantic memory on a port nothing listens on).
+        alone_port = free_port()
+        processes.append(
+            start_process([*cli, "serve", "collector", "--port", str(alone_port)],
+                   _env(stores, folder / "alone",
+                        CONCLAVE_SEMANTIC_MEMORY_URL=f"http://127.0.0.1:{free_port()}"))
+        )  # fmt: skip
+        await wait_ready(alone_port, "/metrics")  # /health says semantic memory is down
+        alone = await _structured_alone(f"http://127.0.0.1:{alone_port}", source)
+        _stop(processes)
+        processes.clear()
+
         # Phase 2: an accept-only collector and a separate worker process.
         accept_port = free_port()
         processes.append(
@@ -329,6 +356,8 @@ async def main(records: int, starts: int, uploads: int) -> None:
     print(f"| plain batched INSERT of the rows (baseline) | {records / plain:,.0f} rows/s |")
     print(f"| discovery run, structured store (run completed) | {records / stored:,.0f} rows/s |")
     print(f"| discovery run, both stores (no vector pending) | {records / both:,.0f} rows/s |")
+    print(f"| discovery run, structured store alone (semantic memory down) | "
+          f"{records / alone:,.0f} rows/s |")  # fmt: skip
     for name, values in (
         ("start latency, same process", local),
         ("start latency, other process (bus wake-up)", crossed),
@@ -346,6 +375,7 @@ async def main(records: int, starts: int, uploads: int) -> None:
     print(f"ratio discovery (both stores)/plain insert: {plain / both:.2f} (target >= 0.3)")
     print(f"ratio discovery (structured store)/plain insert: {plain / stored:.2f} "
           f"(target >= 0.5)")  # fmt: skip
+    print(f"ratio discovery (structured store alone)/plain insert: {plain / alone:.2f}")
     print(f"start latency p99 across processes: {_percentile(crossed, 0.99):.1f} ms "
           f"(target < 200 ms: {_percentile(crossed, 0.99) / 200:.2f} of it)")  # fmt: skip
     print(f"upload → vector p99: {_percentile(vectors, 0.99):.0f} ms "

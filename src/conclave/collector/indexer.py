@@ -23,14 +23,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conclave.collector import store
 from conclave.collector.metrics import CollectorMetrics
-from conclave.collector.records import CollectedRecord
+from conclave.collector.records import PendingVector
 from conclave.collector.semantic.base import SemanticMemory, VectorRecord, embedding_text
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.inputs import escape_text
+from conclave.platform.jsontext import json_decoder
 
 log = logging.getLogger(__name__)
 
 _PROGRESS_SECONDS = 5.0
+_decode = json_decoder()
 
 
 @dataclass
@@ -48,12 +50,15 @@ class Reindex:
         return {"progress": round(min(1.0, self.written / self.records), 3)}
 
 
-def _vector_records(rows: list[CollectedRecord]) -> list[VectorRecord]:
+def _vector_records(rows: list[PendingVector]) -> list[VectorRecord]:
     # A record stored before text was checked may hold a lone surrogate: an embedder encodes
     # its text, and one such record would fail its whole batch, every time.
     return [
         VectorRecord(
-            row.collection, row.record_key, row.content_hash, escape_text(embedding_text(row.data))
+            row.collection,
+            row.record_key,
+            row.content_hash,
+            escape_text(embedding_text(_decode(row.document))),
         )
         for row in rows
     ]
@@ -140,21 +145,50 @@ class VectorIndexer:
             )
 
     async def index_pending(self) -> int:
-        """Write one batch of pending vectors; return how many were written."""
+        """Write every vector pending now, in one sweep through the backlog in key order;
+        return how many were written.
+
+        Pipelined: while semantic memory embeds and writes one batch (in its own process, or on
+        its server), the next batch is read and its texts built, and the flags of the batch
+        before are cleared, so neither side waits for the other. A batch's flags are cleared
+        only after semantic memory acknowledged that batch."""
         await self._refill_if_new()
-        rows = await store.pending_vectors(self._engine, self._batch_size)
-        if not rows:
+        total = 0
+        after: tuple[str, str] | None = None
+        writing: asyncio.Future[None] | None = None
+        sent: list[VectorRecord] = []  # the batch ``writing`` writes
+        try:
+            while True:
+                rows = await store.pending_vectors(self._engine, self._batch_size, after)
+                # Decoding and walking every record: on a worker thread, off the event loop.
+                items = await asyncio.to_thread(_vector_records, rows) if rows else []
+                if writing is not None:
+                    await writing
+                writing = asyncio.ensure_future(self._memory.upsert(items)) if items else None
+                if sent:  # its write was awaited above: acknowledged
+                    await self._acknowledged(sent)
+                    total += len(sent)
+                sent = items
+                if not rows:
+                    break
+                after = (rows[-1].collection, rows[-1].record_key)
+        finally:
+            # The sweep failed or was stopped: the batch in flight stays pending (and a write
+            # that failed meanwhile is not reported as an unread exception).
+            if writing is not None:
+                writing.cancel()
+                writing.add_done_callback(_quietly)
+        if not total:
             self._progress(0)
-            return 0
-        # Building the texts walks every record: on a worker thread, off the event loop.
-        items = await asyncio.to_thread(_vector_records, rows)
-        await self._memory.upsert(items)
+        return total
+
+    async def _acknowledged(self, items: list[VectorRecord]) -> None:
+        """Clear the flags of a batch semantic memory acknowledged."""
         await store.mark_indexed(
             self._engine, [(i.collection, i.key, i.content_hash) for i in items]
         )
         self._metrics.vectors.inc(len(items))
         self._progress(len(items))
-        return len(items)
 
     async def drain(self) -> int:
         """Write every pending vector now (healing waits for this)."""
@@ -182,10 +216,15 @@ class VectorIndexer:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._max_backoff)
                 continue
-            if written >= self._batch_size:
+            if written:  # records may have been flagged behind the sweep meanwhile
                 continue
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation that
             # arrives as the event is set, and stop() then waits for a loop that goes on.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._poll):
                     await self._wake.wait()
+
+
+def _quietly(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -89,6 +89,17 @@ class CollectedRecord(_Columns):
 
 
 @dataclass(slots=True)
+class PendingVector:
+    """A record whose vector is owed, as the indexer reads it: its data still as the JSON text
+    the structured store keeps, decoded off the event loop with the rest of its text's work."""
+
+    collection: str
+    record_key: str
+    content_hash: str
+    document: str
+
+
+@dataclass(slots=True)
 class RecordBatch:
     """Records to bind into one collection from one source of one run: what they share, and
     each record's key, content hash, data and the data's JSON text as stored, in step (no key

@@ -70,7 +70,7 @@ class CollectorSettings(CommonSettings):
     semantic_memory_url: str | None = Field(
         None,
         alias="CONCLAVE_SEMANTIC_MEMORY_URL",
-        description="Qdrant server URL; unset = Qdrant local mode on disk under the data folder.",
+        description="Qdrant server URL; unset = an embedded Qdrant Edge shard in the data folder.",
     )
     semantic_memory_api_key: SecretStr = Field(
         SecretStr(""), alias="CONCLAVE_SEMANTIC_MEMORY_API_KEY", description="Qdrant API key."
@@ -78,7 +78,7 @@ class CollectorSettings(CommonSettings):
     semantic_memory_path: Path | None = Field(
         None,
         alias="COLLECTOR_SEMANTIC_MEMORY_PATH",
-        description="Folder of the local-mode semantic memory; default <CONCLAVE_DATA_DIR>/qdrant.",
+        description="Folder of the embedded Qdrant Edge shard; default <CONCLAVE_DATA_DIR>/qdrant.",
     )
     semantic_collection_prefix: str = Field(
         "conclave_",
@@ -178,7 +178,7 @@ class CollectorSettings(CommonSettings):
     _split_shared = field_validator("shared_collections", mode="before")(_split_csv)
 
     def resolved_semantic_memory_path(self) -> Path:
-        """Where the local-mode semantic memory lives."""
+        """Where the embedded semantic memory lives."""
         if self.semantic_memory_path is not None:
             return self.semantic_memory_path
         return self.data_dir / "qdrant"

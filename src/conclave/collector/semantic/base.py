@@ -10,6 +10,7 @@ same point ids, payloads, filters and scores.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 _POINT_NAMESPACE = uuid.UUID("5b0c6c52-4f3e-4b8e-9a77-c0111ec7a0e5")
+_NAMESPACE_BYTES = _POINT_NAMESPACE.bytes
 _MAX_TEXT_CHARS = 8000
 
 COLLECTION_FIELD = "collection"
@@ -24,8 +26,16 @@ COLLECTION_FIELD = "collection"
 
 
 def point_id(collection: str, key: str) -> str:
-    """The stable point id of a record: writing its vector again replaces the point."""
-    return str(uuid.uuid5(_POINT_NAMESPACE, f"{collection}\x00{key}"))
+    """The stable point id of a record: writing its vector again replaces the point.
+
+    ``str(uuid.uuid5(namespace, collection + NUL + key))``, computed without building the
+    ``UUID`` object, which cost two thirds of the time (one id per point written)."""
+    name = f"{collection}\x00{key}".encode()
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + name, usedforsecurity=False).digest())
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = digest[:16].hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def point_payload(collection: str, key: str, content_hash: str) -> dict[str, str]:

@@ -18,6 +18,7 @@ from sqlalchemy import (
     literal_column,
     select,
     true,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -25,7 +26,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select, Update
 
-from conclave.collector.records import CollectedRecord, CollectionSize
+from conclave.collector.records import CollectedRecord, CollectionSize, PendingVector
 from conclave.collector.store.executor import Executor, all_rows, alone, first_row, is_sqlite
 from conclave.collector.store.tables import records
 
@@ -171,15 +172,31 @@ async def total_records(engine: AsyncEngine) -> int:
     return int(row[0]) if row else 0
 
 
-async def pending_vectors(engine: AsyncEngine, limit: int) -> list[CollectedRecord]:
-    """Records whose vector has not been written (or is out of date), in no particular order.
+async def pending_vectors(
+    engine: AsyncEngine, limit: int, after: tuple[str, str] | None = None
+) -> list[PendingVector]:
+    """Up to ``limit`` records whose vector has not been written (or is out of date), in key
+    order ``(collection, record_key)``, starting after ``after``; their data as JSON text.
 
-    No ``ORDER BY``: sorting every pending row to return the oldest few made each call cost as
-    much as the whole backlog; the index on the flag answers a plain ``LIMIT`` at once."""
-    rows = await all_rows(
-        engine, select(records).where(records.c.vector_pending.is_(True)).limit(limit)
-    )
-    return [CollectedRecord.from_row(row) for row in rows]
+    The partial index on the keys of pending records answers this as a range scan in its own
+    order: no pending row is sorted, and one sweep of the backlog pages through it with no
+    page read twice (an indexer can read the next page while the previous one is written).
+    The data is not decoded here, on the event loop: the indexer decodes it on a worker thread
+    while it builds the texts."""
+    statement = select(
+        records.c.collection,
+        records.c.record_key,
+        records.c.content_hash,
+        cast(records.c.data, Text).label("document"),
+    ).where(records.c.vector_pending.is_(True))
+    if after is not None:
+        statement = statement.where(tuple_(records.c.collection, records.c.record_key) > after)
+    statement = statement.order_by(records.c.collection, records.c.record_key).limit(limit)
+    rows = await all_rows(engine, statement)
+    return [
+        PendingVector(row.collection, row.record_key, row.content_hash, row.document)
+        for row in rows
+    ]
 
 
 def _set_pending(pending: bool, *, of_hash: bool) -> Update:

@@ -22,6 +22,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
+    text,
 )
 
 from conclave.platform.db.schema import metadata
@@ -77,7 +78,15 @@ records = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("collection", "record_key"),
-    Index("ix_collected_records_vector_pending", "vector_pending"),
+    # The keys of pending records only: the indexer pages through them in key order, and a
+    # record whose vector is written leaves the index (no entry is added when the flag clears).
+    Index(
+        "ix_collected_records_pending_keys",
+        "collection",
+        "record_key",
+        postgresql_where=text("vector_pending"),
+        sqlite_where=text("vector_pending"),
+    ),
     Index("ix_collected_records_expedition_id", "expedition_id"),
 )
 

@@ -1,0 +1,36 @@
+"""The pending-vector index holds the keys of pending records only.
+
+The index on the flag held every record, gained an entry each time a flag cleared, and could not
+give the pending rows in any order; the partial index on ``(collection, record_key)`` lets the
+indexer page through the backlog in key order and shrinks as vectors are written.
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-11-26
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0008"
+down_revision = "0007"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.drop_index("ix_collected_records_vector_pending", table_name="collected_records")
+    op.create_index(
+        "ix_collected_records_pending_keys",
+        "collected_records",
+        ["collection", "record_key"],
+        postgresql_where=sa.text("vector_pending"),
+        sqlite_where=sa.text("vector_pending"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_collected_records_pending_keys", table_name="collected_records")
+    op.create_index("ix_collected_records_vector_pending", "collected_records", ["vector_pending"])

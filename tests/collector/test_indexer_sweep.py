@@ -1,0 +1,235 @@
+"""The vector indexer's pipelined sweep, on both stores with the real embedded semantic memory:
+every pending record is written once, in key order, with the next batch read while the previous
+one is written; a write that fails mid-sweep leaves exactly the unacknowledged batches pending;
+records flagged behind the sweep are written by the next one; point ids never change."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from conclave.collector import store
+from conclave.collector.agents.context import content_hash
+from conclave.collector.indexer import VectorIndexer
+from conclave.collector.metrics import CollectorMetrics
+from conclave.collector.semantic.base import (
+    SemanticMemory,
+    SemanticMemoryUnavailable,
+    StoredPoint,
+    VectorRecord,
+    point_id,
+)
+from conclave.collector.semantic.edge import EdgeMemory
+from conclave.collector.store.tables import records
+
+DIMENSIONS = 64
+
+
+class Failing(SemanticMemory):
+    """A real embedded semantic memory whose ``fail_at``-th upsert fails (a fault injected
+    around it), recording the keys each upsert carried."""
+
+    def __init__(self, memory: EdgeMemory, fail_at: int | None = None) -> None:
+        self.memory = memory
+        self.embedder_name = memory.embedder_name
+        self.fail_at = fail_at
+        self.batches: list[list[str]] = []
+        self.upserted = asyncio.Event()  # set at each upsert
+
+    @property  # type: ignore[override]
+    def generation(self) -> int:
+        return self.memory.generation
+
+    async def open(self) -> None:
+        await self.memory.open()
+
+    async def close(self) -> None:
+        await self.memory.close()
+
+    async def ping(self) -> None:
+        await self.memory.ping()
+
+    async def needs_reindex(self) -> bool:
+        return await self.memory.needs_reindex()
+
+    async def reindex_started(self) -> None:
+        await self.memory.reindex_started()
+
+    async def upsert(self, items: Sequence[VectorRecord]) -> None:
+        self.batches.append([i.key for i in items])
+        self.upserted.set()
+        if self.fail_at is not None and len(self.batches) == self.fail_at:
+            raise SemanticMemoryUnavailable("injected: the write failed")
+        await asyncio.sleep(0.02)  # a slower write, so reads and flag clearing overlap it
+        await self.memory.upsert(items)
+
+    async def delete(self, collection: str, keys: Sequence[str]) -> None:
+        await self.memory.delete(collection, keys)
+
+    async def count(self, collection: str) -> int:
+        return await self.memory.count(collection)
+
+    async def scan(self, collection: str) -> list[StoredPoint]:
+        return await self.memory.scan(collection)
+
+    async def search(self, collection: str, query: str, limit: int) -> list[tuple[str, float]]:
+        return await self.memory.search(collection, query, limit)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine(request: pytest.FixtureRequest) -> AsyncEngine:
+    return request.getfixturevalue(f"{request.param}_engine")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def memory(tmp_path: Path) -> AsyncIterator[EdgeMemory]:
+    memory = EdgeMemory(tmp_path / "shard", "hashing", DIMENSIONS)
+    await memory.open()
+    yield memory
+    await memory.close()
+
+
+async def _bind(engine: AsyncEngine, keys: list[str], collection: str = "sites") -> None:
+    items = [{"id": key, "title": f"site {key}"} for key in keys]
+    await store.bind_batch(
+        engine,
+        store.RecordBatch(
+            collection=collection,
+            source="s",
+            expedition_id=None,
+            correlation_id=None,
+            at=datetime.now(UTC),
+            keys=keys,
+            hashes=[content_hash(i) for i in items],
+            data=items,
+            documents=[store.document_text(i) for i in items],
+        ),
+    )
+
+
+async def _pending(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as connection:
+        rows = await connection.execute(
+            select(records.c.record_key).where(records.c.vector_pending.is_(True))
+        )
+        return {row.record_key for row in rows}
+
+
+async def _count(engine: AsyncEngine) -> int:
+    async with engine.connect() as connection:
+        return int((await connection.execute(select(func.count()).select_from(records))).one()[0])
+
+
+def _keys(count: int) -> list[str]:
+    return [f"k{i:04d}" for i in range(count)]
+
+
+async def test_one_sweep_writes_every_pending_record_once_in_key_order(
+    engine: AsyncEngine, memory: EdgeMemory
+) -> None:
+    await _bind(engine, _keys(250))
+    await _bind(engine, _keys(30), collection="alpha")  # sorts before "sites"
+    failing = Failing(memory)
+    indexer = VectorIndexer(engine, failing, CollectorMetrics(), batch_size=40)
+
+    assert await indexer.index_pending() == 280
+    assert await _pending(engine) == set()
+    written = [key for batch in failing.batches for key in batch]
+    assert written == _keys(30) + _keys(250)  # alpha first, each key once, in order
+    assert [len(b) for b in failing.batches] == [40] * 7
+    assert await memory.count("sites") == 250
+    assert await memory.count("alpha") == 30
+    # Nothing is left: the next sweep finds nothing and writes nothing.
+    assert await indexer.index_pending() == 0
+    assert len(failing.batches) == 7
+
+
+async def test_a_failed_write_leaves_its_batch_and_the_rest_pending(
+    engine: AsyncEngine, memory: EdgeMemory
+) -> None:
+    await _bind(engine, _keys(200))
+    failing = Failing(memory, fail_at=3)
+    indexer = VectorIndexer(engine, failing, CollectorMetrics(), batch_size=50)
+
+    with pytest.raises(SemanticMemoryUnavailable):
+        await indexer.index_pending()
+    # Batches 1 and 2 were acknowledged (cleared); batch 3 failed and batch 4 was never sent.
+    assert await _pending(engine) == set(_keys(200)[100:])
+    assert await memory.count("sites") == 100
+
+    failing.fail_at = None
+    assert await indexer.index_pending() == 100
+    assert await _pending(engine) == set()
+    assert await memory.count("sites") == 200
+
+
+async def test_records_flagged_behind_the_sweep_are_written_by_the_next(
+    engine: AsyncEngine, memory: EdgeMemory
+) -> None:
+    await _bind(engine, _keys(120)[60:])
+    failing = Failing(memory)
+    indexer = VectorIndexer(engine, failing, CollectorMetrics(), batch_size=20)
+
+    async def bind_behind() -> None:
+        await failing.upserted.wait()
+        await _bind(engine, _keys(60))  # keys before the sweep's position
+
+    binder = asyncio.create_task(bind_behind())
+    first = await indexer.index_pending()
+    await binder
+    second = await indexer.index_pending()
+    assert first + second == 120
+    assert await _pending(engine) == set()
+    assert await memory.count("sites") == await _count(engine) == 120
+
+
+async def test_stopping_mid_sweep_leaves_the_batch_in_flight_pending(
+    engine: AsyncEngine, memory: EdgeMemory
+) -> None:
+    await _bind(engine, _keys(100))
+    failing = Failing(memory)
+    indexer = VectorIndexer(engine, failing, CollectorMetrics(), batch_size=25)
+    sweep = asyncio.create_task(indexer.index_pending())
+    while len(failing.batches) < 2:
+        failing.upserted.clear()
+        await failing.upserted.wait()
+    sweep.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sweep
+    pending = await _pending(engine)
+    # Only acknowledged batches were cleared: whatever is left is whole batches, still owed.
+    assert pending and len(pending) % 25 == 0
+    assert set(_keys(100)) - pending == set(_keys(100)[: 100 - len(pending)])
+    assert await VectorIndexer(engine, memory, CollectorMetrics()).index_pending() == len(pending)
+    assert await _pending(engine) == set()
+
+
+@settings(max_examples=300, deadline=None)
+@given(collection=st.text(st.characters(exclude_categories=["Cs"])), key=st.text())
+def test_point_ids_are_the_uuid5_of_collection_and_key(collection: str, key: str) -> None:
+    namespace = uuid.UUID("5b0c6c52-4f3e-4b8e-9a77-c0111ec7a0e5")
+    name = f"{collection}\x00{key}"
+    try:
+        expected = str(uuid.uuid5(namespace, name))
+    except UnicodeEncodeError:  # a lone surrogate: neither can encode it
+        with pytest.raises(UnicodeEncodeError):
+            point_id(collection, key)
+        return
+    assert point_id(collection, key) == expected
+
+
+def test_point_ids_of_stored_points_are_pinned() -> None:
+    # Points already stored carry these ids: a change here would orphan every existing point.
+    assert point_id("sites", "r1") == str(
+        uuid.uuid5(uuid.UUID("5b0c6c52-4f3e-4b8e-9a77-c0111ec7a0e5"), "sites\x00r1")
+    )
+    assert point_id("evidence", "ép 🛰") == "5f93e8af-e91a-5a4f-8826-f252d17177b6"
