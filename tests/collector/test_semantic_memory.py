@@ -9,6 +9,7 @@ similarity computed here from the embedder's vectors, so both answer the same fi
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 
@@ -19,8 +20,10 @@ from qdrant_client import AsyncQdrantClient
 from conclave.collector.semantic.base import (
     SemanticMemory,
     SemanticMemoryUnavailable,
+    StoredDocument,
     StoredPoint,
     VectorRecord,
+    embedding_text,
 )
 from conclave.collector.semantic.edge import EdgeMemory
 from conclave.collector.semantic.server import ServerMemory
@@ -97,6 +100,33 @@ async def test_points_are_kept_apart_by_collection_and_scored_by_cosine(
     # The other collection's "r1" (the same key, another point) is never an answer in "docs".
     assert all(score < 0.99 for _, score in hits)
     assert await memory.search("never-written", "crane", 5) == []
+
+
+async def test_records_given_as_stored_json_get_the_points_of_their_texts(
+    memory: SemanticMemory,
+) -> None:
+    data = {"title": "harbour crane inspection", "tags": ["north", "pier"], "n": 3}
+    await memory.upsert_documents(
+        [
+            StoredDocument("docs", "json", "h1", json.dumps(data)),
+            # JSON escapes of a lone surrogate and NUL: storable text, embedded escaped.
+            StoredDocument("docs", "odd", "h2", '{"title": "crane \\ud800 \\u0000 survey"}'),
+            # Only a store written by hand holds this: the vector of no text, nothing fails.
+            StoredDocument("docs", "broken", "h3", '{"title": "crane", '),
+        ]
+    )
+    assert sorted(await memory.scan("docs"), key=lambda p: p.key) == [
+        StoredPoint("broken", "h3"),
+        StoredPoint("json", "h1"),
+        StoredPoint("odd", "h2"),
+    ]
+    hits = dict(await memory.search("docs", "harbour crane inspection", 3))
+    text = embedding_text(data)
+    assert hits["json"] == pytest.approx(_cosine("harbour crane inspection", text), abs=1e-5)
+    assert hits.get("broken", 0.0) == 0.0
+    assert hits["odd"] == pytest.approx(
+        _cosine("harbour crane inspection", "title: crane \\ud800 \\u0000 survey"), abs=1e-5
+    )
 
 
 async def test_writing_a_record_again_replaces_its_point_and_delete_removes_it(

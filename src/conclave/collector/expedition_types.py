@@ -69,7 +69,7 @@ async def _collect(
     for spec in specs:
         restorer = Restorer(spec.get("key"), spec.get("defaults"))
         async for where, batch in tracker.track(spec):
-            restored = restorer.restore(batch)
+            restored = await restorer.restore_batch(batch)
             await binder.bind(collection, restored.records, where)
             rejections += restored.rejected
             backfilled += restored.backfilled

@@ -24,15 +24,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from conclave.collector import store
 from conclave.collector.metrics import CollectorMetrics
 from conclave.collector.records import PendingVector
-from conclave.collector.semantic.base import SemanticMemory, VectorRecord, embedding_text
+from conclave.collector.semantic.base import SemanticMemory, StoredDocument
 from conclave.platform.db.engine import is_store_down
-from conclave.platform.inputs import escape_text
-from conclave.platform.jsontext import json_decoder
 
 log = logging.getLogger(__name__)
 
 _PROGRESS_SECONDS = 5.0
-_decode = json_decoder()
 
 
 @dataclass
@@ -48,20 +45,6 @@ class Reindex:
         """What ``/health`` reports: the share written, not counts (``/health`` is public, and
         the number of records of the whole deployment is not)."""
         return {"progress": round(min(1.0, self.written / self.records), 3)}
-
-
-def _vector_records(rows: list[PendingVector]) -> list[VectorRecord]:
-    # A record stored before text was checked may hold a lone surrogate: an embedder encodes
-    # its text, and one such record would fail its whole batch, every time.
-    return [
-        VectorRecord(
-            row.collection,
-            row.record_key,
-            row.content_hash,
-            escape_text(embedding_text(_decode(row.document))),
-        )
-        for row in rows
-    ]
 
 
 class VectorIndexer:
@@ -145,8 +128,8 @@ class VectorIndexer:
             )
 
     async def index_pending(self) -> int:
-        """Write every vector pending now, in one sweep through the backlog in key order;
-        return how many were written.
+        """Write every vector pending now, in one sweep through the backlog, oldest write
+        first; return how many were written.
 
         Pipelined: while semantic memory embeds and writes one batch (in its own process, or on
         its server), the next batch is read and its texts built, and the flags of the batch
@@ -154,24 +137,28 @@ class VectorIndexer:
         only after semantic memory acknowledged that batch."""
         await self._refill_if_new()
         total = 0
-        after: tuple[str, str] | None = None
+        after: PendingVector | None = None
         writing: asyncio.Future[None] | None = None
-        sent: list[VectorRecord] = []  # the batch ``writing`` writes
+        sent: list[StoredDocument] = []  # the batch ``writing`` writes
         try:
             while True:
                 rows = await store.pending_vectors(self._engine, self._batch_size, after)
-                # Decoding and walking every record: on a worker thread, off the event loop.
-                items = await asyncio.to_thread(_vector_records, rows) if rows else []
+                items = [
+                    StoredDocument(r.collection, r.record_key, r.content_hash, r.document)
+                    for r in rows
+                ]
                 if writing is not None:
                     await writing
-                writing = asyncio.ensure_future(self._memory.upsert(items)) if items else None
+                writing = (
+                    asyncio.ensure_future(self._memory.upsert_documents(items)) if items else None
+                )
                 if sent:  # its write was awaited above: acknowledged
                     await self._acknowledged(sent)
                     total += len(sent)
                 sent = items
                 if not rows:
                     break
-                after = (rows[-1].collection, rows[-1].record_key)
+                after = rows[-1]
         finally:
             # The sweep failed or was stopped: the batch in flight stays pending (and a write
             # that failed meanwhile is not reported as an unread exception).
@@ -182,7 +169,7 @@ class VectorIndexer:
             self._progress(0)
         return total
 
-    async def _acknowledged(self, items: list[VectorRecord]) -> None:
+    async def _acknowledged(self, items: list[StoredDocument]) -> None:
         """Clear the flags of a batch semantic memory acknowledged."""
         await store.mark_indexed(
             self._engine, [(i.collection, i.key, i.content_hash) for i in items]

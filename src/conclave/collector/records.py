@@ -96,6 +96,7 @@ class PendingVector:
     collection: str
     record_key: str
     content_hash: str
+    updated_at: datetime
     document: str
 
 

@@ -6,7 +6,12 @@ import asyncio
 from collections.abc import Mapping, Sequence
 
 from conclave.collector import store
-from conclave.collector.agents.context import ExpeditionContext, content_hash, record_digest
+from conclave.collector.agents.context import (
+    LOOP_SLICE,
+    ExpeditionContext,
+    content_hash,
+    record_digest,
+)
 from conclave.collector.agents.restorer import Restored
 from conclave.collector.store import BindStats, RecordBatch
 from conclave.platform.clock import utc_now
@@ -45,20 +50,27 @@ class Binder:
         if not latest:
             return
         context = self._context
-        data = list(latest.values())
+        keys, data = list(latest), list(latest.values())
+        hashes: list[str] = []
+        documents: list[str] = []
+        for count, (key, item) in enumerate(latest.items(), start=1):
+            hashed, document = content_hash(item), store.document_text(item)
+            hashes.append(hashed)
+            documents.append(document)
+            self._bound[key] = record_digest(hashed, document)
+            if count % LOOP_SLICE == 0:
+                await asyncio.sleep(0)  # the event loop runs between slices
         batch = RecordBatch(
             collection=collection,
             source=source,
             expedition_id=context.expedition_id,
             correlation_id=context.correlation_id,
             at=utc_now(),
-            keys=list(latest),
-            hashes=[content_hash(item) for item in data],
+            keys=keys,
+            hashes=hashes,
             data=data,
-            documents=[store.document_text(item) for item in data],
+            documents=documents,
         )
-        for key, hashed, document in zip(batch.keys, batch.hashes, batch.documents, strict=True):
-            self._bound[key] = record_digest(hashed, document)
         await self._settle()
         self._writing = asyncio.create_task(self._write(batch))
         # A run stopped between batches never awaits its last write: its outcome is dropped

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conclave.collector.agents.context import content_hash
+from conclave.collector.agents.context import LOOP_SLICE, content_hash
 
 _MAX_KEY = 256
 MAX_DEPTH = 64
@@ -74,10 +75,22 @@ class Restorer:
         self._key_field = key_field
         self._defaults = dict(defaults or {})
 
-    def restore(self, items: Sequence[Any]) -> Restoration:
-        """Normalize one batch."""
+    async def restore_batch(self, items: Sequence[Any]) -> Restoration:
+        """Normalize one batch, letting the event loop run between slices of it (a source's
+        batch of 1000 items is tens of milliseconds of work)."""
         result = Restoration()
-        for index, item in enumerate(items):
+        for start in range(0, len(items), LOOP_SLICE):
+            part = self.restore(items[start : start + LOOP_SLICE], first_index=start)
+            result.records += part.records
+            result.backfilled += part.backfilled
+            result.rejected += part.rejected
+            await asyncio.sleep(0)
+        return result
+
+    def restore(self, items: Sequence[Any], first_index: int = 0) -> Restoration:
+        """Normalize items (numbered from ``first_index`` in the reasons for rejecting them)."""
+        result = Restoration()
+        for index, item in enumerate(items, start=first_index):
             if not isinstance(item, dict):
                 result.rejected.append(f"item {index}: not an object ({type(item).__name__})")
                 continue

@@ -9,13 +9,21 @@ same point ids, payloads, filters and scores.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from conclave.platform.inputs import escape_text
+from conclave.platform.jsontext import json_decoder
+
+log = logging.getLogger(__name__)
+_decode = json_decoder()
 
 _POINT_NAMESPACE = uuid.UUID("5b0c6c52-4f3e-4b8e-9a77-c0111ec7a0e5")
 _NAMESPACE_BYTES = _POINT_NAMESPACE.bytes
@@ -73,6 +81,32 @@ def embedding_text(data: Any) -> str:
     # A record with no scalar at all ({} or lists of nothing) has no text: its point is the
     # zero vector, which matches nothing (serialising it instead would be unbounded work).
     return "\n".join(lines)[:_MAX_TEXT_CHARS]
+
+
+def text_of_document(collection: str, key: str, document: str) -> str:
+    """The embedded text of a record kept as the JSON text ``document`` (how the structured
+    store keeps its data), storable and encodable by any embedder."""
+    try:
+        data = _decode(document)
+    except (ValueError, RecursionError):
+        # Only a store written by hand can hold this (PostgreSQL checks JSON on the way in, the
+        # service on every write): the record gets the vector of no text, which matches
+        # nothing, instead of failing its batch, and every batch after it, every time.
+        log.warning("record %r of %r: its stored data is not JSON", key, collection)
+        return ""
+    # A record stored before text was checked may hold a lone surrogate: an embedder encodes
+    # its text, and one such record would fail its whole batch, every time.
+    return escape_text(embedding_text(data))
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """A record as the structured store keeps it: its data as JSON text."""
+
+    collection: str
+    key: str
+    content_hash: str
+    document: str
 
 
 @dataclass(frozen=True)
@@ -136,6 +170,13 @@ class SemanticMemory(ABC):
     async def upsert(self, items: Sequence[VectorRecord]) -> None:
         """Embed and write the points of ``items`` (any collections); durable on return."""
 
+    async def upsert_documents(self, items: Sequence[StoredDocument]) -> None:
+        """Write the points of records given as stored (their data as JSON text): what the
+        indexer hands over. Decoding and walking the records is CPU work off the event loop: on
+        a worker thread here, in its own process for the embedded memory."""
+        if items:
+            await self.upsert(await asyncio.to_thread(_vector_records, items))
+
     @abstractmethod
     async def delete(self, collection: str, keys: Sequence[str]) -> None:
         """Remove the points of ``keys``; durable on return."""
@@ -152,3 +193,12 @@ class SemanticMemory(ABC):
     async def search(self, collection: str, query: str, limit: int) -> list[tuple[str, float]]:
         """``(record_key, score)`` of the points of ``collection`` nearest to ``query``, best
         first (cosine similarity)."""
+
+
+def _vector_records(items: Sequence[StoredDocument]) -> list[VectorRecord]:
+    return [
+        VectorRecord(
+            i.collection, i.key, i.content_hash, text_of_document(i.collection, i.key, i.document)
+        )
+        for i in items
+    ]

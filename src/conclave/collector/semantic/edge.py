@@ -23,6 +23,7 @@ from typing import Any
 from conclave.collector.semantic.base import (
     SemanticMemory,
     SemanticMemoryUnavailable,
+    StoredDocument,
     StoredPoint,
     VectorRecord,
 )
@@ -181,6 +182,15 @@ class EdgeMemory(SemanticMemory):
         if items:
             await self._call(
                 "upsert", [(i.collection, i.key, i.content_hash, i.text) for i in items]
+            )
+
+    async def upsert_documents(self, items: Sequence[StoredDocument]) -> None:
+        """See :meth:`SemanticMemory.upsert_documents`: the records' texts are made in the
+        semantic-memory process, so the service's process does no work per record."""
+        if items:
+            await self._call(
+                "upsert_documents",
+                [(i.collection, i.key, i.content_hash, i.document) for i in items],
             )
 
     async def delete(self, collection: str, keys: Sequence[str]) -> None:

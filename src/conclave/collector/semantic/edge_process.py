@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from conclave.collector.semantic.base import text_of_document
 from conclave.collector.semantic.edge_shard import EdgeStore, ShardHeld
 from conclave.collector.semantic.frames import encode, read_frame
 from conclave.platform.embedding import Embedder, load_embedder
@@ -44,6 +45,9 @@ class _Server:
         vectors = self._vectors([text for _, _, _, text in items])
         self._store.upsert([(c, k, h) for c, k, h, _ in items], vectors)
 
+    def upsert_documents(self, items: list[tuple[str, str, str, str]]) -> None:
+        self.upsert([(c, k, h, text_of_document(c, k, document)) for c, k, h, document in items])
+
     def search(self, collection: str, query: str, limit: int) -> list[tuple[str, float]]:
         [vector] = self._vectors([query])
         if not np.any(vector):  # no word in the query: every point would tie at score 0
@@ -56,6 +60,7 @@ class _Server:
             "needs_reindex": self._store.needs_reindex,
             "reindex_started": self._store.reindex_started,
             "upsert": self.upsert,
+            "upsert_documents": self.upsert_documents,
             "delete": self._store.delete,
             "count": self._store.count,
             "scan": self._store.scan,

@@ -17,6 +17,7 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
+    text,
     true,
     tuple_,
     update,
@@ -172,29 +173,59 @@ async def total_records(engine: AsyncEngine) -> int:
     return int(row[0]) if row else 0
 
 
-async def pending_vectors(
-    engine: AsyncEngine, limit: int, after: tuple[str, str] | None = None
-) -> list[PendingVector]:
-    """Up to ``limit`` records whose vector has not been written (or is out of date), in key
-    order ``(collection, record_key)``, starting after ``after``; their data as JSON text.
+INDEX_SCAN_ONLY = text(
+    "SELECT set_config('enable_seqscan', 'off', true), "
+    "set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)"
+)
+"""Run before :func:`pending_statement` on PostgreSQL, in the same transaction (``SET LOCAL``
+of the three, in one statement)."""
 
-    The partial index on the keys of pending records answers this as a range scan in its own
-    order: no pending row is sorted, and one sweep of the backlog pages through it with no
-    page read twice (an indexer can read the next page while the previous one is written).
-    The data is not decoded here, on the event loop: the indexer decodes it on a worker thread
-    while it builds the texts."""
+
+def pending_statement(limit: int, after: PendingVector | None = None) -> Select[Any]:
+    """The page of pending records :func:`pending_vectors` reads."""
     statement = select(
         records.c.collection,
         records.c.record_key,
         records.c.content_hash,
+        records.c.updated_at,
         cast(records.c.data, Text).label("document"),
-    ).where(records.c.vector_pending.is_(True))
+    ).where(records.c.vector_pending)  # the partial index's own predicate (not ``IS true``)
+    order = (records.c.updated_at, records.c.collection, records.c.record_key)
     if after is not None:
-        statement = statement.where(tuple_(records.c.collection, records.c.record_key) > after)
-    statement = statement.order_by(records.c.collection, records.c.record_key).limit(limit)
-    rows = await all_rows(engine, statement)
+        statement = statement.where(
+            tuple_(*order) > tuple_(after.updated_at, after.collection, after.record_key)
+        )
+    return statement.order_by(*order).limit(limit)
+
+
+async def pending_vectors(
+    engine: AsyncEngine, limit: int, after: PendingVector | None = None
+) -> list[PendingVector]:
+    """Up to ``limit`` records whose vector has not been written (or is out of date), oldest
+    write first (``updated_at``, then collection and key), starting after the record ``after``;
+    their data as JSON text.
+
+    The partial index of pending records answers this as a range scan in its own order: no
+    pending row is sorted, one sweep pages through the backlog with no page read twice (an
+    indexer can read the next page while the previous one is written), and a record written
+    during a bulk load of another collection waits only for what was written before it. The
+    data is not decoded here, on the event loop: the indexer decodes it on a worker thread while
+    it builds the texts."""
+    statement = pending_statement(limit, after)
+    if is_sqlite(engine):
+        rows = await all_rows(engine, statement)
+    else:
+        async with engine.begin() as connection:
+            # Only the ordered scan of the partial index is right here. During a bulk load the
+            # table's statistics still describe it nearly empty, and with a page's starting
+            # point PostgreSQL then chose to read the whole table, or every pending row after
+            # that point, and sort them, for every page.
+            await connection.execute(INDEX_SCAN_ONLY)
+            rows = (await connection.execute(statement)).all()
     return [
-        PendingVector(row.collection, row.record_key, row.content_hash, row.document)
+        PendingVector(
+            row.collection, row.record_key, row.content_hash, row.updated_at, row.document
+        )
         for row in rows
     ]
 

@@ -78,14 +78,15 @@ records = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("collection", "record_key"),
-    # The keys of pending records only: the indexer pages through them in key order, and a
+    # Pending records only, oldest first: the indexer pages through them in this order, and a
     # record whose vector is written leaves the index (no entry is added when the flag clears).
     Index(
-        "ix_collected_records_pending_keys",
+        "ix_collected_records_pending",
+        "updated_at",
         "collection",
         "record_key",
         postgresql_where=text("vector_pending"),
-        sqlite_where=text("vector_pending"),
+        sqlite_where=text("vector_pending = 1"),  # as SQLAlchemy writes the condition there
     ),
     Index("ix_collected_records_expedition_id", "expedition_id"),
 )
