@@ -1,0 +1,38 @@
+"""The errors of the transparency kit: one small hierarchy, so a caller tells apart input that is
+not even shaped right, a check that failed, and a hash that storage does not hold.
+
+They do not derive from :class:`conclave.platform.errors.ConclaveError` on purpose: this layer
+runs with no server too (the offline verifier, the SDK), where an HTTP status means nothing. A
+service that answers with one of them maps it to a problem code where it catches it.
+"""
+
+from __future__ import annotations
+
+
+class TransparencyError(Exception):
+    """Base of every error raised by :mod:`conclave.platform.transparency`."""
+
+
+class MalformedInput(TransparencyError, ValueError):
+    """Bytes, text or numbers that do not have the shape the format requires."""
+
+
+class OutOfRange(MalformedInput):
+    """A leaf index or tree size outside what the tree or RFC 9162 allows (an index at or beyond
+    the tree size, a size above 2^64 - 1, a consistency proof from an empty tree)."""
+
+
+class MalformedProof(MalformedInput):
+    """A proof of the wrong length, or a hash in it that is not 32 bytes."""
+
+
+class VerificationFailed(TransparencyError):
+    """Well-formed input whose check failed: the claim it makes is not proven."""
+
+
+class RootMismatch(VerificationFailed):
+    """A proof that does not lead to the root hash it was checked against."""
+
+
+class SubtreeNotStored(TransparencyError, LookupError):
+    """A hash source was asked for a complete subtree it does not hold (beyond its tree size)."""
