@@ -111,6 +111,12 @@ def test_a_bad_signature_by_a_known_key_refuses_the_whole_note() -> None:
         open_note(TEXT.replace("problem", "Problem") + "\n" + PETER_SIG, VerifierSet([peter()]))
 
 
+def test_a_malformed_line_is_reported_as_such_whatever_signatures_come_before() -> None:
+    forged = PETER_SIG[:60] + "ABCD" + PETER_SIG[60:]
+    with pytest.raises(MalformedNote):
+        open_note(TEXT + "\n" + forged + "not a signature line\n", VerifierSet([peter()]))
+
+
 def test_repeated_signatures_are_kept_once() -> None:
     enoch_altered = ENOCH_SIG[:60] + "ABCD" + ENOCH_SIG[60:]
     message = TEXT + "\n" + PETER_SIG + PETER_SIG + ENOCH_SIG + ENOCH_SIG + enoch_altered

@@ -2,8 +2,8 @@
 
 It holds what storage will hold (every complete subtree hash, from the rows that
 :meth:`AppendFrontier.append` yields) in one ``bytearray`` per level, 32 bytes a hash, so ten
-million leaves take about 640 MB rather than several gigabytes of ``bytes`` objects. Tests and
-the offline tools use it; it is not shared between threads.
+million leaves take about 640 MB rather than several gigabytes of ``bytes`` objects. It serves
+tests and anything that holds a whole tree in memory; it is not shared between threads.
 """
 
 from __future__ import annotations

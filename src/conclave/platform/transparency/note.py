@@ -82,7 +82,8 @@ def sign_note(text: str, signers: Sequence[Signer], *, keep: Iterable[NoteSignat
     """The signed note of ``text`` with a signature by each of ``signers``.
 
     ``keep`` are signatures already on the note (a witness adds its cosignature to the log's
-    signature this way); they come first, except one by a key that signs again now."""
+    signature this way); they come first, as they are (not verified again), except one by a key
+    that signs again now."""
     check_note_text(text)
     message = text.encode("utf-8")
     signing = {(signer.name, signer.key_id) for signer in signers}
@@ -125,8 +126,10 @@ def open_note(message: bytes | str, verifiers: VerifierSet) -> Note:
     message_bytes = body.encode("utf-8")
     verified: dict[tuple[str, int], NoteSignature] = {}
     unverified: dict[str, NoteSignature] = {}
-    for line in block[:-1].split("\n"):
-        signature = _parse_signature_line(line)
+    # Every line is parsed before any signature is checked: a malformed note is refused as such.
+    lines = block[:-1].split("\n")
+    signatures = [_parse_signature_line(line) for line in lines]
+    for line, signature in zip(lines, signatures, strict=True):
         verifier = verifiers.find(signature.name, signature.key_id)
         if verifier is None:
             unverified.setdefault(line, signature)

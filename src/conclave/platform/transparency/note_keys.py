@@ -4,7 +4,7 @@
 - A verifier key (*vkey*, public): ``<name>+<key id as 8 lowercase hex digits>+<base64(0x01 ||
   32-byte public key)>``.
 - A signer key (*skey*, secret): ``PRIVATE+KEY+<name>+<key id>+<base64(0x01 || 32-byte seed)>``,
-  Go's form, so a key made here works with Go's tools and the other way round.
+  Go's form, read and written the same way.
 - The key id is the first four bytes, big-endian, of ``SHA-256(name || 0x0A || 0x01 || public
   key)``: it names the key inside a signature line, and a text whose id does not match its key
   is refused.
