@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -30,6 +31,10 @@ from conclave.platform.db.engine import is_store_down
 log = logging.getLogger(__name__)
 
 _PROGRESS_SECONDS = 5.0
+_SWEEP_PAGES = 16
+_PAGE_BYTES = 4 * 1024 * 1024
+
+ReadPage = Callable[[AsyncEngine, int, PendingVector | None], Awaitable[list[PendingVector]]]
 
 
 @dataclass
@@ -59,6 +64,7 @@ class VectorIndexer:
         batch_size: int = 1000,
         poll_seconds: float = 2.0,
         max_backoff_seconds: float = 10.0,
+        read_page: ReadPage = store.pending_vectors,
     ) -> None:
         self._engine = engine
         self._memory = memory
@@ -66,6 +72,7 @@ class VectorIndexer:
         self._batch_size = batch_size
         self._poll = poll_seconds
         self._max_backoff = max_backoff_seconds
+        self._read_page = read_page  # the store's; a test puts another writer around it
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._checked_generation = -1
@@ -90,12 +97,16 @@ class VectorIndexer:
             await self._task
         self._task = None
 
-    async def _refill_if_new(self) -> None:
-        # Asked again whenever the store may have been replaced (a new process, a server that
-        # came back empty), not only at start.
+    async def _refill_if_new(self) -> bool:
+        """Flag every record pending again when semantic memory is new; whether it was.
+
+        Asked before every page, since the store may have been replaced at any write (a new
+        process, a server that came back empty), and cheaply: only when the memory's
+        ``generation`` changed."""
         if self._checked_generation == self._memory.generation:
-            return
-        if await self._memory.needs_reindex():
+            return False
+        refill = await self._memory.needs_reindex()
+        if refill:
             records = await store.mark_all_pending(self._engine)
             await self._memory.reindex_started()
             if records:  # a first start with nothing stored has nothing to say
@@ -106,6 +117,7 @@ class VectorIndexer:
                     records,
                 )
         self._checked_generation = self._memory.generation
+        return refill
 
     def _progress(self, written: int) -> None:
         if self.reindex is None:
@@ -128,24 +140,33 @@ class VectorIndexer:
             )
 
     async def index_pending(self) -> int:
-        """Write every vector pending now, in one sweep through the backlog, oldest write
-        first; return how many were written.
+        """Write the vectors pending now, in one sweep through the backlog, oldest write first;
+        return how many were written.
 
-        Pipelined: while semantic memory embeds and writes one batch (in its own process, or on
-        its server), the next batch is read and its texts built, and the flags of the batch
-        before are cleared, so neither side waits for the other. A batch's flags are cleared
-        only after semantic memory acknowledged that batch."""
-        await self._refill_if_new()
+        Pipelined: while semantic memory embeds and writes one page (in its own process, or on
+        its server), the next page is read and the flags of the page before are cleared, so
+        neither side waits for the other. A page's flags are cleared only after semantic memory
+        acknowledged that page. A sweep ends after :data:`_SWEEP_PAGES` pages: records written
+        behind its position (a replica whose clock is behind, flags set again by healing) wait
+        for the next sweep, which starts at once, not for the end of a bulk load."""
         total = 0
         after: PendingVector | None = None
         writing: asyncio.Future[None] | None = None
-        sent: list[StoredDocument] = []  # the batch ``writing`` writes
+        sent: list[StoredDocument] = []  # the page ``writing`` writes
+        limit = self._batch_size
         try:
-            while True:
-                rows = await store.pending_vectors(self._engine, self._batch_size, after)
+            for _ in range(_SWEEP_PAGES):
+                if await self._refill_if_new():
+                    after = None  # every record is pending again: from the oldest
+                rows = await self._read_page(self._engine, limit, after)
+                # A record of the page in flight that was rewritten since waits for a later
+                # page: were it sent now, clearing the page in flight could match a version
+                # changed back meanwhile and leave this newer vector under the older record.
+                in_flight = {(i.collection, i.key) for i in sent}
                 items = [
                     StoredDocument(r.collection, r.record_key, r.content_hash, r.document)
                     for r in rows
+                    if (r.collection, r.record_key) not in in_flight
                 ]
                 if writing is not None:
                     await writing
@@ -159,8 +180,14 @@ class VectorIndexer:
                 if not rows:
                     break
                 after = rows[-1]
+                limit = self._page_limit(rows)
+            if writing is not None:  # the sweep's last page
+                finishing, writing = writing, None
+                await finishing
+                await self._acknowledged(sent)
+                total += len(sent)
         finally:
-            # The sweep failed or was stopped: the batch in flight stays pending (and a write
+            # The sweep failed or was stopped: the page in flight stays pending (and a write
             # that failed meanwhile is not reported as an unread exception).
             if writing is not None:
                 writing.cancel()
@@ -168,6 +195,15 @@ class VectorIndexer:
         if not total:
             self._progress(0)
         return total
+
+    def _page_limit(self, page: list[PendingVector]) -> int:
+        """Rows to read next: the batch size, fewer after a page of large records, so a page
+        stays near :data:`_PAGE_BYTES` (what the semantic-memory process decodes and embeds in
+        one request, while searches wait their turn)."""
+        size = sum(len(row.document) for row in page)
+        if size <= _PAGE_BYTES:
+            return self._batch_size
+        return max(1, min(self._batch_size, len(page) * _PAGE_BYTES // size))
 
     async def _acknowledged(self, items: list[StoredDocument]) -> None:
         """Clear the flags of a batch semantic memory acknowledged."""

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 
 from conclave.collector import store
 from conclave.collector.agents.context import (
-    LOOP_SLICE,
     ExpeditionContext,
+    LoopTurns,
     content_hash,
     record_digest,
 )
@@ -53,13 +53,13 @@ class Binder:
         keys, data = list(latest), list(latest.values())
         hashes: list[str] = []
         documents: list[str] = []
-        for count, (key, item) in enumerate(latest.items(), start=1):
+        turns = LoopTurns()
+        for key, item in latest.items():
             hashed, document = content_hash(item), store.document_text(item)
             hashes.append(hashed)
             documents.append(document)
             self._bound[key] = record_digest(hashed, document)
-            if count % LOOP_SLICE == 0:
-                await asyncio.sleep(0)  # the event loop runs between slices
+            await turns.take()
         batch = RecordBatch(
             collection=collection,
             source=source,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,9 +19,25 @@ from conclave.settings import CollectorSettings
 
 _canonical_json = json_encoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
-LOOP_SLICE = 200
-"""Items an agent works through between two turns of the event loop: a batch of 1000 in one go
-was 10 to 25 ms during which the service answered nothing (a few ms per slice)."""
+
+class LoopTurns:
+    """Gives the event loop a turn whenever :data:`TURN_SECONDS` of work went by since the last
+    one: an agent working through a source's batch in one go held it for 10 to 25 ms (1000
+    small items) or seconds (200 wide ones), and the service answered nothing meanwhile. Counted
+    in time, not items, so large items get turns as often as small ones; one item's own work is
+    not cut (a source's limits bound it)."""
+
+    def __init__(self) -> None:
+        self._since = time.perf_counter()
+
+    async def take(self) -> None:
+        """Let the event loop run if this agent has had it for long enough."""
+        if time.perf_counter() - self._since >= TURN_SECONDS:
+            await asyncio.sleep(0)
+            self._since = time.perf_counter()
+
+
+TURN_SECONDS = 0.004
 
 
 class ExpeditionFailed(Exception):

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conclave.collector.agents.context import LOOP_SLICE, content_hash
+from conclave.collector.agents.context import LoopTurns, content_hash
 
 _MAX_KEY = 256
+_TURN_ITEMS = 8  # items restored between two looks at the clock
 MAX_DEPTH = 64
 
 
@@ -76,15 +76,15 @@ class Restorer:
         self._defaults = dict(defaults or {})
 
     async def restore_batch(self, items: Sequence[Any]) -> Restoration:
-        """Normalize one batch, letting the event loop run between slices of it (a source's
-        batch of 1000 items is tens of milliseconds of work)."""
+        """Normalize one batch, giving the event loop turns as it goes (:class:`LoopTurns`)."""
         result = Restoration()
-        for start in range(0, len(items), LOOP_SLICE):
-            part = self.restore(items[start : start + LOOP_SLICE], first_index=start)
+        turns = LoopTurns()
+        for start in range(0, len(items), _TURN_ITEMS):
+            part = self.restore(items[start : start + _TURN_ITEMS], first_index=start)
             result.records += part.records
             result.backfilled += part.backfilled
             result.rejected += part.rejected
-            await asyncio.sleep(0)
+            await turns.take()
         return result
 
     def restore(self, items: Sequence[Any], first_index: int = 0) -> Restoration:

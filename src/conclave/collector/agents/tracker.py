@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from conclave.collector.agents.context import ExpeditionContext, ExpeditionFailed
+from conclave.collector.agents.context import ExpeditionContext, ExpeditionFailed, LoopTurns
 from conclave.collector.parameter_secrets import resolve_headers
 from conclave.collector.sources.base import SourceContext, SourceError, label
 from conclave.platform.inputs import escape_unsafe, holds_unsafe
@@ -40,10 +40,15 @@ class Tracker:
         context = SourceContext(settings, self._context.correlation_id)
         try:
             async for batch in source.fetch(spec, context):
-                yield where, [_storable(item) for item in batch]
+                yield where, await _storable(batch)
         except SourceError as exc:
             raise ExpeditionFailed(f"source {where} failed: {exc}", code=exc.code) from exc
 
 
-def _storable(item: Any) -> Any:
-    return escape_unsafe(item) if holds_unsafe(item) else item
+async def _storable(batch: list[Any]) -> list[Any]:
+    turns = LoopTurns()  # each item is walked: wide ones take long
+    storable = []
+    for item in batch:
+        storable.append(escape_unsafe(item) if holds_unsafe(item) else item)
+        await turns.take()
+    return storable

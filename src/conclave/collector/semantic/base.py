@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import uuid
 from abc import ABC, abstractmethod
@@ -20,10 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from conclave.platform.inputs import escape_text
-from conclave.platform.jsontext import json_decoder
 
 log = logging.getLogger(__name__)
-_decode = json_decoder()
 
 _POINT_NAMESPACE = uuid.UUID("5b0c6c52-4f3e-4b8e-9a77-c0111ec7a0e5")
 _NAMESPACE_BYTES = _POINT_NAMESPACE.bytes
@@ -87,7 +86,7 @@ def text_of_document(collection: str, key: str, document: str) -> str:
     """The embedded text of a record kept as the JSON text ``document`` (how the structured
     store keeps its data), storable and encodable by any embedder."""
     try:
-        data = _decode(document)
+        data = json.loads(document)
     except (ValueError, RecursionError):
         # Only a store written by hand can hold this (PostgreSQL checks JSON on the way in, the
         # service on every write): the record gets the vector of no text, which matches
