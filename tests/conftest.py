@@ -181,6 +181,20 @@ async def serve_app(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
             yield client
 
 
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie not reaped yet counts as ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie still answers signals until its parent reaps it.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 async def eventually(check: Callable[[], Any], timeout: float = 5.0) -> Any:
     """Poll an async ``check`` until it returns a truthy value; fail after ``timeout`` seconds."""
     deadline = asyncio.get_running_loop().time() + timeout

@@ -16,7 +16,7 @@ import pytest
 from conclave.collector.semantic.base import SemanticMemoryUnavailable, VectorRecord
 from conclave.collector.semantic.edge import EdgeMemory
 from conclave.collector.semantic.edge_shard import EdgeStore
-from tests.conftest import eventually
+from tests.conftest import eventually, process_gone
 
 DIMENSIONS = 32
 
@@ -26,16 +26,6 @@ def _batch(number: int, size: int = 200) -> list[VectorRecord]:
         VectorRecord("docs", f"b{number}-{i}", "h", f"batch {number} record {i} crane survey")
         for i in range(size)
     ]
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    # A zombie still answers signals until its parent reaps it.
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(")")[-1].split()[0] == "Z"
 
 
 async def test_every_acknowledged_point_survives_a_kill_9_mid_write(tmp_path) -> None:
@@ -120,13 +110,13 @@ def test_the_memory_process_ends_with_its_collector_even_after_kill_9(tmp_path) 
     assert collector.stdout is not None
     with collector.stdout:
         child = int(collector.stdout.readline())
-    assert not _gone(child)
+    assert not process_gone(child)
     collector.kill()
     collector.wait()
     for _ in range(100):
-        if _gone(child):
+        if process_gone(child):
             break
         time.sleep(0.1)
-    assert _gone(child)
+    assert process_gone(child)
     # And the folder is free for the next collector.
     EdgeStore.open(tmp_path / "shard", DIMENSIONS).close()

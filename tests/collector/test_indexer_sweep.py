@@ -43,7 +43,7 @@ from conclave.collector.semantic.base import (
 from conclave.collector.semantic.edge import EdgeMemory
 from conclave.collector.store.collected import INDEX_SCAN_ONLY, pending_statement
 from conclave.collector.store.tables import records
-from tests.conftest import eventually
+from tests.conftest import eventually, process_gone
 
 DIMENSIONS = 64
 
@@ -425,10 +425,7 @@ async def test_a_store_that_comes_back_empty_mid_load_is_refilled_at_once(
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
 
-            async def gone() -> bool:
-                return not _alive(pid)
-
-            await eventually(gone)
+            await eventually(lambda: asyncio.sleep(0, process_gone(pid)))
             shutil.rmtree(folder)
 
     failing.on_write = load_goes_on
@@ -446,14 +443,6 @@ async def test_a_store_that_comes_back_empty_mid_load_is_refilled_at_once(
         assert await memory.count("bulk") == await _count(engine)
     finally:
         await memory.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_wide_items_give_the_event_loop_turns_while_restored_and_bound(

@@ -4,7 +4,6 @@ by their time-out, never holding the event loop (issue 15, defects 2 and 3)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Backend, eventually, test_settings
+from tests.conftest import Backend, eventually, process_gone, test_settings
 from tests.gateway.conftest import audit_rows, run_gateway
 from tests.gateway.cpu_tools import CPU_TOOLS
 
@@ -109,14 +108,6 @@ async def test_a_worker_that_dies_fails_its_call_only(backend: Backend):
         ]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 async def _health_latencies(client: Any, samples: int) -> list[float]:
     latencies = []
     for _ in range(samples):
@@ -162,7 +153,7 @@ async def test_health_answers_while_hostile_calls_compute(backend: Backend, tmp_
         spin_rows = [row for row in await audit_rows(backend) if row.tool_name == "spin"]
         assert [(row.status, row.error_code) for row in spin_rows] == [("timeout", "TOOL_TIMEOUT")]
         pid = int(pid_file.read_text())
-        await eventually(lambda: asyncio.sleep(0, not _alive(pid)))
+        await eventually(lambda: asyncio.sleep(0, process_gone(pid)))
 
         after = await client.post("/execute", json=_evaluate("6 * 7"))
         assert after.json()["result"]["value"] == 42
