@@ -45,7 +45,10 @@ async def open_test_log(
 
 
 async def second_replica(engine: AsyncEngine) -> AsyncEngine:
-    """Another engine (another "replica") on the same PostgreSQL schema as ``engine``."""
+    """Another engine (another "replica") on the store of ``engine``: the same SQLite file, or
+    the same PostgreSQL schema."""
+    if engine.dialect.name == "sqlite":
+        return create_engine(engine.url.render_as_string(hide_password=False))
     async with engine.connect() as connection:
         schema = await connection.scalar(text("SELECT current_schema()"))
     return create_engine(POSTGRES_URL, schema=schema)

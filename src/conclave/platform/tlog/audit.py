@@ -117,9 +117,12 @@ class _Audit:
             row = rows.get(index)
             integrated = index < self.size
             held = tree.get(Subtree(0, index)) if integrated else None
-            if integrated and held is None:
-                self.add(FindingKind.MISSING_SUBTREE, index, f"no stored leaf hash {index}")
-                self.tree = None
+            if integrated:
+                if held is None:
+                    self.add(FindingKind.MISSING_SUBTREE, index, f"no stored leaf hash {index}")
+                    self.tree = None
+                else:
+                    tree_hashes.append(held)
             if row is None:
                 self.add(FindingKind.MISSING_LEAF, index, f"no leaf {index}")
                 self.data = None
@@ -131,8 +134,6 @@ class _Audit:
                 self.add(FindingKind.LEAF_HASH_ALTERED, index, f"leaf {index}'s hash changed")
             if integrated:
                 data_hashes.append(computed)
-                if held is not None:
-                    tree_hashes.append(held)
         if self.data is not None:
             self.data = self.data.append(data_hashes).frontier
         if self.tree is not None:

@@ -52,8 +52,10 @@ class LogIntegrator:
         self._stopping = False
         self.last: dict[str, Integration] = {}
         """The latest outcome of each log's passes, by log name."""
+        self.checkpoints = 0
+        """Checkpoints this loop signed since it was built."""
         self.failures = 0
-        """Passes that failed since the loop started (store down, corrupted log)."""
+        """Passes that failed since the loop was built (store down, corrupted log)."""
 
     def wake(self) -> None:
         """Tell the loop that leaves were appended (called after each committed append)."""
@@ -130,6 +132,7 @@ class LogIntegrator:
             return
         self.last[item.name] = result
         if result.outcome is IntegrationOutcome.INTEGRATED:
+            self.checkpoints += 1
             # Whatever arrives next waits for the interval; a backlog is taken at that pace.
             schedule.due = now + interval
             schedule.waiting |= result.pending > 0
