@@ -44,6 +44,25 @@ async def test_one_allocation_per_batch_whatever_its_size(log_engine: AsyncEngin
     assert (await log.state()).sequenced_size == 251
 
 
+async def test_batches_appended_together_share_one_transaction(log_engine: AsyncEngine) -> None:
+    log = await open_test_log(log_engine)
+    await log.append([b"first"])
+
+    with recorded_statements(log_engine) as statements:
+        ranges = await asyncio.gather(
+            *(log.append([f"{n}/{i}".encode() for i in range(n % 4 + 1)]) for n in range(20))
+        )
+
+    allocations = [s for s in statements if s.lstrip().upper().startswith("UPDATE TLOG_LOGS")]
+    assert len(allocations) == 1
+    # Each batch its own consecutive indices, in the order the batches were appended.
+    assert [len(r) for r in ranges] == [n % 4 + 1 for n in range(20)]
+    assert [r.start for r in ranges[1:]] == [r.stop for r in ranges[:-1]]
+    assert ranges[0].start == 1
+    stored = dict(await stored_leaves(log_engine, log))
+    assert [stored[i] for i in ranges[7]] == [f"7/{i}".encode() for i in range(4)]
+
+
 async def test_concurrent_writers_get_disjoint_contiguous_ranges(log_engine: AsyncEngine) -> None:
     log = await open_test_log(log_engine)
 

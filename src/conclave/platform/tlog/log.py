@@ -1,12 +1,9 @@
 """A named transparency log on the platform's store: the sequencer, the integrator and the reads.
 
-- **Sequencing** (:meth:`TransparencyLog.append`): a batch of leaves gets a contiguous range of
-  indices from one ``UPDATE … SET sequenced_size = sequenced_size + n … RETURNING`` in the batch's
-  own short transaction, which also inserts the leaves. The update's row lock is held until that
-  transaction ends, so batches from any number of tasks, processes and replicas are serialised at
-  that one row only: they commit in the order of their indices (**commit order = index order**),
-  and a batch that fails or whose process dies before commit takes its allocation back with its
-  leaves: no gap, and nothing reads an index whose leaf is not committed.
+- **Sequencing** (:meth:`TransparencyLog.append`, :mod:`.sequencer`): a batch of leaves gets a
+  contiguous range of indices from one allocation in a short transaction that also inserts the
+  leaves; transactions commit in the order of their indices, and one that does not commit leaves
+  no gap.
 - **Integration** (:meth:`TransparencyLog.integrate`): under a lock only one integrator holds, the
   sequenced leaves not yet in the tree are folded into it with the append frontier; the new
   complete subtrees, the signed checkpoint and the new integrated size and root commit in one
@@ -20,7 +17,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -31,20 +28,26 @@ from conclave.platform.tlog import store
 from conclave.platform.tlog.errors import (
     BeyondIntegrated,
     CheckpointNotFound,
-    LeafTooLarge,
     LogCorrupted,
 )
 from conclave.platform.tlog.keys import LogKeys, check_log_name, log_keys
 from conclave.platform.tlog.records import Integration, IntegrationOutcome, LogState, StoredLeaf
+from conclave.platform.tlog.sequencer import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_LEAVES,
+    MAX_LEAF_BYTES,
+    Hook,
+    Limits,
+    LogSequencer,
+)
 from conclave.platform.transparency.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from conclave.platform.transparency.errors import (
-    MalformedInput,
     SubtreeNotStored,
     TransparencyError,
     UnexpectedOrigin,
 )
 from conclave.platform.transparency.frontier import AppendFrontier
-from conclave.platform.transparency.hashing import EMPTY_ROOT, check_tree_size, leaf_hash
+from conclave.platform.transparency.hashing import EMPTY_ROOT, check_tree_size
 from conclave.platform.transparency.note import VerifierSet
 from conclave.platform.transparency.proofs import consistency_plan, inclusion_plan
 from conclave.platform.transparency.records import NoteSignature
@@ -53,21 +56,9 @@ from conclave.settings import CommonSettings
 
 log = logging.getLogger(__name__)
 
-MAX_LEAF_BYTES = 1 << 20
-"""The largest leaf a log accepts by default (1 MiB)."""
-
-MAX_BATCH_LEAVES = 10_000
-"""The most leaves one append takes by default: the batch's transaction holds the log's sequence
-row while it inserts them, so a batch stays short."""
-
-MAX_BATCH_BYTES = 16 << 20
-"""The most leaf bytes one append takes by default (16 MiB)."""
-
 MAX_LEAVES_PER_CHECKPOINT = 1 << 16
 """The most leaves one integration folds in by default: a larger backlog takes several
 checkpoints, one per interval."""
-
-Hook = Callable[[], Awaitable[None]]
 
 
 class TransparencyLog:
@@ -100,9 +91,12 @@ class TransparencyLog:
         self._name = state.name
         self._keys = keys
         self._interval = checkpoint_interval
-        self._max_leaf_bytes = max_leaf_bytes
-        self._max_batch_leaves = max_batch_leaves
-        self._max_batch_bytes = max_batch_bytes
+        self._sequencer = LogSequencer(
+            engine,
+            state.log_id,
+            Limits(max_leaf_bytes, max_batch_leaves, max_batch_bytes),
+            self._appended,
+        )
         self._max_per_checkpoint = max_leaves_per_checkpoint
         self._clock = clock
         # Integrated sizes only grow and what lies below one never changes, so the largest one
@@ -199,42 +193,19 @@ class TransparencyLog:
     async def append(
         self, entries: Sequence[bytes], *, inside_transaction: Hook | None = None
     ) -> range:
-        """Append a batch of leaves, in the order given: the indices they got (consecutive).
+        """Append a batch of leaves, in the order given: the consecutive indices they got.
 
-        One allocation for the whole batch; the leaves are stored in the same transaction, so
-        they are in the log exactly when this returns. An empty batch touches nothing and returns
-        an empty range. :class:`MalformedInput` for entries that are not bytes,
-        :class:`LeafTooLarge` beyond the log's limits. ``inside_transaction`` is awaited once the
-        leaves are written, before commit (tests stop a process there)."""
-        leaves = self._checked_batch(entries)
-        if not leaves:
-            return range(0)
-        hashes = [leaf_hash(entry) for entry in leaves]
-        with store_errors():
-            async with self._engine.begin() as connection:
-                first = await store.allocate(connection, self._log_id, len(leaves))
-                await store.insert_leaves(connection, self._log_id, first, hashes, leaves)
-                if inside_transaction is not None:
-                    await inside_transaction()
+        They are in the log (committed) when this returns; batches appended at the same time in
+        this process share one transaction and one allocation (:mod:`.sequencer`). An empty batch
+        touches nothing and returns an empty range. :class:`MalformedInput` for entries that are
+        not bytes, :class:`LeafTooLarge` beyond the log's limits. ``inside_transaction`` is
+        awaited once the leaves are written, before commit (tests stop a process there); if it
+        raises, the transaction and every batch in it fail."""
+        return await self._sequencer.append(entries, inside_transaction=inside_transaction)
+
+    def _appended(self) -> None:
         for callback in self._listeners:
             callback()
-        return range(first, first + len(leaves))
-
-    def _checked_batch(self, entries: Sequence[bytes]) -> list[bytes]:
-        if isinstance(entries, bytes | bytearray | str) or not isinstance(entries, Sequence):
-            raise MalformedInput("a batch is a sequence of leaves, each bytes")
-        if len(entries) > self._max_batch_leaves:
-            raise LeafTooLarge(f"a batch holds at most {self._max_batch_leaves} leaves")
-        total = 0
-        for entry in entries:
-            if not isinstance(entry, bytes):
-                raise MalformedInput("a leaf is bytes")
-            if len(entry) > self._max_leaf_bytes:
-                raise LeafTooLarge(f"a leaf is at most {self._max_leaf_bytes} bytes")
-            total += len(entry)
-        if total > self._max_batch_bytes:
-            raise LeafTooLarge(f"a batch holds at most {self._max_batch_bytes} bytes of leaves")
-        return list(entries)
 
     # Integration.
 
