@@ -113,6 +113,10 @@ async def test_at_most_one_checkpoint_per_interval(log_engine: AsyncEngine) -> N
     clock.advance(0.25)
     assert (await log.integrate()).checkpoint.size == 3  # type: ignore[union-attr]
     assert [size for size, _ in await stored_checkpoints(log_engine, log)] == [0, 1, 3]
+    # A clock behind the last checkpoint's (another replica's) waits one interval at most.
+    await log.append([b"d"])
+    clock.advance(-30)
+    assert (await log.integrate()).wait_seconds == 1.0
 
 
 async def test_a_backlog_is_folded_in_bounded_slices(log_engine: AsyncEngine) -> None:

@@ -16,6 +16,7 @@ from conclave.platform.tlog import (
     FindingKind,
     IntegrationOutcome,
     LogCorrupted,
+    LogIntegrator,
     TransparencyLog,
     audit_log,
 )
@@ -26,6 +27,7 @@ from conclave.platform.transparency import (
     verify_extension,
     verify_inclusion,
 )
+from tests.conftest import eventually
 from tests.platform.transparency.stored_logs import open_test_log, test_keys
 
 INTEGRATED, SEQUENCED = 40, 43
@@ -201,6 +203,18 @@ async def test_the_integrator_signs_nothing_over_a_missing_leaf(
     await tamper(postgres_engine, "DELETE FROM tlog_leaves WHERE leaf_index = 41")
     with pytest.raises(LogCorrupted, match="misses leaves"):
         await log.integrate()
+    # The loop logs the failure and tries again later, signing nothing meanwhile.
+    integrator = LogIntegrator([log], poll_seconds=60, retry_seconds=0.05)
+    await integrator.start()
+    try:
+
+        async def failed_twice() -> bool:
+            return integrator.failures >= 2
+
+        await eventually(failed_twice)
+    finally:
+        await integrator.stop()
+    assert integrator.checkpoints == 0
     await tamper(
         postgres_engine,
         "UPDATE tlog_subtrees SET hash = :x WHERE level = 3 AND subtree_index = 4",

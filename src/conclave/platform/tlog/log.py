@@ -229,7 +229,10 @@ class TransparencyLog:
                 waiting = state.sequenced_size - state.integrated_size
                 if waiting == 0:
                     return Integration(IntegrationOutcome.UP_TO_DATE)
-                wait = self._interval - (now - state.integrated_at).total_seconds()
+                # Clamped: a replica whose clock is behind the last signer's waits no longer
+                # than one interval.
+                elapsed = (now - state.integrated_at).total_seconds()
+                wait = min(self._interval - elapsed, self._interval)
                 if wait > 0:
                     return Integration(
                         IntegrationOutcome.TOO_SOON, pending=waiting, wait_seconds=wait
