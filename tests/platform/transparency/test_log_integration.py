@@ -10,12 +10,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from conclave.platform.tlog import IntegrationOutcome, LogIntegrator
+from conclave.platform.tlog import IntegrationOutcome, LogIntegrator, audit_log
 from conclave.platform.transparency import (
     EMPTY_ROOT,
     Checkpoint,
+    InMemoryHashSource,
     VerifierSet,
+    consistency_proof,
+    inclusion_proof,
     open_checkpoint,
+    tree_root,
 )
 from tests.conftest import eventually
 from tests.platform.transparency.stored_logs import (
@@ -128,6 +132,25 @@ async def test_a_backlog_is_folded_in_bounded_slices(log_engine: AsyncEngine) ->
     assert [r.checkpoint.size if r.checkpoint else None for r in results] == [10, 20, 25, None]
     assert [r.pending for r in results] == [15, 5, 0, 0]
     await verify_as_a_reader(log_engine, log)
+
+
+async def test_a_large_pass_makes_the_tree_an_independent_fold_makes(
+    log_engine: AsyncEngine,
+) -> None:
+    entries = [f"entry {i}".encode() for i in range(5000)]  # folded in several slices
+    log = await open_test_log(log_engine)
+    await log.append(entries)
+
+    result = await log.integrate()
+
+    reference = InMemoryHashSource.of_entries(entries)
+    assert result.checkpoint is not None
+    assert result.checkpoint.root_hash == tree_root(reference, 5000)
+    for index in (0, 2047, 2048, 4095, 4999):
+        assert await log.inclusion_proof(index, 5000) == inclusion_proof(reference, index, 5000)
+    assert await log.consistency_proof(2049, 5000) == consistency_proof(reference, 2049, 5000)
+    audit = await audit_log(log_engine, log.name, VerifierSet(log.keys.verifiers))
+    assert audit.ok, audit.findings
 
 
 async def test_one_integrator_at_a_time(postgres_engine: AsyncEngine) -> None:

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -46,12 +47,12 @@ from conclave.platform.transparency.errors import (
     TransparencyError,
     UnexpectedOrigin,
 )
-from conclave.platform.transparency.frontier import AppendFrontier
+from conclave.platform.transparency.frontier import AppendedBatch, AppendFrontier
 from conclave.platform.transparency.hashing import EMPTY_ROOT, check_tree_size
 from conclave.platform.transparency.note import VerifierSet
 from conclave.platform.transparency.proofs import consistency_plan, inclusion_plan
 from conclave.platform.transparency.records import NoteSignature
-from conclave.platform.transparency.subtrees import ProofPlan
+from conclave.platform.transparency.subtrees import ProofPlan, SubtreeHash
 from conclave.settings import CommonSettings
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ log = logging.getLogger(__name__)
 MAX_LEAVES_PER_CHECKPOINT = 1 << 16
 """The most leaves one integration folds in by default: a larger backlog takes several
 checkpoints, one per interval."""
+
+_FOLD_SLICE = 2048
 
 
 class TransparencyLog:
@@ -245,7 +248,7 @@ class TransparencyLog:
                         f"the log {self._name!r} misses leaves in [{start}, {start + count}) "
                         "below its sequenced size"
                     )
-                batch = frontier.append(h for _, h in rows)
+                batch = await _fold(frontier, [h for _, h in rows])
                 await store.insert_subtrees(connection, self._log_id, batch.stored)
                 checkpoint = Checkpoint(self.origin, batch.frontier.size, batch.root)
                 note = _sign(checkpoint, self._keys)
@@ -372,6 +375,18 @@ async def open_log(engine: AsyncEngine, settings: CommonSettings, name: str) -> 
         log_keys(settings, name),
         checkpoint_interval=settings.tlog_checkpoint_interval_seconds,
     )
+
+
+async def _fold(frontier: AppendFrontier, leaf_hashes: list[bytes]) -> AppendedBatch:
+    """``frontier.append(leaf_hashes)``, letting the event loop run between slices: a pass of
+    65,536 leaves is about 130,000 SHA-256, too long to hold the loop in one go."""
+    stored: list[SubtreeHash] = []
+    batch = frontier.append(())
+    for start in range(0, len(leaf_hashes), _FOLD_SLICE):
+        batch = batch.frontier.append(leaf_hashes[start : start + _FOLD_SLICE])
+        stored += batch.stored
+        await asyncio.sleep(0)
+    return AppendedBatch(batch.frontier, frontier.size, stored, batch.root)
 
 
 async def _state_of(connection: AsyncConnection, name: str) -> LogState:
