@@ -138,12 +138,15 @@ class LogSequencer:
             group = self._next_group()
             try:
                 first = await self._commit(group)
-            except BaseException as exc:
+            except asyncio.CancelledError:  # the event loop is closing: so are the callers
+                for batch in (*group, *self._waiting):
+                    batch.done.cancel()
+                self._waiting.clear()
+                raise
+            except Exception as exc:
                 for batch in group:
                     if not batch.done.done():
                         batch.done.set_exception(exc)
-                if not isinstance(exc, Exception):
-                    raise
                 continue
             for batch in group:
                 if not batch.done.done():
