@@ -301,6 +301,47 @@ class CommonSettings(BaseSettings):
         alias="CONCLAVE_KEEP_ALIVE_SECONDS",
         description="How long an idle kept-alive connection stays open between two requests.",
     )
+    # Transparency logs (docs/transparency.md, "Keys"): each named log's origin is
+    # "<CONCLAVE_TLOG_ORIGIN>/<log name>", and its checkpoints are signed by the keys named so.
+    tlog_origin: str = Field(
+        "conclave.localhost",
+        alias="CONCLAVE_TLOG_ORIGIN",
+        pattern=r"^[!-*,-~]{1,190}$",
+        description="Deployment origin of the transparency logs (e.g. 'conclave.example.com'): "
+        "a log's origin, and its key's name, is '<this>/<log name>'. Printable ASCII without "
+        "space or '+'. Changing it starts new logs: a stored log keeps the origin it began with.",
+    )
+    tlog_signer_keys: SecretStr = Field(
+        SecretStr(""),
+        alias="CONCLAVE_TLOG_SIGNER_KEYS",
+        description="Signer keys of the transparency logs in Go's 'PRIVATE+KEY+<name>+<id>+<key>' "
+        "form, separated by spaces, commas or newlines; a key signs the log whose origin is its "
+        "name, two keys of one name both sign (key rotation). A log without a key here gets one "
+        "generated on first start in embedded mode (kept under <CONCLAVE_DATA_DIR>/tlog-keys, "
+        "mode 0600); on PostgreSQL it must be given.",
+    )
+    tlog_retired_verifier_keys: str = Field(
+        "",
+        alias="CONCLAVE_TLOG_RETIRED_VERIFIER_KEYS",
+        description="Verifier keys ('<name>+<id>+<key>') that no longer sign but are still "
+        "published beside the current ones, so older checkpoints keep verifying; separated by "
+        "spaces, commas or newlines.",
+    )
+    tlog_checkpoint_interval_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=3600,
+        alias="CONCLAVE_TLOG_CHECKPOINT_INTERVAL_SECONDS",
+        description="Shortest time between two checkpoints of a log while leaves arrive (none "
+        "while nothing is appended): how long a new leaf may wait to be provable.",
+    )
+    tlog_poll_seconds: float = Field(
+        5.0,
+        gt=0,
+        alias="CONCLAVE_TLOG_POLL_SECONDS",
+        description="How often the integrator looks for leaves appended by other processes "
+        "(appends in its own process wake it at once).",
+    )
     log_level: str = Field("INFO", alias="CONCLAVE_LOG_LEVEL", description="Logging level.")
     log_format: Literal["json", "text"] = Field(
         "json", alias="CONCLAVE_LOG_FORMAT", description="Structured JSON logs or plain text."
@@ -407,6 +448,10 @@ class CommonSettings(BaseSettings):
                 f"{self.reldb_db}"
             )
         return f"sqlite+aiosqlite:///{(self.data_dir / 'conclave.db').resolve()}"
+
+    def tlog_key_dir(self) -> Path:
+        """Where embedded mode keeps the transparency log keys it generated."""
+        return self.data_dir / "tlog-keys"
 
     def resolved_bus_url(self) -> str:
         """The bus URL: explicit URL, else Redis from BUS_HOST/BUS_PORT, else in-process."""

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Column,
     DateTime,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     String,
     Table,
     Text,
+    UniqueConstraint,
     and_,
 )
 
@@ -70,4 +74,61 @@ consumed_events = Table(
     Column("event_id", String(36), nullable=False),
     Column("consumed_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("consumer_group", "event_id"),
+)
+
+# Transparency logs (conclave.platform.tlog, docs/transparency.md): one row per named log, its
+# leaves, the hashes of its complete subtrees and its signed checkpoints. Sizes and indices are
+# BIGINT on both stores (signed 64-bit: a log holds at most 2^63 - 1 leaves, not RFC 9162's
+# 2^64 - 1); hashes and leaf data are BLOB / BYTEA. The three tables after `tlog_logs` are
+# append-only (triggers of migration 0009 refuse UPDATE and DELETE). No foreign key: a check per
+# inserted leaf and subtree row would cost more than it protects, as only `conclave.platform.tlog`
+# writes them.
+tlog_logs = Table(
+    "tlog_logs",
+    metadata,
+    Column("log_id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False),
+    Column("origin", String(255), nullable=False),
+    # Leaves given an index (committed); the sequencer's one allocation per batch adds to it.
+    Column("sequenced_size", BigInteger, nullable=False),
+    # Leaves folded into the tree: always the size of the latest checkpoint.
+    Column("integrated_size", BigInteger, nullable=False),
+    Column("root_hash", LargeBinary, nullable=False),
+    Column("integrated_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("name"),
+)
+
+tlog_leaves = Table(
+    "tlog_leaves",
+    metadata,
+    Column("log_id", Integer, nullable=False),
+    Column("leaf_index", BigInteger, nullable=False),
+    Column("leaf_hash", LargeBinary, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("log_id", "leaf_index"),
+)
+
+# Every complete subtree of the integrated tree: 2^level leaves from subtree_index * 2^level.
+# Level 0 repeats the leaf hashes as the tree was built from them, apart from the leaf rows.
+tlog_subtrees = Table(
+    "tlog_subtrees",
+    metadata,
+    Column("log_id", Integer, nullable=False),
+    Column("level", SmallInteger, nullable=False),
+    Column("subtree_index", BigInteger, nullable=False),
+    Column("hash", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("log_id", "level", "subtree_index"),
+)
+
+tlog_checkpoints = Table(
+    "tlog_checkpoints",
+    metadata,
+    Column("log_id", Integer, nullable=False),
+    Column("tree_size", BigInteger, nullable=False),
+    Column("root_hash", LargeBinary, nullable=False),
+    # The signed note exactly as published (C2SP tlog-checkpoint).
+    Column("note", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("log_id", "tree_size"),
 )

@@ -16,6 +16,7 @@ from conclave.platform.transparency.checkpoint import (
     SignedCheckpoint,
     open_checkpoint,
     sign_checkpoint,
+    verify_extension,
 )
 from conclave.platform.transparency.errors import (
     InvalidSignature,
@@ -93,5 +94,6 @@ __all__ = [
     "sign_note",
     "tree_root",
     "verify_consistency",
+    "verify_extension",
     "verify_inclusion",
 ]

@@ -17,19 +17,27 @@ witness's, a rotated key's) ride along and are ignored by a reader that does not
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from conclave.platform.transparency import base64text
 from conclave.platform.transparency.errors import (
     MalformedCheckpoint,
     MalformedInput,
+    MalformedProof,
+    RootMismatch,
     UnexpectedOrigin,
 )
-from conclave.platform.transparency.hashing import MAX_TREE_SIZE, check_hash, check_tree_size
+from conclave.platform.transparency.hashing import (
+    EMPTY_ROOT,
+    MAX_TREE_SIZE,
+    check_hash,
+    check_tree_size,
+)
 from conclave.platform.transparency.note import VerifierSet, check_note_text, open_note, sign_note
 from conclave.platform.transparency.note_keys import Signer
 from conclave.platform.transparency.records import Note, NoteSignature
+from conclave.platform.transparency.verify import verify_consistency
 
 # "0", or a decimal without a leading zero of at most the digits of 2^64 - 1: checked before the
 # conversion, so a size of 10^400 digits is refused without being converted.
@@ -127,3 +135,24 @@ def open_checkpoint(
     if origin is not None and checkpoint.origin != origin:
         raise UnexpectedOrigin(f"the checkpoint is of {checkpoint.origin!r}, not {origin!r}")
     return SignedCheckpoint(checkpoint, note)
+
+
+def verify_extension(old: Checkpoint, new: Checkpoint, proof: Sequence[bytes]) -> None:
+    """Check that ``new`` extends ``old``, two checkpoints of one log, with the consistency proof
+    between their sizes; raise if it does not, which means the log forked: two checkpoints of one
+    size with different roots, or a newer tree that does not hold the older one (both
+    :class:`RootMismatch`).
+
+    Both checkpoints must already be opened with the log's keys (:func:`open_checkpoint`): a
+    fork is two histories *signed* by the log. :class:`UnexpectedOrigin` for checkpoints of two
+    logs; :class:`OutOfRange` when ``new`` is smaller than ``old``. From the empty tree the proof
+    is empty (every tree extends it, RFC 9162 defines no proof)."""
+    if old.origin != new.origin:
+        raise UnexpectedOrigin(f"checkpoints of two logs: {old.origin!r} and {new.origin!r}")
+    if old.size == 0:
+        if old.root_hash != EMPTY_ROOT or (new.size == 0 and new.root_hash != EMPTY_ROOT):
+            raise RootMismatch("a checkpoint of the empty tree with another root")
+        if isinstance(proof, bytes | str) or not isinstance(proof, Sequence) or proof:
+            raise MalformedProof("the proof from the empty tree is an empty sequence")
+        return
+    verify_consistency(old.size, new.size, old.root_hash, new.root_hash, proof)

@@ -1,0 +1,405 @@
+"""A named transparency log on the platform's store: the sequencer, the integrator and the reads.
+
+- **Sequencing** (:meth:`TransparencyLog.append`, :mod:`.sequencer`): a batch of leaves gets a
+  contiguous range of indices from one allocation in a short transaction that also inserts the
+  leaves; transactions commit in the order of their indices, and one that does not commit leaves
+  no gap.
+- **Integration** (:meth:`TransparencyLog.integrate`): under a lock only one integrator holds, the
+  sequenced leaves not yet in the tree are folded into it with the append frontier; the new
+  complete subtrees, the signed checkpoint and the new integrated size and root commit in one
+  transaction, or nothing does. Integration runs at most once per checkpoint interval (one
+  checkpoint each time), and does nothing while no leaf waits.
+- **Reads**: the latest checkpoint, the checkpoint of a size, a leaf, and inclusion and
+  consistency proofs, each proof read as the first layer plans it: one statement of O(log n)
+  stored subtree hashes. Only integrated leaves are served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from conclave.platform.clock import utc_now
+from conclave.platform.db.engine import store_errors
+from conclave.platform.tlog import store
+from conclave.platform.tlog.errors import (
+    BeyondIntegrated,
+    CheckpointNotFound,
+    LogCorrupted,
+)
+from conclave.platform.tlog.keys import LogKeys, check_log_name, log_keys
+from conclave.platform.tlog.records import Integration, IntegrationOutcome, LogState, StoredLeaf
+from conclave.platform.tlog.sequencer import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_LEAVES,
+    MAX_LEAF_BYTES,
+    Hook,
+    Limits,
+    LogSequencer,
+)
+from conclave.platform.transparency.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
+from conclave.platform.transparency.errors import (
+    SubtreeNotStored,
+    TransparencyError,
+    UnexpectedOrigin,
+)
+from conclave.platform.transparency.frontier import AppendedBatch, AppendFrontier
+from conclave.platform.transparency.hashing import EMPTY_ROOT, check_tree_size
+from conclave.platform.transparency.note import VerifierSet
+from conclave.platform.transparency.proofs import consistency_plan, inclusion_plan
+from conclave.platform.transparency.records import NoteSignature
+from conclave.platform.transparency.subtrees import ProofPlan, SubtreeHash
+from conclave.settings import CommonSettings
+
+log = logging.getLogger(__name__)
+
+MAX_LEAVES_PER_CHECKPOINT = 1 << 16
+"""The most leaves one integration folds in by default: a larger backlog takes several
+checkpoints, one per interval."""
+
+_FOLD_SLICE = 2048
+
+
+class TransparencyLog:
+    """One named log: append leaves, integrate them into signed checkpoints, read proofs.
+
+    Build it with :meth:`open`. Any number of instances, in any number of processes and replicas,
+    may share a log: appends are serialised by the store, and integration by its lock.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        state: LogState,
+        keys: LogKeys,
+        *,
+        checkpoint_interval: float = 1.0,
+        max_leaf_bytes: int = MAX_LEAF_BYTES,
+        max_batch_leaves: int = MAX_BATCH_LEAVES,
+        max_batch_bytes: int = MAX_BATCH_BYTES,
+        max_leaves_per_checkpoint: int = MAX_LEAVES_PER_CHECKPOINT,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        if state.origin != keys.origin:
+            raise UnexpectedOrigin(
+                f"the log {state.name!r} was started with the origin {state.origin!r}, "
+                f"not {keys.origin!r}: a log's origin is its identity and never changes"
+            )
+        self._engine = engine
+        self._log_id = state.log_id
+        self._name = state.name
+        self._keys = keys
+        self._interval = checkpoint_interval
+        self._sequencer = LogSequencer(
+            engine,
+            state.log_id,
+            Limits(max_leaf_bytes, max_batch_leaves, max_batch_bytes),
+            self._appended,
+        )
+        self._max_per_checkpoint = max_leaves_per_checkpoint
+        self._clock = clock
+        # Integrated sizes only grow and what lies below one never changes, so the largest one
+        # seen is a safe bound for reads without asking the store again.
+        self._integrated = state.integrated_size
+        self._frontier: AppendFrontier | None = None
+        self._listeners: list[Callable[[], None]] = []
+
+    @classmethod
+    async def open(
+        cls,
+        engine: AsyncEngine,
+        name: str,
+        keys: LogKeys,
+        *,
+        checkpoint_interval: float = 1.0,
+        max_leaf_bytes: int = MAX_LEAF_BYTES,
+        max_batch_leaves: int = MAX_BATCH_LEAVES,
+        max_batch_bytes: int = MAX_BATCH_BYTES,
+        max_leaves_per_checkpoint: int = MAX_LEAVES_PER_CHECKPOINT,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> TransparencyLog:
+        """The log ``name``, created empty (with its signed checkpoint of size 0) if the store
+        does not hold it yet. :class:`UnexpectedOrigin` if the store's log has another origin
+        than ``keys``."""
+        check_log_name(name)
+        with store_errors():
+            async with engine.begin() as connection:
+                now = clock()
+                if await store.create_log(connection, name, keys.origin, EMPTY_ROOT, now):
+                    created = await _state_of(connection, name)
+                    note = _sign(Checkpoint(keys.origin, 0, EMPTY_ROOT), keys)
+                    await store.insert_checkpoint(
+                        connection, created.log_id, 0, EMPTY_ROOT, note, now
+                    )
+                state = await _state_of(connection, name)
+                latest = await store.latest_checkpoint(connection, state.log_id)
+        opened = cls(
+            engine,
+            state,
+            keys,
+            checkpoint_interval=checkpoint_interval,
+            max_leaf_bytes=max_leaf_bytes,
+            max_batch_leaves=max_batch_leaves,
+            max_batch_bytes=max_batch_bytes,
+            max_leaves_per_checkpoint=max_leaves_per_checkpoint,
+            clock=clock,
+        )
+        opened._check_latest(latest)
+        return opened
+
+    def _check_latest(self, note: str | None) -> None:
+        # A signer key replaced without the rotation procedure leaves readers holding only the old
+        # key: they can no longer verify anything new. Worth a warning, not a refusal to start.
+        try:
+            open_checkpoint(note or "", VerifierSet(self._keys.verifiers), origin=self.origin)
+        except TransparencyError:
+            log.warning(
+                "the latest checkpoint of a transparency log is signed by none of its keys",
+                extra={"log": self._name, "origin": self.origin},
+            )
+
+    @property
+    def name(self) -> str:
+        """The log's name."""
+        return self._name
+
+    @property
+    def origin(self) -> str:
+        """The log's origin (the first line of its checkpoints, the name of its keys)."""
+        return self._keys.origin
+
+    @property
+    def keys(self) -> LogKeys:
+        """The log's keys (:meth:`LogKeys.vkeys` are the ones to publish)."""
+        return self._keys
+
+    @property
+    def checkpoint_interval(self) -> float:
+        """The shortest time in seconds between two checkpoints."""
+        return self._interval
+
+    def add_append_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after each append that committed (an integrator's wake-up)."""
+        self._listeners.append(callback)
+
+    def remove_append_listener(self, callback: Callable[[], None]) -> None:
+        """Stop calling ``callback`` after appends."""
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    # Sequencing.
+
+    async def append(
+        self, entries: Sequence[bytes], *, inside_transaction: Hook | None = None
+    ) -> range:
+        """Append a batch of leaves, in the order given: the consecutive indices they got.
+
+        They are in the log (committed) when this returns; batches appended at the same time in
+        this process share one transaction and one allocation (:mod:`.sequencer`). An empty batch
+        touches nothing and returns an empty range. :class:`MalformedInput` for entries that are
+        not bytes, :class:`LeafTooLarge` beyond the log's limits. ``inside_transaction`` is
+        awaited once the leaves are written, before commit (tests stop a process there); if it
+        raises, the transaction and every batch in it fail."""
+        return await self._sequencer.append(entries, inside_transaction=inside_transaction)
+
+    def _appended(self) -> None:
+        for callback in self._listeners:
+            callback()
+
+    # Integration.
+
+    async def integrate(self, *, inside_transaction: Hook | None = None) -> Integration:
+        """Fold the leaves sequenced since the last checkpoint into the tree and sign a new
+        checkpoint, if the log's integration lock is free, leaves wait, and the latest
+        checkpoint is at least a checkpoint interval old (see :class:`Integration`).
+
+        Everything it writes commits together, or nothing does: a process killed at any point
+        leaves the log as it was, and the next integration does the work. ``inside_transaction``
+        is awaited once the subtrees and checkpoint are written, before the log's row is moved
+        and the transaction commits (tests stop a process there). :class:`LogCorrupted` if the
+        stored log contradicts itself (then nothing is signed)."""
+        now = self._clock()
+        with store_errors():
+            async with self._engine.begin() as connection:
+                if not await store.take_integration_lock(connection, self._log_id, self._name):
+                    return Integration(IntegrationOutcome.BUSY)
+                state = await _state_of(connection, self._name)
+                self._integrated = max(self._integrated, state.integrated_size)
+                waiting = state.sequenced_size - state.integrated_size
+                if waiting == 0:
+                    return Integration(IntegrationOutcome.UP_TO_DATE)
+                # Clamped: a replica whose clock is behind the last signer's waits no longer
+                # than one interval.
+                elapsed = (now - state.integrated_at).total_seconds()
+                wait = min(self._interval - elapsed, self._interval)
+                if wait > 0:
+                    return Integration(
+                        IntegrationOutcome.TOO_SOON, pending=waiting, wait_seconds=wait
+                    )
+                frontier = await self._current_frontier(connection, state)
+                start, count = state.integrated_size, min(waiting, self._max_per_checkpoint)
+                rows = await store.leaf_hashes(connection, self._log_id, start, start + count)
+                if [index for index, _ in rows] != list(range(start, start + count)):
+                    raise LogCorrupted(
+                        f"the log {self._name!r} misses leaves in [{start}, {start + count}) "
+                        "below its sequenced size"
+                    )
+                batch = await _fold(frontier, [h for _, h in rows])
+                await store.insert_subtrees(connection, self._log_id, batch.stored)
+                checkpoint = Checkpoint(self.origin, batch.frontier.size, batch.root)
+                note = _sign(checkpoint, self._keys)
+                await store.insert_checkpoint(
+                    connection, self._log_id, checkpoint.size, batch.root, note, now
+                )
+                if inside_transaction is not None:
+                    await inside_transaction()
+                # Last, so the log's row (which appends update) is locked only for the commit.
+                moved = await store.set_integrated(
+                    connection, self._log_id, start, checkpoint.size, batch.root, now
+                )
+                if not moved:
+                    raise LogCorrupted(f"the log {self._name!r} moved during integration")
+        self._frontier = batch.frontier
+        self._integrated = max(self._integrated, checkpoint.size)
+        return Integration(IntegrationOutcome.INTEGRATED, checkpoint, note, pending=waiting - count)
+
+    async def _current_frontier(
+        self, connection: AsyncConnection, state: LogState
+    ) -> AppendFrontier:
+        """The frontier of the integrated tree: this process's own after its last pass, else
+        read (one statement); either way checked against the stored root."""
+        frontier = self._frontier
+        if frontier is None or frontier.size != state.integrated_size:
+            subtrees = AppendFrontier.subtrees_of(state.integrated_size)
+            found = await store.subtree_hashes(connection, self._log_id, subtrees)
+            if len(found) != len(subtrees):
+                raise LogCorrupted(f"the log {self._name!r} misses subtrees of its frontier")
+            frontier = AppendFrontier(state.integrated_size, [found[s] for s in subtrees])
+        if frontier.root() != state.root_hash:
+            raise LogCorrupted(f"the stored tree of {self._name!r} does not make its root")
+        return frontier
+
+    # Reads.
+
+    async def state(self) -> LogState:
+        """The log's row as stored now."""
+        with store_errors():
+            async with self._engine.connect() as connection:
+                state = await _state_of(connection, self._name)
+        self._integrated = max(self._integrated, state.integrated_size)
+        return state
+
+    async def integrated_size(self) -> int:
+        """The size of the latest checkpoint."""
+        return (await self.state()).integrated_size
+
+    async def latest_checkpoint(self) -> str:
+        """The signed note of the latest checkpoint (C2SP tlog-checkpoint), as published."""
+        with store_errors():
+            async with self._engine.connect() as connection:
+                note = await store.latest_checkpoint(connection, self._log_id)
+        if note is None:
+            raise CheckpointNotFound(f"the log {self._name!r} has no checkpoint")
+        return note
+
+    async def checkpoint(self, size: int) -> str:
+        """The signed note of the checkpoint of ``size`` leaves. :class:`OutOfRange` for a size
+        that is no uint64, :class:`BeyondIntegrated` beyond the latest checkpoint,
+        :class:`CheckpointNotFound` for a size the log never signed."""
+        check_tree_size(size)
+        await self._require_integrated(size, f"tree size {size}")
+        with store_errors():
+            async with self._engine.connect() as connection:
+                note = await store.checkpoint_note(connection, self._log_id, size)
+        if note is None:
+            raise CheckpointNotFound(f"the log {self._name!r} has no checkpoint of {size} leaves")
+        return note
+
+    async def leaf(self, index: int) -> StoredLeaf:
+        """The integrated leaf ``index``: its data and leaf hash. :class:`OutOfRange` for an
+        index that is no uint64, :class:`BeyondIntegrated` for one not yet in a checkpoint."""
+        check_tree_size(index, "leaf index")
+        await self._require_integrated(index + 1, f"leaf index {index}")
+        with store_errors():
+            async with self._engine.connect() as connection:
+                found = await store.leaf(connection, self._log_id, index)
+        if found is None:
+            raise LogCorrupted(f"the log {self._name!r} misses its integrated leaf {index}")
+        return found
+
+    async def inclusion_proof(self, index: int, size: int) -> list[bytes]:
+        """The RFC 9162 inclusion proof of leaf ``index`` in the tree of ``size`` leaves (at most
+        the latest checkpoint's size), read with one statement. The first layer's errors for
+        sizes and indices RFC 9162 rules out, :class:`BeyondIntegrated` beyond the log."""
+        plan = inclusion_plan(index, size)
+        await self._require_integrated(size, f"tree size {size}")
+        return await self._read(plan)
+
+    async def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
+        """The RFC 9162 consistency proof from the tree of ``old_size`` leaves to ``new_size``
+        (at most the latest checkpoint's size), read with one statement."""
+        plan = consistency_plan(old_size, new_size)
+        await self._require_integrated(new_size, f"tree size {new_size}")
+        return await self._read(plan)
+
+    async def _require_integrated(self, size: int, what: str) -> None:
+        """Refuse, naming ``what``, a tree of ``size`` leaves beyond the latest checkpoint."""
+        if size <= self._integrated or size <= (await self.state()).integrated_size:
+            return
+        raise BeyondIntegrated(
+            f"{what} is beyond the log {self._name!r}, integrated up to {self._integrated} leaves"
+        )
+
+    async def _read(self, plan: ProofPlan) -> list[bytes]:
+        if not plan.subtrees:
+            return []
+        with store_errors():
+            async with self._engine.connect() as connection:
+                found = await store.subtree_hashes(connection, self._log_id, plan.subtrees)
+        missing = [subtree for subtree in plan.subtrees if subtree not in found]
+        if missing:
+            raise SubtreeNotStored(f"the log {self._name!r} does not store {missing[0]}")
+        return plan.assemble([found[subtree] for subtree in plan.subtrees])
+
+
+async def open_log(engine: AsyncEngine, settings: CommonSettings, name: str) -> TransparencyLog:
+    """The log ``name`` with its keys and checkpoint interval from ``settings`` (created if
+    new; a key generated on first start in embedded mode, see :mod:`.keys`)."""
+    return await TransparencyLog.open(
+        engine,
+        name,
+        log_keys(settings, name),
+        checkpoint_interval=settings.tlog_checkpoint_interval_seconds,
+    )
+
+
+async def _fold(frontier: AppendFrontier, leaf_hashes: list[bytes]) -> AppendedBatch:
+    """``frontier.append(leaf_hashes)``, letting the event loop run between slices: a pass of
+    65,536 leaves is about 130,000 SHA-256, too long to hold the loop in one go."""
+    stored: list[SubtreeHash] = []
+    batch = frontier.append(())
+    for start in range(0, len(leaf_hashes), _FOLD_SLICE):
+        batch = batch.frontier.append(leaf_hashes[start : start + _FOLD_SLICE])
+        stored += batch.stored
+        await asyncio.sleep(0)
+    return AppendedBatch(batch.frontier, frontier.size, stored, batch.root)
+
+
+async def _state_of(connection: AsyncConnection, name: str) -> LogState:
+    state = await store.log_state(connection, name)
+    if state is None:
+        raise LookupError(f"no transparency log {name!r}")
+    return state
+
+
+def _sign(checkpoint: Checkpoint, keys: LogKeys) -> str:
+    """The checkpoint's signed note, signed by every signing key of the log (two during a key
+    rotation's change-over)."""
+    first, *others = keys.signers
+    message = checkpoint.text().encode("utf-8")
+    also = [NoteSignature(key.name, key.key_id, key.sign(message)) for key in others]
+    return sign_checkpoint(checkpoint, first, keep=also).decode("utf-8")
