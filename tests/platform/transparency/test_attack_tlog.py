@@ -319,3 +319,29 @@ async def test_the_audit_memory_is_bounded_by_bytes_not_only_by_leaves(
     # 48 MiB of leaves; a byte-bounded slice would hold a few MiB, not the whole log at once
     # (at 10,000 leaves of 1 MiB, the default slice, about 10 GiB).
     assert peak < 16 << 20, f"the audit held {peak >> 20} MiB at once for a 48 MiB log"
+
+
+# 9. The audit of a live log: its reads are not one snapshot, so appends and checkpoints made
+# while it runs show as tampering.
+
+
+async def test_the_audit_of_a_healthy_live_log_finds_nothing(log_engine: AsyncEngine) -> None:
+    log = await open_test_log(log_engine)
+    await log.append([f"leaf {i}".encode() for i in range(64)])
+    await log.integrate()
+    audit_done = asyncio.Event()
+
+    async def keep_appending() -> None:
+        while not audit_done.is_set():
+            await log.append([b"more"])
+            await log.integrate()
+
+    writer = asyncio.create_task(keep_appending())
+    try:
+        audit = await audit_log(
+            log_engine, log.name, VerifierSet(log.keys.verifiers), slice_size=4
+        )
+    finally:
+        audit_done.set()
+        await writer
+    assert audit.ok, [(f.kind.value, f.position) for f in audit.findings][:5]
