@@ -345,3 +345,22 @@ async def test_the_audit_of_a_healthy_live_log_finds_nothing(log_engine: AsyncEn
         audit_done.set()
         await writer
     assert audit.ok, [(f.kind.value, f.position) for f in audit.findings][:5]
+
+
+# 10. The audit's work and memory grow with a number stored in the log's (mutable) row.
+
+
+async def test_the_audit_of_a_log_whose_sequenced_size_was_raised_is_bounded(
+    log_engine: AsyncEngine,
+) -> None:
+    """One UPDATE of ``tlog_logs.sequenced_size`` (no trigger guards that row) and the audit
+    walks every index up to it, one finding each: at 2^62 it never ends and its findings fill
+    memory. Unexpected leaves are listed up to 1000; missing ones are not capped."""
+    log = await open_test_log(log_engine)
+    await log.append([b"a"])
+    await log.integrate()
+    async with log_engine.begin() as connection:
+        await connection.execute(text("UPDATE tlog_logs SET sequenced_size = 50001"))
+    audit = await audit_log(log_engine, log.name, VerifierSet(log.keys.verifiers))
+    assert not audit.ok
+    assert len(audit.findings) <= 1001, f"{len(audit.findings)} findings for one UPDATE"
