@@ -364,3 +364,23 @@ async def test_the_audit_of_a_log_whose_sequenced_size_was_raised_is_bounded(
     audit = await audit_log(log_engine, log.name, VerifierSet(log.keys.verifiers))
     assert not audit.ok
     assert len(audit.findings) <= 1001, f"{len(audit.findings)} findings for one UPDATE"
+
+
+# 11. An origin the settings accept (',' is in their pattern) whose configured key is split
+# apart by the key list's separators.
+
+
+def test_a_configured_key_of_an_origin_with_a_comma_is_read(tmp_path: Any) -> None:
+    from conclave.platform.tlog import log_keys
+    from conclave.platform.transparency import generate_key
+    from conclave.settings import CommonSettings
+
+    skey, _ = generate_key("acme,eu/calls")
+    settings = CommonSettings(
+        CONCLAVE_DATA_DIR=tmp_path,
+        CONCLAVE_DATABASE_URL="postgresql+asyncpg://conclave@db.internal/conclave",
+        CONCLAVE_TLOG_ORIGIN="acme,eu",
+        CONCLAVE_TLOG_SIGNER_KEYS=skey,
+    )
+    keys = log_keys(settings, "calls")  # MalformedKey: "PRIVATE+KEY+acme" and "eu/calls+…"
+    assert [signer.skey() for signer in keys.signers] == [skey]
