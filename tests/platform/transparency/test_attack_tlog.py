@@ -32,6 +32,7 @@ async def _insert(engine: AsyncEngine, statement: str, **values: Any) -> None:
 # INSERT into tlog_checkpoints (allowed by the append-only triggers) goes unreported.
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 1: not fixed yet")
 async def test_audit_sees_a_forged_latest_checkpoint(log_engine: AsyncEngine) -> None:
     log = await open_test_log(log_engine)
     await log.append([b"a", b"b", b"c"])
@@ -53,6 +54,7 @@ async def test_audit_sees_a_forged_latest_checkpoint(log_engine: AsyncEngine) ->
     assert not audit.ok, "the audit passes a log whose published checkpoint is forged"
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 1: not fixed yet")
 async def test_audit_sees_a_valid_note_stored_under_a_larger_size(
     log_engine: AsyncEngine,
 ) -> None:
@@ -83,6 +85,7 @@ async def test_audit_sees_a_valid_note_stored_under_a_larger_size(
 # time is reached, not "at most one interval".
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 2: not fixed yet")
 async def test_a_replica_with_a_slower_clock_integrates_within_an_interval(
     log_engine: AsyncEngine,
 ) -> None:
@@ -112,6 +115,7 @@ async def test_a_replica_with_a_slower_clock_integrates_within_an_interval(
         await other.dispose()
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 2: not fixed yet")
 async def test_a_future_integrated_at_does_not_stop_the_log_for_good(
     log_engine: AsyncEngine,
 ) -> None:
@@ -139,6 +143,7 @@ async def test_a_future_integrated_at_does_not_stop_the_log_for_good(
 # checkpoints made while it runs are reported as tampering.
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 3: not fixed yet")
 async def test_the_audit_of_a_healthy_live_log_finds_nothing(log_engine: AsyncEngine) -> None:
     log = await open_test_log(log_engine)
     await log.append([f"leaf {i}".encode() for i in range(64)])
@@ -162,6 +167,7 @@ async def test_the_audit_of_a_healthy_live_log_finds_nothing(log_engine: AsyncEn
 # 4. (low-medium) A leaf read back is not checked against the tree: its data may be anything.
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 4: not fixed yet")
 async def test_a_leaf_whose_data_is_not_its_hash_is_not_served(
     postgres_engine: AsyncEngine,
 ) -> None:
@@ -189,6 +195,7 @@ async def test_a_leaf_whose_data_is_not_its_hash_is_not_served(
 # checked, a dangling symlink at its path is no LogKeyError.
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 5: not fixed yet")
 def test_a_key_folder_others_may_write_is_refused(tmp_path: Any) -> None:
     import os
 
@@ -202,6 +209,7 @@ def test_a_key_folder_others_may_write_is_refused(tmp_path: Any) -> None:
         embedded_key(folder / "calls.key", "tlog.test/calls")
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 5: not fixed yet")
 def test_a_key_file_owned_by_another_user_is_refused(tmp_path: Any) -> None:
     import os
 
@@ -225,6 +233,7 @@ def test_a_key_file_owned_by_another_user_is_refused(tmp_path: Any) -> None:
     assert signer.key_id != attacker.key_id, "the log signs with a key another user planted"
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 5: not fixed yet")
 def test_a_dangling_symlink_at_the_key_path_is_a_log_key_error(tmp_path: Any) -> None:
     import os
 
@@ -242,6 +251,7 @@ def test_a_dangling_symlink_at_the_key_path_is_a_log_key_error(tmp_path: Any) ->
 # leaves of any size: with 1 MiB leaves (the default limit) one statement reads ~10 GiB.
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 6: not fixed yet")
 async def test_the_audit_memory_is_bounded_by_bytes_not_only_by_leaves(
     sqlite_engine: AsyncEngine,
 ) -> None:
@@ -269,6 +279,7 @@ async def test_the_audit_memory_is_bounded_by_bytes_not_only_by_leaves(
 # 7. (low) The audit's work and findings grow with a number in the log's (mutable) row.
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 7: not fixed yet")
 async def test_the_audit_of_a_log_whose_sequenced_size_was_raised_is_bounded(
     log_engine: AsyncEngine,
 ) -> None:
@@ -288,6 +299,7 @@ async def test_the_audit_of_a_log_whose_sequenced_size_was_raised_is_bounded(
 # 8. (low) Rows outside the ranges the audit walks: a leaf at a negative index.
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 8: not fixed yet")
 async def test_audit_sees_a_leaf_at_a_negative_index(log_engine: AsyncEngine) -> None:
     log = await open_test_log(log_engine)
     await log.append([b"a"])
@@ -307,6 +319,7 @@ async def test_audit_sees_a_leaf_at_a_negative_index(log_engine: AsyncEngine) ->
 # 9. (low) The batch limits trust len(): a sequence whose len() is small is appended whole.
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 9: not fixed yet")
 async def test_the_batch_leaf_limit_is_not_bypassed_by_len(sqlite_engine: AsyncEngine) -> None:
     from collections.abc import Sequence
 
@@ -334,6 +347,7 @@ async def test_the_batch_leaf_limit_is_not_bypassed_by_len(sqlite_engine: AsyncE
 # split apart by the key list's separators.
 
 
+@pytest.mark.xfail(strict=True, reason="issue 20, finding 10: not fixed yet")
 def test_a_configured_key_of_an_origin_with_a_comma_is_read(tmp_path: Any) -> None:
     from conclave.platform.tlog import log_keys
     from conclave.platform.transparency import generate_key
