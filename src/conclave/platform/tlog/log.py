@@ -48,7 +48,7 @@ from conclave.platform.transparency.errors import (
     UnexpectedOrigin,
 )
 from conclave.platform.transparency.frontier import AppendedBatch, AppendFrontier
-from conclave.platform.transparency.hashing import EMPTY_ROOT, check_tree_size
+from conclave.platform.transparency.hashing import EMPTY_ROOT, check_tree_size, leaf_hash
 from conclave.platform.transparency.note import VerifierSet
 from conclave.platform.transparency.proofs import consistency_plan, inclusion_plan
 from conclave.platform.transparency.records import NoteSignature
@@ -321,7 +321,8 @@ class TransparencyLog:
 
     async def leaf(self, index: int) -> StoredLeaf:
         """The integrated leaf ``index``: its data and leaf hash. :class:`OutOfRange` for an
-        index that is no uint64, :class:`BeyondIntegrated` for one not yet in a checkpoint."""
+        index that is no uint64, :class:`BeyondIntegrated` for one not yet in a checkpoint,
+        :class:`LogCorrupted` for a leaf missing or whose data does not hash to its leaf hash."""
         check_tree_size(index, "leaf index")
         await self._require_integrated(index + 1, f"leaf index {index}")
         with store_errors():
@@ -329,6 +330,10 @@ class TransparencyLog:
                 found = await store.leaf(connection, self._log_id, index)
         if found is None:
             raise LogCorrupted(f"the log {self._name!r} misses its integrated leaf {index}")
+        # A reader proves the leaf hash, not the data: data that is not the hash's would be
+        # served under another entry's proof.
+        if leaf_hash(found.data) != found.leaf_hash:
+            raise LogCorrupted(f"the stored data of leaf {index} of {self._name!r} was altered")
         return found
 
     async def inclusion_proof(self, index: int, size: int) -> list[bytes]:
