@@ -85,7 +85,6 @@ async def test_audit_sees_a_valid_note_stored_under_a_larger_size(
 # time is reached, not "at most one interval".
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20, finding 2: not fixed yet")
 async def test_a_replica_with_a_slower_clock_integrates_within_an_interval(
     log_engine: AsyncEngine,
 ) -> None:
@@ -115,7 +114,6 @@ async def test_a_replica_with_a_slower_clock_integrates_within_an_interval(
         await other.dispose()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20, finding 2: not fixed yet")
 async def test_a_future_integrated_at_does_not_stop_the_log_for_good(
     log_engine: AsyncEngine,
 ) -> None:

@@ -106,6 +106,7 @@ class TransparencyLog:
         # seen is a safe bound for reads without asking the store again.
         self._integrated = state.integrated_size
         self._frontier: AppendFrontier | None = None
+        self._seen: tuple[tuple[int, datetime], datetime] | None = None
         self._listeners: list[Callable[[], None]] = []
 
     @classmethod
@@ -232,10 +233,11 @@ class TransparencyLog:
                 waiting = state.sequenced_size - state.integrated_size
                 if waiting == 0:
                     return Integration(IntegrationOutcome.UP_TO_DATE)
-                # Clamped: a replica whose clock is behind the last signer's waits no longer
-                # than one interval.
+                # The stored time holds the cadence across replicas, but it is another clock's
+                # (or anyone's who may UPDATE the row): one interval after this process first saw
+                # that checkpoint is enough, whatever the stored time says.
                 elapsed = (now - state.integrated_at).total_seconds()
-                wait = min(self._interval - elapsed, self._interval)
+                wait = self._interval - max(elapsed, self._seen_for(state, now))
                 if wait > 0:
                     return Integration(
                         IntegrationOutcome.TOO_SOON, pending=waiting, wait_seconds=wait
@@ -266,6 +268,14 @@ class TransparencyLog:
         self._frontier = batch.frontier
         self._integrated = max(self._integrated, checkpoint.size)
         return Integration(IntegrationOutcome.INTEGRATED, checkpoint, note, pending=waiting - count)
+
+    def _seen_for(self, state: LogState, now: datetime) -> float:
+        """Seconds since this log object first saw the log's latest checkpoint (as ``state``
+        records it), by its own clock; counted again from ``now`` if that clock went back."""
+        key = (state.integrated_size, state.integrated_at)
+        if self._seen is None or self._seen[0] != key or now < self._seen[1]:
+            self._seen = (key, now)
+        return (now - self._seen[1]).total_seconds()
 
     async def _current_frontier(
         self, connection: AsyncConnection, state: LogState
