@@ -15,7 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conclave.platform.clock import utc_now
-from conclave.platform.tlog import IntegrationOutcome, audit_log
+from conclave.platform.tlog import IntegrationOutcome, LogCorrupted, audit_log
 from conclave.platform.transparency import VerifierSet, open_checkpoint
 from conclave.platform.transparency.errors import TransparencyError
 from tests.platform.transparency.stored_logs import open_test_log, second_replica, test_keys
@@ -32,7 +32,6 @@ async def _insert(engine: AsyncEngine, statement: str, **values: Any) -> None:
 # INSERT into tlog_checkpoints (allowed by the append-only triggers) goes unreported.
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20, finding 1: not fixed yet")
 async def test_audit_sees_a_forged_latest_checkpoint(log_engine: AsyncEngine) -> None:
     log = await open_test_log(log_engine)
     await log.append([b"a", b"b", b"c"])
@@ -54,7 +53,6 @@ async def test_audit_sees_a_forged_latest_checkpoint(log_engine: AsyncEngine) ->
     assert not audit.ok, "the audit passes a log whose published checkpoint is forged"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20, finding 1: not fixed yet")
 async def test_audit_sees_a_valid_note_stored_under_a_larger_size(
     log_engine: AsyncEngine,
 ) -> None:
@@ -74,7 +72,8 @@ async def test_audit_sees_a_valid_note_stored_under_a_larger_size(
         now=utc_now(),
     )
     await log.append([b"d"])
-    with pytest.raises(Exception):  # noqa: B017 - the duplicate key, every pass from now on
+    # A typed error (the attacker saw the store's raw IntegrityError), every pass from now on.
+    with pytest.raises(LogCorrupted, match="checkpoint"):
         await log.integrate()
     audit = await audit_log(log_engine, log.name, VerifierSet(log.keys.verifiers))
     assert not audit.ok, "the audit passes a log whose integration is jammed by a stored row"
@@ -141,7 +140,6 @@ async def test_a_future_integrated_at_does_not_stop_the_log_for_good(
 # checkpoints made while it runs are reported as tampering.
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20, finding 3: not fixed yet")
 async def test_the_audit_of_a_healthy_live_log_finds_nothing(log_engine: AsyncEngine) -> None:
     log = await open_test_log(log_engine)
     await log.append([f"leaf {i}".encode() for i in range(64)])
@@ -168,7 +166,6 @@ async def test_the_audit_of_a_healthy_live_log_finds_nothing(log_engine: AsyncEn
 async def test_a_leaf_whose_data_is_not_its_hash_is_not_served(
     postgres_engine: AsyncEngine,
 ) -> None:
-    from conclave.platform.tlog import LogCorrupted
     from conclave.platform.transparency import verify_inclusion
 
     log = await open_test_log(postgres_engine)
@@ -249,7 +246,6 @@ def test_a_dangling_symlink_at_the_key_path_is_a_log_key_error(tmp_path: Any) ->
 # leaves of any size: with 1 MiB leaves (the default limit) one statement reads ~10 GiB.
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20, finding 6: not fixed yet")
 async def test_the_audit_memory_is_bounded_by_bytes_not_only_by_leaves(
     sqlite_engine: AsyncEngine,
 ) -> None:
@@ -277,7 +273,6 @@ async def test_the_audit_memory_is_bounded_by_bytes_not_only_by_leaves(
 # 7. (low) The audit's work and findings grow with a number in the log's (mutable) row.
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20, finding 7: not fixed yet")
 async def test_the_audit_of_a_log_whose_sequenced_size_was_raised_is_bounded(
     log_engine: AsyncEngine,
 ) -> None:
@@ -297,7 +292,6 @@ async def test_the_audit_of_a_log_whose_sequenced_size_was_raised_is_bounded(
 # 8. (low) Rows outside the ranges the audit walks: a leaf at a negative index.
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20, finding 8: not fixed yet")
 async def test_audit_sees_a_leaf_at_a_negative_index(log_engine: AsyncEngine) -> None:
     log = await open_test_log(log_engine)
     await log.append([b"a"])

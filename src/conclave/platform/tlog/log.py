@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.clock import utc_now
@@ -222,7 +223,8 @@ class TransparencyLog:
         leaves the log as it was, and the next integration does the work. ``inside_transaction``
         is awaited once the subtrees and checkpoint are written, before the log's row is moved
         and the transaction commits (tests stop a process there). :class:`LogCorrupted` if the
-        stored log contradicts itself (then nothing is signed)."""
+        stored log contradicts itself, or already holds a row where this pass writes (then
+        nothing is signed)."""
         now = self._clock()
         with store_errors():
             async with self._engine.begin() as connection:
@@ -251,12 +253,20 @@ class TransparencyLog:
                         "below its sequenced size"
                     )
                 batch = await _fold(frontier, [h for _, h in rows])
-                await store.insert_subtrees(connection, self._log_id, batch.stored)
                 checkpoint = Checkpoint(self.origin, batch.frontier.size, batch.root)
                 note = _sign(checkpoint, self._keys)
-                await store.insert_checkpoint(
-                    connection, self._log_id, checkpoint.size, batch.root, note, now
-                )
+                try:
+                    await store.insert_subtrees(connection, self._log_id, batch.stored)
+                    await store.insert_checkpoint(
+                        connection, self._log_id, checkpoint.size, batch.root, note, now
+                    )
+                except IntegrityError as error:
+                    # Only this pass writes beyond the integrated tree, under the lock: a row
+                    # already there was put by someone else, and every pass would meet it.
+                    raise LogCorrupted(
+                        f"the log {self._name!r} already stores a subtree or checkpoint beyond "
+                        f"its integrated size {start}"
+                    ) from error
                 if inside_transaction is not None:
                     await inside_transaction()
                 # Last, so the log's row (which appends update) is locked only for the commit.
