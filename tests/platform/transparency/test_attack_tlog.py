@@ -289,6 +289,34 @@ async def test_the_audit_of_a_log_whose_sequenced_size_was_raised_is_bounded(
     assert len(audit.findings) <= 1001, f"{len(audit.findings)} findings for one UPDATE"
 
 
+async def test_the_audit_of_a_log_whose_integrated_size_was_raised_is_bounded(
+    log_engine: AsyncEngine,
+) -> None:
+    """Found while fixing 7: with no trusted checkpoint (a garbage row INSERTed above the real
+    ones), the walk of the tree followed the log row's integrated size, which one UPDATE
+    raises: it is bounded by the leaf hashes stored instead."""
+    log = await open_test_log(log_engine)
+    await log.append([b"a", b"b", b"c"])
+    await log.integrate()
+    state = await log.state()
+    await _insert(
+        log_engine,
+        "INSERT INTO tlog_checkpoints (log_id, tree_size, root_hash, note, created_at) "
+        "VALUES (:log_id, 1000, :root, 'not a checkpoint', :now)",
+        log_id=state.log_id,
+        root=b"\x00" * 32,
+        now=utc_now(),
+    )
+    async with log_engine.begin() as connection:
+        await connection.execute(text("UPDATE tlog_logs SET integrated_size = :n"), {"n": 1 << 40})
+    audit = await audit_log(log_engine, log.name, VerifierSet(log.keys.verifiers))
+    assert audit.checkpoint is None
+    assert [(f.kind.value, f.position) for f in audit.findings] == [
+        ("missing_subtree", 3),
+        ("checkpoint_invalid", 1000),
+    ]
+
+
 # 8. (low) Rows outside the ranges the audit walks: a leaf at a negative index.
 
 

@@ -71,7 +71,8 @@ class FindingKind(StrEnum):
     SUBTREE_ALTERED = "subtree_altered"
     """A stored subtree hash that is not what the tree's leaves make. ``detail`` names it."""
     MISSING_SUBTREE = "missing_subtree"
-    """A complete subtree of the integrated tree that is not stored."""
+    """A complete subtree of the integrated tree that is not stored (or, with no trusted
+    checkpoint, leaf hashes missing from the first position up to the log's integrated size)."""
     UNEXPECTED_SUBTREES = "unexpected_subtrees"
     """More subtree hashes stored than the integrated tree has. ``position``: how many more."""
     ROOT_MISMATCH = "root_mismatch"
@@ -230,8 +231,20 @@ async def audit_log(
         if state is None:
             raise LookupError(f"no transparency log {name!r}")
         checkpoint = await _trusted_latest(connection, state, verifiers)
-        size = checkpoint.size if checkpoint is not None else state.integrated_size
+        if checkpoint is not None:
+            size = checkpoint.size
+        else:
+            # Nothing signed bounds the tree: the log's row (one UPDATE away from 2^62) is
+            # bounded by the leaf hashes actually stored, so the walk's work is too.
+            size = min(state.integrated_size, await store.leaf_hash_count(connection, state.log_id))
         audit = _Audit(state, verifiers, size)
+        if size < state.integrated_size:
+            audit.add(
+                FindingKind.MISSING_SUBTREE,
+                size,
+                f"no stored leaf hashes in [{size}, {state.integrated_size}): the log's "
+                "integrated size is beyond its stored tree",
+            )
         if checkpoint is not None and (checkpoint.size, checkpoint.root_hash) != (
             state.integrated_size,
             state.root_hash,

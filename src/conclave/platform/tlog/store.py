@@ -437,6 +437,21 @@ async def subtree_count(connection: AsyncConnection, log_id: int) -> int:
     return int(count or 0)
 
 
+async def leaf_hash_count(connection: AsyncConnection, log_id: int) -> int:
+    """How many level-0 subtree hashes (the tree's leaf hashes) the log stores at indices from 0:
+    a bound on its integrated size that no single row can raise."""
+    count = await connection.scalar(
+        select(func.count())
+        .select_from(tlog_subtrees)
+        .where(
+            tlog_subtrees.c.log_id == log_id,
+            tlog_subtrees.c.level == 0,
+            tlog_subtrees.c.subtree_index >= 0,
+        )
+    )
+    return int(count or 0)
+
+
 async def checkpoints_between(
     connection: AsyncConnection, log_id: int, after: int, upto: int
 ) -> list[tuple[int, bytes, str]]:
