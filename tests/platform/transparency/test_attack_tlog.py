@@ -1,6 +1,7 @@
 """Attack on the transparency logs (issue 20, outside attacker): each test reproduces a finding
-and fails on the code as it stands (run on SQLite and PostgreSQL where both apply). Severities are
-in the comment above each group. What was tried and held is listed in the attack report, not
+(run on SQLite and PostgreSQL where both apply) and failed on the code the attacker was given; all
+are fixed now, and a test that asserted a behaviour decided otherwise says so. Severities are in
+the comment above each group. What was tried and held is listed in the attack report, not
 here (asyncio cancellation of an integration or an append inside its transaction, including
 while waiting for a lock, was tried and held on both stores)."""
 
