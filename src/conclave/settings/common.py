@@ -306,10 +306,13 @@ class CommonSettings(BaseSettings):
     tlog_origin: str = Field(
         "conclave.localhost",
         alias="CONCLAVE_TLOG_ORIGIN",
-        pattern=r"^[!-*,-~]{1,190}$",
+        # No ',' either: the key lists are split on commas, so a key named after such an origin
+        # could never be configured.
+        pattern=r"^[!-*.-~-]{1,190}$",
         description="Deployment origin of the transparency logs (e.g. 'conclave.example.com'): "
         "a log's origin, and its key's name, is '<this>/<log name>'. Printable ASCII without "
-        "space or '+'. Changing it starts new logs: a stored log keeps the origin it began with.",
+        "space, '+' or ','. Changing it starts new logs: a stored log keeps the origin it began "
+        "with.",
     )
     tlog_signer_keys: SecretStr = Field(
         SecretStr(""),

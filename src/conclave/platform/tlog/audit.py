@@ -1,19 +1,25 @@
 """Verify a stored log against its signed checkpoints, and say exactly what is wrong with it.
 
-:func:`audit_log` reads the whole log a slice at a time (memory stays bounded) and checks:
+:func:`audit_log` reads the whole log as one snapshot of the store (a live log's appends and
+checkpoints made meanwhile are not seen), a slice at a time (memory stays bounded by leaves and by
+bytes), and checks:
 
-- the latest checkpoint opens with the given verifier keys, for the log's origin, and agrees with
-  the log's row;
-- every index below the sequenced size has a leaf, and no leaf lies beyond it;
+- the latest checkpoint opens with the given verifier keys, for the log's origin, matches its row
+  and agrees with the log's row; if it does not, the checkpoint at the log's integrated size is
+  trusted instead;
+- every index below the sequenced size has a leaf, and no leaf lies beyond it or below 0;
 - each leaf's data hashes to the leaf hash the tree was built from (the stored level-0 subtree)
   and to the leaf hash stored beside it;
-- every stored subtree hash is what the tree's leaf hashes make, and none is missing or extra;
+- every stored subtree hash is what the tree's leaves make, and none is missing or extra;
 - every stored checkpoint opens, matches its row, and its root is the stored tree's at its size
-  (a checkpoint edited in the store, or a second history, is a fork);
+  (a checkpoint edited in the store, or a second history, is a fork); none lies beyond the
+  trusted latest one (a row there is what readers would be served, or jams the next integration);
 - the leaves' data make the latest checkpoint's root.
 
 Only the signed checkpoint is trusted: a leaf edited in the store, deleted, inserted or moved
-shows as a finding at its index, and as a root that the data no longer makes.
+shows as a finding at its index, and as a root that the data no longer makes. The work beyond the
+trusted checkpoint follows the rows stored, not the log's (mutable) sequenced size, and at most
+1000 missing and 1000 unexpected leaves are listed one by one.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from enum import StrEnum
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.tlog import store
-from conclave.platform.tlog.records import LogState, StoredLeaf
+from conclave.platform.tlog.records import LogState
 from conclave.platform.transparency.checkpoint import Checkpoint, open_checkpoint
 from conclave.platform.transparency.errors import TransparencyError
 from conclave.platform.transparency.frontier import AppendFrontier
@@ -34,10 +40,16 @@ from conclave.platform.transparency.note import VerifierSet
 from conclave.platform.transparency.subtrees import Subtree
 
 AUDIT_SLICE = 10_000
-"""Leaves read per statement by :func:`audit_log`."""
+"""Leaves walked per slice by :func:`audit_log` (their hashes, subtrees and checkpoints)."""
+
+AUDIT_SLICE_BYTES = 4 << 20
+"""Leaf data read per statement by :func:`audit_log`, at most (a larger leaf is read alone)."""
 
 _LISTED = 1000
-"""At most this many unexpected leaves are listed one by one."""
+"""At most this many missing, and this many unexpected, leaves are listed one by one."""
+
+_Hashes = tuple[bytes, bytes]
+"""A stored leaf as the audit keeps it: its data's leaf hash, and the leaf hash stored beside."""
 
 
 class FindingKind(StrEnum):
@@ -45,11 +57,13 @@ class FindingKind(StrEnum):
 
     CHECKPOINT_INVALID = "checkpoint_invalid"
     """A stored checkpoint that does not open with the log's keys, does not match its row or the
-    log's, or whose root is not the stored tree's at its size. ``position``: its tree size."""
+    log's, whose root is not the stored tree's at its size, or that lies beyond the latest
+    trusted checkpoint (or below size 0). ``position``: its tree size."""
     MISSING_LEAF = "missing_leaf"
-    """No leaf at an index below the sequenced size. ``position``: the index."""
+    """No leaf at an index below the sequenced size. ``position``: the index (beyond the first
+    1000, one finding counts the rest: ``position`` is the first of them)."""
     UNEXPECTED_LEAF = "unexpected_leaf"
-    """A leaf at or beyond the sequenced size. ``position``: its index."""
+    """A leaf at or beyond the sequenced size, or below 0. ``position``: its index."""
     LEAF_DATA_ALTERED = "leaf_data_altered"
     """A leaf whose data does not hash to the leaf hash the tree holds at its index."""
     LEAF_HASH_ALTERED = "leaf_hash_altered"
@@ -57,7 +71,8 @@ class FindingKind(StrEnum):
     SUBTREE_ALTERED = "subtree_altered"
     """A stored subtree hash that is not what the tree's leaves make. ``detail`` names it."""
     MISSING_SUBTREE = "missing_subtree"
-    """A complete subtree of the integrated tree that is not stored."""
+    """A complete subtree of the integrated tree that is not stored (or, with no trusted
+    checkpoint, leaf hashes missing from the first position up to the log's integrated size)."""
     UNEXPECTED_SUBTREES = "unexpected_subtrees"
     """More subtree hashes stored than the integrated tree has. ``position``: how many more."""
     ROOT_MISMATCH = "root_mismatch"
@@ -79,7 +94,8 @@ class LogAudit:
 
     name: str
     checkpoint: Checkpoint | None
-    """The latest checkpoint, opened and verified (``None`` if it did not verify)."""
+    """The latest trusted checkpoint, opened and verified: the latest row's, else the one at the
+    log's integrated size (``None`` if neither verified)."""
     sequenced_size: int
     findings: tuple[Finding, ...]
 
@@ -104,36 +120,47 @@ class _Audit:
         # The tree as stored (folded from its own level-0 hashes), and as the data makes it.
         self.tree: AppendFrontier | None = AppendFrontier()
         self.data: AppendFrontier | None = AppendFrontier()
+        self.missing_listed = 0
+        self.missing_unlisted: tuple[int, int] | None = None  # (first index, how many)
 
     def add(self, kind: FindingKind, position: int | None, detail: str) -> None:
         self.findings.append(Finding(kind, position, detail))
 
+    def missing(self, start: int, end: int) -> None:
+        """No leaf in ``[start, end)``: listed one by one up to the limit, then only counted (an
+        UPDATE of the sequenced size must not make the findings, or the work, unbounded)."""
+        listed = min(end - start, _LISTED - self.missing_listed)
+        for index in range(start, start + listed):
+            self.add(FindingKind.MISSING_LEAF, index, f"no leaf {index}")
+        self.missing_listed += listed
+        if end - start > listed:
+            first, count = self.missing_unlisted or (start + listed, 0)
+            self.missing_unlisted = (first, count + end - start - listed)
+
     def leaves(
-        self, start: int, end: int, rows: dict[int, StoredLeaf], tree: dict[Subtree, bytes]
+        self, start: int, end: int, rows: dict[int, _Hashes], tree: dict[Subtree, bytes]
     ) -> None:
+        """The integrated leaves ``[start, end)``, folded into both trees."""
         tree_hashes: list[bytes] = []
         data_hashes: list[bytes] = []
         for index in range(start, end):
-            row = rows.get(index)
-            integrated = index < self.size
-            held = tree.get(Subtree(0, index)) if integrated else None
-            if integrated:
-                if held is None:
-                    self.add(FindingKind.MISSING_SUBTREE, index, f"no stored leaf hash {index}")
-                    self.tree = None
-                else:
-                    tree_hashes.append(held)
-            if row is None:
-                self.add(FindingKind.MISSING_LEAF, index, f"no leaf {index}")
+            held = tree.get(Subtree(0, index))
+            if held is None:
+                self.add(FindingKind.MISSING_SUBTREE, index, f"no stored leaf hash {index}")
+                self.tree = None
+            else:
+                tree_hashes.append(held)
+            hashes = rows.get(index)
+            if hashes is None:
+                self.missing(index, index + 1)
                 self.data = None
                 continue
-            computed = leaf_hash(row.data)
+            computed, stored = hashes
             if held is not None and computed != held:
                 self.add(FindingKind.LEAF_DATA_ALTERED, index, f"leaf {index}'s data changed")
-            elif row.leaf_hash != computed:
+            elif stored != computed:
                 self.add(FindingKind.LEAF_HASH_ALTERED, index, f"leaf {index}'s hash changed")
-            if integrated:
-                data_hashes.append(computed)
+            data_hashes.append(computed)
         if self.data is not None:
             self.data = self.data.append(data_hashes).frontier
         if self.tree is not None:
@@ -148,34 +175,76 @@ class _Audit:
                 elif held != computed:
                     self.add(FindingKind.SUBTREE_ALTERED, subtree.start, f"{subtree} changed")
 
+    def pending(self, start: int, end: int, rows: dict[int, _Hashes]) -> None:
+        """The stored leaves of ``[start, end)``, sequenced but beyond the trusted checkpoint:
+        no tree to fold them into, only gaps and hashes to check."""
+        expected = start
+        for index, (computed, stored) in rows.items():
+            if index > expected:
+                self.missing(expected, index)
+            if stored != computed:
+                self.add(FindingKind.LEAF_HASH_ALTERED, index, f"leaf {index}'s hash changed")
+            expected = index + 1
+        if end > expected:
+            self.missing(expected, end)
+
     def checkpoint(self, size: int, root_hash: bytes, note: str, tree_root: bytes | None) -> None:
+        opened = self.opened(size, root_hash, note)
+        if opened is not None and tree_root is not None and tree_root != root_hash:
+            self.add(FindingKind.CHECKPOINT_INVALID, size, f"checkpoint {size} is another tree's")
+
+    def opened(self, size: int, root_hash: bytes, note: str) -> Checkpoint | None:
+        """The checkpoint row's note, opened and matching the row; else a finding."""
         try:
             opened = open_checkpoint(note, self.verifiers, origin=self.state.origin).checkpoint
         except TransparencyError as error:
             self.add(FindingKind.CHECKPOINT_INVALID, size, f"checkpoint {size}: {error}")
-            return
+            return None
         if (opened.size, opened.root_hash) != (size, root_hash):
             self.add(FindingKind.CHECKPOINT_INVALID, size, f"checkpoint {size}'s note differs")
-        elif tree_root is not None and tree_root != root_hash:
-            self.add(FindingKind.CHECKPOINT_INVALID, size, f"checkpoint {size} is another tree's")
+            return None
+        return opened
+
+    def finish(self, checkpoint: Checkpoint | None) -> None:
+        if self.missing_unlisted is not None:
+            first, count = self.missing_unlisted
+            self.add(FindingKind.MISSING_LEAF, first, f"{count} more leaves missing (not listed)")
+        if checkpoint is None:
+            return
+        if self.data is None:
+            self.add(FindingKind.ROOT_MISMATCH, self.size, "leaves are missing: no root to compare")
+        elif self.data.root() != checkpoint.root_hash:
+            self.add(
+                FindingKind.ROOT_MISMATCH, self.size, "the leaves do not make the checkpoint's root"
+            )
 
 
 async def audit_log(
     engine: AsyncEngine, name: str, verifiers: VerifierSet, *, slice_size: int = AUDIT_SLICE
 ) -> LogAudit:
     """Check the stored log ``name`` against its checkpoints signed by ``verifiers`` (the log's
-    published keys); see the module's docstring. Reads every leaf: an offline check, not for a
-    request path."""
+    published keys); see the module's docstring. Reads every leaf, in one read transaction held
+    for the whole audit: an offline check, not for a request path."""
     async with engine.connect() as connection:
+        await store.read_snapshot(connection)
         state = await store.log_state(connection, name)
         if state is None:
             raise LookupError(f"no transparency log {name!r}")
-        latest = await store.latest_checkpoint(connection, state.log_id)
-        checkpoint: Checkpoint | None = None
-        with contextlib.suppress(TransparencyError):  # reported with the other checkpoints
-            checkpoint = open_checkpoint(latest or "", verifiers, origin=state.origin).checkpoint
-        size = checkpoint.size if checkpoint is not None else state.integrated_size
+        checkpoint = await _trusted_latest(connection, state, verifiers)
+        if checkpoint is not None:
+            size = checkpoint.size
+        else:
+            # Nothing signed bounds the tree: the log's row (one UPDATE away from 2^62) is
+            # bounded by the leaf hashes actually stored, so the walk's work is too.
+            size = min(state.integrated_size, await store.leaf_hash_count(connection, state.log_id))
         audit = _Audit(state, verifiers, size)
+        if size < state.integrated_size:
+            audit.add(
+                FindingKind.MISSING_SUBTREE,
+                size,
+                f"no stored leaf hashes in [{size}, {state.integrated_size}): the log's "
+                "integrated size is beyond its stored tree",
+            )
         if checkpoint is not None and (checkpoint.size, checkpoint.root_hash) != (
             state.integrated_size,
             state.root_hash,
@@ -186,37 +255,73 @@ async def audit_log(
                 "the latest checkpoint is not the log's integrated size and root",
             )
         await _walk(connection, audit, slice_size)
+        await _pending(connection, audit, slice_size)
         await _extras(connection, audit)
-    if checkpoint is not None:
-        if audit.data is None:
-            audit.add(FindingKind.ROOT_MISMATCH, size, "leaves are missing: no root to compare")
-        elif audit.data.root() != checkpoint.root_hash:
-            audit.add(
-                FindingKind.ROOT_MISMATCH, size, "the leaves do not make the checkpoint's root"
-            )
+    audit.finish(checkpoint)
     return LogAudit(name, checkpoint, state.sequenced_size, tuple(audit.findings))
 
 
+async def _trusted_latest(
+    connection: AsyncConnection, state: LogState, verifiers: VerifierSet
+) -> Checkpoint | None:
+    """The latest checkpoint row's, if it opens and matches its row; else the one at the log's
+    integrated size. The rows beyond it are reported by :func:`_extras`."""
+    latest = await store.latest_checkpoint_row(connection, state.log_id)
+    candidates = [latest] if latest is not None else []
+    if latest is None or latest[0] != state.integrated_size:
+        candidates += await store.checkpoints_between(
+            connection, state.log_id, state.integrated_size - 1, state.integrated_size
+        )
+    for size, root_hash, note in candidates:
+        with contextlib.suppress(TransparencyError):  # reported with the other checkpoints
+            opened = open_checkpoint(note, verifiers, origin=state.origin).checkpoint
+            if (opened.size, opened.root_hash) == (size, root_hash):
+                return opened
+    return None
+
+
+async def _hashed(
+    connection: AsyncConnection, log_id: int, sizes: list[tuple[int, int]]
+) -> dict[int, _Hashes]:
+    """The hashes of the leaves listed in ``sizes`` (``(index, data length)``, in order), their
+    data read in ranges of at most :data:`AUDIT_SLICE_BYTES` and dropped once hashed."""
+    ranges: list[tuple[int, int]] = []
+    first, last, held = -1, -1, 0
+    for index, length in sizes:
+        if first >= 0 and held + length > AUDIT_SLICE_BYTES:
+            ranges.append((first, last + 1))
+            first = -1
+        if first < 0:
+            first, held = index, 0
+        last, held = index, held + length
+    if first >= 0:
+        ranges.append((first, last + 1))
+    hashes: dict[int, _Hashes] = {}
+    for start, end in ranges:
+        for row in await store.leaves_between(connection, log_id, start, end):
+            hashes[row.index] = (leaf_hash(row.data), row.leaf_hash)
+    return hashes
+
+
 async def _walk(connection: AsyncConnection, audit: _Audit, slice_size: int) -> None:
-    """Every leaf, subtree and checkpoint from index 0, a slice of leaves per statement; within a
-    slice the trees are folded up to each checkpoint's size, to compare its root there."""
+    """Every leaf, subtree and checkpoint of the trusted tree from index 0, a slice of leaves at
+    a time; within a slice the trees are folded up to each checkpoint's size, to compare its root
+    there."""
     log_id, size = audit.state.log_id, audit.size
-    end_of_walk = max(audit.state.sequenced_size, size)
     after = -1  # checkpoints of sizes up to here are checked (the first one has size 0)
     start = 0
     while True:
-        end = min(start + slice_size, end_of_walk)
-        leaves = await store.leaves_between(connection, log_id, start, end)
-        rows = {row.index: row for row in leaves}
-        tree_end = min(end, size)
+        end = min(start + slice_size, size)
+        sizes = await store.leaf_sizes(connection, log_id, start, end, end - start)
+        rows = await _hashed(connection, log_id, sizes)
         tree = (
-            await store.subtrees_completed_between(connection, log_id, start, tree_end)
-            if start < tree_end
+            await store.subtrees_completed_between(connection, log_id, start, end)
+            if start < end
             else {}
         )
         position = start
         for checkpoint_size, root_hash, note in await store.checkpoints_between(
-            connection, log_id, after, tree_end
+            connection, log_id, after, end
         ):
             if checkpoint_size > position:
                 audit.leaves(position, checkpoint_size, rows, tree)
@@ -225,19 +330,38 @@ async def _walk(connection: AsyncConnection, audit: _Audit, slice_size: int) -> 
             audit.checkpoint(checkpoint_size, root_hash, note, tree_root)
         if end > position:
             audit.leaves(position, end, rows, tree)
-        after = max(after, tree_end)
-        if end >= end_of_walk:
+        after = max(after, end)
+        if end >= size:
             return
         start = end
 
 
+async def _pending(connection: AsyncConnection, audit: _Audit, slice_size: int) -> None:
+    """The leaves sequenced beyond the trusted tree, following the rows stored: the work is
+    bounded by them, not by the sequenced size in the log's row."""
+    log_id, position, end = audit.state.log_id, audit.size, audit.state.sequenced_size
+    while position < end:
+        sizes = await store.leaf_sizes(connection, log_id, position, end, slice_size)
+        stop = sizes[-1][0] + 1 if len(sizes) == slice_size else end
+        audit.pending(position, stop, await _hashed(connection, log_id, sizes))
+        position = stop
+
+
 async def _extras(connection: AsyncConnection, audit: _Audit) -> None:
-    """Leaves beyond the sequenced size, and subtree hashes beyond the integrated tree."""
+    """Leaves outside the sequenced range, checkpoint rows beyond the trusted one, and subtree
+    hashes beyond the integrated tree."""
     log_id = audit.state.log_id
-    for index in await store.leaf_indices_from(
-        connection, log_id, audit.state.sequenced_size, _LISTED
+    for index in await store.leaf_indices_outside(
+        connection, log_id, 0, audit.state.sequenced_size, _LISTED
     ):
-        audit.add(FindingKind.UNEXPECTED_LEAF, index, f"leaf {index} was never sequenced")
+        if index >= 0:
+            detail = f"leaf {index} was never sequenced"
+        else:
+            detail = f"leaf {index} has a negative index"
+        audit.add(FindingKind.UNEXPECTED_LEAF, index, detail)
+    for size in await store.checkpoint_sizes_outside(connection, log_id, 0, audit.size, _LISTED):
+        where = "below size 0" if size < 0 else f"beyond the latest trusted one ({audit.size})"
+        audit.add(FindingKind.CHECKPOINT_INVALID, size, f"a checkpoint row of size {size} {where}")
     expected = sum(audit.size >> level for level in range(audit.size.bit_length()))
     extra = await store.subtree_count(connection, log_id) - expected
     if extra > 0:

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.clock import utc_now
@@ -48,7 +49,7 @@ from conclave.platform.transparency.errors import (
     UnexpectedOrigin,
 )
 from conclave.platform.transparency.frontier import AppendedBatch, AppendFrontier
-from conclave.platform.transparency.hashing import EMPTY_ROOT, check_tree_size
+from conclave.platform.transparency.hashing import EMPTY_ROOT, check_tree_size, leaf_hash
 from conclave.platform.transparency.note import VerifierSet
 from conclave.platform.transparency.proofs import consistency_plan, inclusion_plan
 from conclave.platform.transparency.records import NoteSignature
@@ -106,6 +107,7 @@ class TransparencyLog:
         # seen is a safe bound for reads without asking the store again.
         self._integrated = state.integrated_size
         self._frontier: AppendFrontier | None = None
+        self._seen: tuple[tuple[int, datetime], datetime] | None = None
         self._listeners: list[Callable[[], None]] = []
 
     @classmethod
@@ -221,7 +223,8 @@ class TransparencyLog:
         leaves the log as it was, and the next integration does the work. ``inside_transaction``
         is awaited once the subtrees and checkpoint are written, before the log's row is moved
         and the transaction commits (tests stop a process there). :class:`LogCorrupted` if the
-        stored log contradicts itself (then nothing is signed)."""
+        stored log contradicts itself, or already holds a row where this pass writes (then
+        nothing is signed)."""
         now = self._clock()
         with store_errors():
             async with self._engine.begin() as connection:
@@ -232,10 +235,11 @@ class TransparencyLog:
                 waiting = state.sequenced_size - state.integrated_size
                 if waiting == 0:
                     return Integration(IntegrationOutcome.UP_TO_DATE)
-                # Clamped: a replica whose clock is behind the last signer's waits no longer
-                # than one interval.
+                # The stored time holds the cadence across replicas, but it is another clock's
+                # (or anyone's who may UPDATE the row): one interval after this process first saw
+                # that checkpoint is enough, whatever the stored time says.
                 elapsed = (now - state.integrated_at).total_seconds()
-                wait = min(self._interval - elapsed, self._interval)
+                wait = self._interval - max(elapsed, self._seen_for(state, now))
                 if wait > 0:
                     return Integration(
                         IntegrationOutcome.TOO_SOON, pending=waiting, wait_seconds=wait
@@ -249,12 +253,20 @@ class TransparencyLog:
                         "below its sequenced size"
                     )
                 batch = await _fold(frontier, [h for _, h in rows])
-                await store.insert_subtrees(connection, self._log_id, batch.stored)
                 checkpoint = Checkpoint(self.origin, batch.frontier.size, batch.root)
                 note = _sign(checkpoint, self._keys)
-                await store.insert_checkpoint(
-                    connection, self._log_id, checkpoint.size, batch.root, note, now
-                )
+                try:
+                    await store.insert_subtrees(connection, self._log_id, batch.stored)
+                    await store.insert_checkpoint(
+                        connection, self._log_id, checkpoint.size, batch.root, note, now
+                    )
+                except IntegrityError as error:
+                    # Only this pass writes beyond the integrated tree, under the lock: a row
+                    # already there was put by someone else, and every pass would meet it.
+                    raise LogCorrupted(
+                        f"the log {self._name!r} already stores a subtree or checkpoint beyond "
+                        f"its integrated size {start}"
+                    ) from error
                 if inside_transaction is not None:
                     await inside_transaction()
                 # Last, so the log's row (which appends update) is locked only for the commit.
@@ -266,6 +278,14 @@ class TransparencyLog:
         self._frontier = batch.frontier
         self._integrated = max(self._integrated, checkpoint.size)
         return Integration(IntegrationOutcome.INTEGRATED, checkpoint, note, pending=waiting - count)
+
+    def _seen_for(self, state: LogState, now: datetime) -> float:
+        """Seconds since this log object first saw the log's latest checkpoint (as ``state``
+        records it), by its own clock; counted again from ``now`` if that clock went back."""
+        key = (state.integrated_size, state.integrated_at)
+        if self._seen is None or self._seen[0] != key or now < self._seen[1]:
+            self._seen = (key, now)
+        return (now - self._seen[1]).total_seconds()
 
     async def _current_frontier(
         self, connection: AsyncConnection, state: LogState
@@ -321,7 +341,8 @@ class TransparencyLog:
 
     async def leaf(self, index: int) -> StoredLeaf:
         """The integrated leaf ``index``: its data and leaf hash. :class:`OutOfRange` for an
-        index that is no uint64, :class:`BeyondIntegrated` for one not yet in a checkpoint."""
+        index that is no uint64, :class:`BeyondIntegrated` for one not yet in a checkpoint,
+        :class:`LogCorrupted` for a leaf missing or whose data does not hash to its leaf hash."""
         check_tree_size(index, "leaf index")
         await self._require_integrated(index + 1, f"leaf index {index}")
         with store_errors():
@@ -329,6 +350,10 @@ class TransparencyLog:
                 found = await store.leaf(connection, self._log_id, index)
         if found is None:
             raise LogCorrupted(f"the log {self._name!r} misses its integrated leaf {index}")
+        # A reader proves the leaf hash, not the data: data that is not the hash's would be
+        # served under another entry's proof.
+        if leaf_hash(found.data) != found.leaf_hash:
+            raise LogCorrupted(f"the stored data of leaf {index} of {self._name!r} was altered")
         return found
 
     async def inclusion_proof(self, index: int, size: int) -> list[bytes]:

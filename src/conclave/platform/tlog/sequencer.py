@@ -59,18 +59,22 @@ class Limits:
         :class:`LeafTooLarge` beyond the limits."""
         if isinstance(entries, bytes | bytearray | str) or not isinstance(entries, Sequence):
             raise MalformedInput("a batch is a sequence of leaves, each bytes")
-        if len(entries) > self.batch_leaves:
-            raise LeafTooLarge(f"a batch holds at most {self.batch_leaves} leaves")
+        # Counted while iterating, never taken from len(): a sequence may report fewer items
+        # than it yields, and what is appended is what it yields.
+        leaves: list[bytes] = []
         total = 0
         for entry in entries:
+            if len(leaves) == self.batch_leaves:
+                raise LeafTooLarge(f"a batch holds at most {self.batch_leaves} leaves")
             if not isinstance(entry, bytes):
                 raise MalformedInput("a leaf is bytes")
             if len(entry) > self.leaf_bytes:
                 raise LeafTooLarge(f"a leaf is at most {self.leaf_bytes} bytes")
             total += len(entry)
-        if total > self.batch_bytes:
-            raise LeafTooLarge(f"a batch holds at most {self.batch_bytes} bytes of leaves")
-        return list(entries)
+            if total > self.batch_bytes:
+                raise LeafTooLarge(f"a batch holds at most {self.batch_bytes} bytes of leaves")
+            leaves.append(entry)
+        return leaves
 
 
 @dataclass

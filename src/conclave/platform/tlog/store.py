@@ -55,6 +55,12 @@ def _is_sqlite(connection: AsyncConnection) -> bool:
     return connection.dialect.name == "sqlite"
 
 
+def _bytes(value: Any) -> bytes:
+    # A row INSERTed by hand may hold text where the log writes bytes (SQLite keeps what it is
+    # given): read as its UTF-8 bytes, which then fail the hash checks, instead of a TypeError.
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
 def _state(row: Any) -> LogState:
     return LogState(
         log_id=row.log_id,
@@ -295,10 +301,73 @@ async def leaf(connection: AsyncConnection, log_id: int, index: int) -> StoredLe
     ).first()
     if row is None:
         return None
-    return StoredLeaf(index, bytes(row.data), bytes(row.leaf_hash))
+    return StoredLeaf(index, _bytes(row.data), _bytes(row.leaf_hash))
 
 
 # The audit's reads (conclave.platform.tlog.audit): the whole log, a slice at a time.
+
+
+async def read_snapshot(connection: AsyncConnection) -> None:
+    """Make every read of ``connection`` until its transaction ends see one snapshot of the
+    store; call it before any statement. PostgreSQL: a REPEATABLE READ transaction. SQLite: an
+    explicit read transaction (the driver begins one only before a write), which in WAL mode sees
+    the database as of its first read."""
+    if _is_sqlite(connection):
+        await connection.execute(text("BEGIN"))
+    else:
+        await connection.execution_options(isolation_level="REPEATABLE READ")
+
+
+async def latest_checkpoint_row(
+    connection: AsyncConnection, log_id: int
+) -> tuple[int, bytes, str] | None:
+    """``(size, root hash, note)`` of the log's largest checkpoint row."""
+    row = (
+        await connection.execute(
+            select(
+                tlog_checkpoints.c.tree_size, tlog_checkpoints.c.root_hash, tlog_checkpoints.c.note
+            )
+            .where(tlog_checkpoints.c.log_id == log_id)
+            .order_by(tlog_checkpoints.c.tree_size.desc())
+            .limit(1)
+        )
+    ).first()
+    return None if row is None else (row.tree_size, _bytes(row.root_hash), str(row.note))
+
+
+async def checkpoint_sizes_outside(
+    connection: AsyncConnection, log_id: int, first: int, last: int, limit: int
+) -> list[int]:
+    """The sizes of the log's checkpoint rows below ``first`` or above ``last`` (at most
+    ``limit``, smallest first)."""
+    rows = await connection.execute(
+        select(tlog_checkpoints.c.tree_size)
+        .where(
+            tlog_checkpoints.c.log_id == log_id,
+            or_(tlog_checkpoints.c.tree_size < first, tlog_checkpoints.c.tree_size > last),
+        )
+        .order_by(tlog_checkpoints.c.tree_size)
+        .limit(limit)
+    )
+    return [row.tree_size for row in rows]
+
+
+async def leaf_sizes(
+    connection: AsyncConnection, log_id: int, start: int, end: int, limit: int
+) -> list[tuple[int, int]]:
+    """``(index, data length)`` of the first ``limit`` stored leaves in ``[start, end)``, in
+    index order (the data itself is not read)."""
+    rows = await connection.execute(
+        select(tlog_leaves.c.leaf_index, func.length(tlog_leaves.c.data).label("length"))
+        .where(
+            tlog_leaves.c.log_id == log_id,
+            tlog_leaves.c.leaf_index >= start,
+            tlog_leaves.c.leaf_index < end,
+        )
+        .order_by(tlog_leaves.c.leaf_index)
+        .limit(limit)
+    )
+    return [(row.leaf_index, int(row.length or 0)) for row in rows]
 
 
 async def leaves_between(
@@ -314,16 +383,20 @@ async def leaves_between(
         )
         .order_by(tlog_leaves.c.leaf_index)
     )
-    return [StoredLeaf(row.leaf_index, bytes(row.data), bytes(row.leaf_hash)) for row in rows]
+    return [StoredLeaf(row.leaf_index, _bytes(row.data), _bytes(row.leaf_hash)) for row in rows]
 
 
-async def leaf_indices_from(
-    connection: AsyncConnection, log_id: int, start: int, limit: int
+async def leaf_indices_outside(
+    connection: AsyncConnection, log_id: int, start: int, end: int, limit: int
 ) -> list[int]:
-    """The indices of stored leaves at or beyond ``start`` (at most ``limit``, in order)."""
+    """The indices of stored leaves below ``start`` or at or beyond ``end`` (at most ``limit``,
+    in order)."""
     rows = await connection.execute(
         select(tlog_leaves.c.leaf_index)
-        .where(tlog_leaves.c.log_id == log_id, tlog_leaves.c.leaf_index >= start)
+        .where(
+            tlog_leaves.c.log_id == log_id,
+            or_(tlog_leaves.c.leaf_index < start, tlog_leaves.c.leaf_index >= end),
+        )
         .order_by(tlog_leaves.c.leaf_index)
         .limit(limit)
     )
@@ -364,6 +437,21 @@ async def subtree_count(connection: AsyncConnection, log_id: int) -> int:
     return int(count or 0)
 
 
+async def leaf_hash_count(connection: AsyncConnection, log_id: int) -> int:
+    """How many level-0 subtree hashes (the tree's leaf hashes) the log stores at indices from 0:
+    a bound on its integrated size that no single row can raise."""
+    count = await connection.scalar(
+        select(func.count())
+        .select_from(tlog_subtrees)
+        .where(
+            tlog_subtrees.c.log_id == log_id,
+            tlog_subtrees.c.level == 0,
+            tlog_subtrees.c.subtree_index >= 0,
+        )
+    )
+    return int(count or 0)
+
+
 async def checkpoints_between(
     connection: AsyncConnection, log_id: int, after: int, upto: int
 ) -> list[tuple[int, bytes, str]]:
@@ -378,4 +466,4 @@ async def checkpoints_between(
         )
         .order_by(tlog_checkpoints.c.tree_size)
     )
-    return [(row.tree_size, bytes(row.root_hash), str(row.note)) for row in rows]
+    return [(row.tree_size, _bytes(row.root_hash), str(row.note)) for row in rows]
