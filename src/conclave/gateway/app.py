@@ -34,7 +34,14 @@ from conclave.gateway.workers import WorkerPool
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.ratelimit import MemoryRateLimiter, Rate, RateLimiter, RedisRateLimiter
 from conclave.platform.runtime import Platform
+from conclave.platform.tlog.api import tlog_router
+from conclave.platform.tlog.integrator import LogIntegrator
+from conclave.platform.tlog.log import open_log
+from conclave.platform.tlog.published import PublishedLogs
 from conclave.settings import GatewaySettings
+
+CALLS_LOG = "calls"
+"""The transparency log of the gateway's governed tool calls (docs/transparency.md)."""
 
 
 def build_registry(
@@ -119,6 +126,13 @@ def create_app(
                 max_result_bytes=settings.max_result_bytes,
             )
             app.state.gateway = service
+            app.state.tlogs = PublishedLogs()
+            if settings.call_log:
+                calls = await open_log(runtime.engine, settings, CALLS_LOG)
+                integrator = LogIntegrator([calls], poll_seconds=settings.tlog_poll_seconds)
+                await integrator.start()
+                stack.push_async_callback(integrator.stop)
+                app.state.tlogs = PublishedLogs([calls])
             authenticator = app.state.authenticator
             await stack.enter_async_context(
                 mcp_endpoint.serving(authenticator, McpHandlers(service))
@@ -140,6 +154,7 @@ def create_app(
     )
     app.state.settings = settings
     app.include_router(router)
+    app.include_router(tlog_router)
     # Ids, metrics and the body cap still apply to it (see platform/fast_lane.py).
     app.add_fast_lane(EXECUTE_ROUTE, "POST")
     if settings.mcp_domain == "finance":
