@@ -155,7 +155,7 @@ def verify_receipt(
     (:class:`LeafMismatch`). Raises the core's errors otherwise."""
     if not isinstance(receipt, Receipt):
         raise MalformedInput("a receipt is a Receipt (Receipt.parse reads one)")
-    signed = _open_signed(receipt.checkpoint, verifiers, receipt.origin)
+    signed = open_log_checkpoint(receipt.checkpoint, verifiers, receipt.origin)
     checkpoint = signed.checkpoint
     if receipt.index >= checkpoint.size:
         raise OutOfRange(
@@ -184,13 +184,18 @@ def verify_consistency_bundle(
     (:func:`verify_extension`). The two opened checkpoints, old then new."""
     if not isinstance(bundle, ConsistencyBundle):
         raise MalformedInput("a bundle is a ConsistencyBundle (ConsistencyBundle.parse reads one)")
-    old = _open_signed(bundle.old, verifiers, origin)
-    new = _open_signed(bundle.new, verifiers, old.checkpoint.origin)
+    old = open_log_checkpoint(bundle.old, verifiers, origin)
+    new = open_log_checkpoint(bundle.new, verifiers, old.checkpoint.origin)
     verify_extension(old.checkpoint, new.checkpoint, list(bundle.proof))
     return old, new
 
 
-def _open_signed(note: str, verifiers: VerifierSet, origin: str | None) -> SignedCheckpoint:
+def open_log_checkpoint(
+    note: str, verifiers: VerifierSet, origin: str | None = None
+) -> SignedCheckpoint:
+    """Open a checkpoint as a receipt's reader must: with ``verifiers``, of ``origin`` if given,
+    and signed by a key named after its origin (C2SP: a log's key is named after its origin), not
+    only by some other key the reader also trusts."""
     signed = open_checkpoint(note, verifiers, origin=origin)
     by_log = [sig for sig in signed.note.signatures if sig.name == signed.checkpoint.origin]
     if not by_log:
