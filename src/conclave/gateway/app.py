@@ -19,6 +19,7 @@ from conclave.gateway.backends.catalogue import (
     load_catalogue,
 )
 from conclave.gateway.builtin import BUILTIN_TOOLS
+from conclave.gateway.call_log import CALLS_LOG
 from conclave.gateway.finance import FINANCE_ALIASES
 from conclave.gateway.finance_api import finance_router
 from conclave.gateway.interrupted_calls import InterruptedCalls, sweeping
@@ -36,12 +37,9 @@ from conclave.platform.ratelimit import MemoryRateLimiter, Rate, RateLimiter, Re
 from conclave.platform.runtime import Platform
 from conclave.platform.tlog.api import tlog_router
 from conclave.platform.tlog.integrator import LogIntegrator
-from conclave.platform.tlog.log import open_log
+from conclave.platform.tlog.log import TransparencyLog, open_log
 from conclave.platform.tlog.published import PublishedLogs
 from conclave.settings import GatewaySettings
-
-CALLS_LOG = "calls"
-"""The transparency log of the gateway's governed tool calls (docs/transparency.md)."""
 
 
 def build_registry(
@@ -115,6 +113,13 @@ def create_app(
                 settings.tool_workers, max_reply_bytes=2 * settings.max_result_bytes + 65_536
             )
             stack.push_async_callback(workers.close)
+            logs: list[TransparencyLog] = []
+            if settings.call_log:
+                logs.append(await open_log(runtime.engine, settings, CALLS_LOG))
+                integrator = LogIntegrator(logs, poll_seconds=settings.tlog_poll_seconds)
+                await integrator.start()
+                stack.push_async_callback(integrator.stop)
+            app.state.tlogs = PublishedLogs(logs)
             service = GatewayService(
                 registry,
                 runtime,
@@ -124,15 +129,9 @@ def create_app(
                 default_timeout=settings.tool_timeout_seconds,
                 max_depth=settings.max_json_depth,
                 max_result_bytes=settings.max_result_bytes,
+                call_log=logs[0] if logs else None,
             )
             app.state.gateway = service
-            app.state.tlogs = PublishedLogs()
-            if settings.call_log:
-                calls = await open_log(runtime.engine, settings, CALLS_LOG)
-                integrator = LogIntegrator([calls], poll_seconds=settings.tlog_poll_seconds)
-                await integrator.start()
-                stack.push_async_callback(integrator.stop)
-                app.state.tlogs = PublishedLogs([calls])
             authenticator = app.state.authenticator
             await stack.enter_async_context(
                 mcp_endpoint.serving(authenticator, McpHandlers(service))
