@@ -9,12 +9,14 @@ import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
 import httpx
 from redis.asyncio import Redis
+
+from conclave.platform.transparency import generate_key
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN = os.environ.get("BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -65,6 +67,10 @@ class Scratch:
 
     database: str
     prefix: str
+    calls_log_key: str = field(
+        default_factory=lambda: generate_key("conclave.localhost/calls")[0], repr=False
+    )
+    """The signer key of the gateway's calls log (on PostgreSQL a log's key must be given)."""
 
     @property
     def dsn(self) -> str:
@@ -82,6 +88,7 @@ class Scratch:
             "CONCLAVE_DATABASE_URL": self.url,
             "CONCLAVE_BUS_URL": REDIS_URL,
             "BUS_STREAM_PREFIX": self.prefix,
+            "CONCLAVE_TLOG_SIGNER_KEYS": self.calls_log_key,
         }
 
     async def count(self, query: str) -> int:

@@ -153,6 +153,9 @@ def test_settings(**overrides: Any) -> GatewaySettings:
         "outbox_poll_seconds": 0.05,
         "outbox_max_backoff_seconds": 0.2,
         "load_entry_points": False,
+        # The calls log is tested where it is the subject (tests/gateway/test_call_log.py), with a
+        # data folder of the test's own for its embedded key.
+        "call_log": False,
     }
     values.update(overrides)
     return GatewaySettings(**values)

@@ -37,6 +37,7 @@ from redis.asyncio import Redis as AsyncRedis
 from sqlalchemy import text
 
 from conclave.platform.db.engine import create_engine
+from conclave.platform.transparency import generate_key
 from tests.conftest import POSTGRES_URL, REDIS_URL, isolated_postgres, missing_service
 from tests.faults import qdrant_server as qdrant_server_module
 from tests.httpserver import free_port
@@ -255,6 +256,8 @@ def _environment(topology: Topology, ports: dict[str, int], qdrant_port: int) ->
         "BUS_CLAIM_IDLE_SECONDS": "2",
         "CONCLAVE_SEMANTIC_MEMORY_URL": f"http://127.0.0.1:{qdrant_port}",
         "CONCLAVE_DATA_DIR": str(topology.data_dir),
+        # On PostgreSQL the gateway's calls log needs its signer key (no key is generated there).
+        "CONCLAVE_TLOG_SIGNER_KEYS": generate_key("conclave.localhost/calls")[0],
         "CONCLAVE_API_TOKENS": f"{TOKEN}={USER}",
         # The fault suite tests outages, not per-user access: its one user is an operator, so
         # reads answer for the whole deployment as they did before collections had owners.

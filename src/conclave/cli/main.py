@@ -9,6 +9,7 @@ from conclave.cli.edge import edge_app
 from conclave.cli.migrate import migrate_command
 from conclave.cli.outbox import outbox_app
 from conclave.cli.run import serve, up
+from conclave.cli.verify import verify_app
 from conclave.cli.worker import worker_app
 
 app = typer.Typer(
@@ -24,6 +25,7 @@ app.add_typer(worker_app, name="worker")
 app.add_typer(collector_app, name="collector")
 app.add_typer(edge_app, name="edge")
 app.add_typer(outbox_app, name="outbox")
+app.add_typer(verify_app, name="verify")
 
 
 def main() -> None:

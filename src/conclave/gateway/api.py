@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute
 
 from conclave import __version__
 from conclave.gateway import store
+from conclave.gateway.call_log import receipt_path
 from conclave.gateway.formats import render
 from conclave.gateway.models import (
     CORRELATION_ID_PATTERN,
@@ -185,6 +186,9 @@ async def execute(request: Request) -> Response:
         "warnings": outcome.warnings,
         "duration_ms": outcome.duration_ms,
     }
+    if outcome.log_index is not None:
+        content["log_index"] = outcome.log_index
+        content["receipt"] = receipt_path(outcome.log_index)
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
     return CompactJSONResponse(content, headers=headers)
 
@@ -265,4 +269,5 @@ def _tool_call(row: AuditRow) -> ToolCall:
         duration_ms=row.duration_ms,
         created_at=rfc3339(row.created_at),
         completed_at=rfc3339(row.completed_at) if row.completed_at else None,
+        log_index=row.log_index,
     )

@@ -19,6 +19,7 @@ from conclave.gateway.backends.catalogue import (
     load_catalogue,
 )
 from conclave.gateway.builtin import BUILTIN_TOOLS
+from conclave.gateway.call_log import CALLS_LOG
 from conclave.gateway.finance import FINANCE_ALIASES
 from conclave.gateway.finance_api import finance_router
 from conclave.gateway.interrupted_calls import InterruptedCalls, sweeping
@@ -34,6 +35,10 @@ from conclave.gateway.workers import WorkerPool
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.ratelimit import MemoryRateLimiter, Rate, RateLimiter, RedisRateLimiter
 from conclave.platform.runtime import Platform
+from conclave.platform.tlog.api import tlog_router
+from conclave.platform.tlog.integrator import LogIntegrator
+from conclave.platform.tlog.log import TransparencyLog, open_log
+from conclave.platform.tlog.published import PublishedLogs
 from conclave.settings import GatewaySettings
 
 
@@ -108,6 +113,13 @@ def create_app(
                 settings.tool_workers, max_reply_bytes=2 * settings.max_result_bytes + 65_536
             )
             stack.push_async_callback(workers.close)
+            logs: list[TransparencyLog] = []
+            if settings.call_log:
+                logs.append(await open_log(runtime.engine, settings, CALLS_LOG))
+                integrator = LogIntegrator(logs, poll_seconds=settings.tlog_poll_seconds)
+                await integrator.start()
+                stack.push_async_callback(integrator.stop)
+            app.state.tlogs = PublishedLogs(logs)
             service = GatewayService(
                 registry,
                 runtime,
@@ -117,6 +129,7 @@ def create_app(
                 default_timeout=settings.tool_timeout_seconds,
                 max_depth=settings.max_json_depth,
                 max_result_bytes=settings.max_result_bytes,
+                call_log=logs[0] if logs else None,
             )
             app.state.gateway = service
             authenticator = app.state.authenticator
@@ -140,6 +153,7 @@ def create_app(
     )
     app.state.settings = settings
     app.include_router(router)
+    app.include_router(tlog_router)
     # Ids, metrics and the body cap still apply to it (see platform/fast_lane.py).
     app.add_fast_lane(EXECUTE_ROUTE, "POST")
     if settings.mcp_domain == "finance":

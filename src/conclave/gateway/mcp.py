@@ -33,6 +33,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from conclave import __version__
+from conclave.gateway.call_log import receipt_path
 from conclave.gateway.formats import render
 from conclave.gateway.mcp_refusals import (
     invalid_request_id,
@@ -45,6 +46,7 @@ from conclave.gateway.mcp_versions import (
     call_result_fields_too_new,
     tool_for_version,
 )
+from conclave.gateway.outcome import Outcome
 from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.platform.auth import Authenticator, Principal
 from conclave.platform.errors import ConclaveError, Unauthorized
@@ -119,6 +121,7 @@ class McpHandlers:
                 "conclave_id": outcome.conclave_id,
                 "code": outcome.error_code,
                 "orthodoxy_status": outcome.orthodoxy_status,
+                **_receipt_meta(outcome),
             }
             return _error_result(f"{outcome.error_code}: {detail}", conclave)
         text = json.dumps(outcome.result, ensure_ascii=False)
@@ -132,12 +135,21 @@ class McpHandlers:
             "conclave_id": outcome.conclave_id,
             "orthodoxy_status": outcome.orthodoxy_status,
             "warnings": outcome.warnings,
+            **_receipt_meta(outcome),
         }
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)],
             structured_content=structured,
             _meta={"conclave": meta},
         )
+
+
+def _receipt_meta(outcome: Outcome) -> dict[str, Any]:
+    """The call's place in the transparency log ``calls``, for ``_meta.conclave`` (MCP has no
+    field of its own for it)."""
+    if outcome.log_index is None:
+        return {}
+    return {"log_index": outcome.log_index, "receipt": receipt_path(outcome.log_index)}
 
 
 def _error_result(text: str, conclave: dict[str, Any]) -> types.CallToolResult:

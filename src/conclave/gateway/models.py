@@ -41,6 +41,14 @@ class ExecuteResponse(BaseModel):
     result: Any
     warnings: list[str]
     duration_ms: float
+    log_index: int | None = Field(
+        None, description="The call's leaf index in the transparency log 'calls' (if kept)."
+    )
+    receipt: str | None = Field(
+        None,
+        description="Path of the call's receipt (GET; 404 BEYOND_LOG until the next checkpoint "
+        "is signed, within about a second).",
+    )
 
 
 class ToolCatalogue(BaseModel):
@@ -70,3 +78,6 @@ class ToolCall(BaseModel):
     duration_ms: float | None
     created_at: str
     completed_at: str | None
+    log_index: int | None = Field(
+        None, description="The call's leaf index in the transparency log 'calls' (if kept)."
+    )

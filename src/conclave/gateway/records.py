@@ -41,6 +41,8 @@ class AuditRow:
     error_message: str | None = None
     duration_ms: float | None = None
     completed_at: datetime | None = None
+    log_index: int | None = None
+    """The call's leaf index in the transparency log ``calls`` (None: not in the log)."""
 
     def finish(self, outcome: Outcome) -> None:
         """Record how the call ended (its result already checked storable by the chain)."""
@@ -68,4 +70,5 @@ class AuditRow:
             error_code=self.error_code,
             error_message=self.error_message,
             replayed=replayed,
+            log_index=self.log_index,
         )

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from conclave.gateway import store
+from conclave.gateway.call_log import call_entry
 from conclave.gateway.events import call_event
 from conclave.gateway.finance import RewriteError
 from conclave.gateway.limits import CallLimits
@@ -54,6 +55,7 @@ from conclave.platform.inputs import UnsafeInput, escape_text
 from conclave.platform.outbox import outbox_write
 from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
+from conclave.platform.tlog.log import TransparencyLog
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +143,10 @@ class GatewayService:
         default_timeout: float,
         max_depth: int,
         max_result_bytes: int,
+        call_log: TransparencyLog | None = None,
     ) -> None:
         self.registry = registry
+        self._call_log = call_log
         self._platform = platform
         self._metrics = metrics
         self._limits = limits
@@ -377,12 +381,12 @@ class GatewayService:
             error_message=message,
         )
         row.finish(outcome)
-        audit = store.finish_call(row) if call.prerecorded else store.record_call(row)
-        writes = (audit, outbox_write(call_event(row)))
         # The tool has run: keep trying for a moment so a store blip does not lose its audit row.
         for attempt in range(_FINISH_ATTEMPTS):
             try:
-                await self._platform.writer.write(*writes)
+                outcome = await self._logged(row, outcome)
+                audit = store.finish_call(row) if call.prerecorded else store.record_call(row)
+                await self._platform.writer.write(audit, outbox_write(call_event(row)))
                 break
             except IntegrityError:
                 # A read-only call lost an idempotency race: answer with the winner's outcome.
@@ -416,6 +420,7 @@ class GatewayService:
         row.finish(outcome)
         if errors:
             row.warnings = [f"{e['field']}: {e['message']}" for e in errors]
+        outcome = await self._logged(row, outcome)
         try:
             await self._platform.writer.write(store.record_call(row), outbox_write(call_event(row)))
         except IntegrityError:
@@ -423,6 +428,17 @@ class GatewayService:
         known = self.registry.resolve(call.command.tool) is not None
         self._metrics.observe(row.tool_name if known else None, REJECTED, HERETICAL, 0.0)
         return outcome
+
+    async def _logged(self, row: AuditRow, outcome: Outcome) -> Outcome:
+        """Append the finished call to the log ``calls`` (once: a retry keeps its leaf) and
+        record its leaf index in the row and the outcome. Appends of concurrent calls share one
+        transaction (the log's sequencer groups them), as their audit rows do."""
+        if self._call_log is None:
+            return outcome
+        if row.log_index is None:
+            appended = await self._call_log.append([call_entry(row)])
+            row.log_index = appended.start
+        return replace(outcome, log_index=row.log_index)
 
     async def _replay(self, command: ExecuteCommand, fingerprint: str | None) -> Outcome | None:
         assert command.idempotency_key is not None

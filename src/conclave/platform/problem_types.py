@@ -236,6 +236,17 @@ class ProblemCode(StrEnum):
     INVALID_NONCE = "INVALID_NONCE", (401,), "Invalid nonce", "The nonce is not usable."
     REPLAYED_REQUEST = ("REPLAYED_REQUEST", (401,), "Replayed request",
         "This signed request was already used.")
+    # Transparency logs: every service that publishes one (docs/transparency.md).
+    LOG_NOT_FOUND = ("LOG_NOT_FOUND", (404,), "Log not found",
+        "This service publishes no transparency log of this name.")
+    BEYOND_LOG = ("BEYOND_LOG", (404,), "Beyond the log",
+        "The leaf index or tree size is past the log's latest signed checkpoint; it may be there "
+        "after the next one (within `CONCLAVE_TLOG_CHECKPOINT_INTERVAL_SECONDS`).")
+    CHECKPOINT_NOT_FOUND = ("CHECKPOINT_NOT_FOUND", (404,), "Checkpoint not found",
+        "The log signed no checkpoint of this tree size (it signs the sizes it integrated at).")
+    INVALID_LOG_RANGE = ("INVALID_LOG_RANGE", (422,), "Invalid log range",
+        "The index or sizes cannot be proven: an index at or beyond the tree size, a consistency "
+        "proof to a smaller tree, a negative number.")
     # fmt: on
 
 

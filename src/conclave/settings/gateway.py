@@ -110,6 +110,13 @@ class GatewaySettings(CommonSettings):
         description="Answer plain stateless tools/call and tools/list requests without building "
         "an SDK session per request (false: every /mcp request goes through the SDK transport).",
     )
+    call_log: bool = Field(
+        True,
+        alias="GATEWAY_CALL_LOG",
+        description="Append every governed tool call to the transparency log 'calls' and publish "
+        "it under /logs/calls (docs/transparency.md); on PostgreSQL the log's signer key must be "
+        "in CONCLAVE_TLOG_SIGNER_KEYS.",
+    )
 
     _split_lists = field_validator(
         "tool_modules", "mcp_allowed_hosts", "tool_catalogues", mode="before"

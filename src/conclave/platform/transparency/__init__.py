@@ -46,6 +46,13 @@ from conclave.platform.transparency.proofs import (
     root_plan,
     tree_root,
 )
+from conclave.platform.transparency.receipt import (
+    ConsistencyBundle,
+    LeafMismatch,
+    Receipt,
+    verify_consistency_bundle,
+    verify_receipt,
+)
 from conclave.platform.transparency.records import Note, NoteSignature
 from conclave.platform.transparency.subtrees import HashSource, ProofPlan, Subtree, SubtreeHash
 from conclave.platform.transparency.verify import verify_consistency, verify_inclusion
@@ -56,9 +63,11 @@ __all__ = [
     "AppendFrontier",
     "AppendedBatch",
     "Checkpoint",
+    "ConsistencyBundle",
     "HashSource",
     "InMemoryHashSource",
     "InvalidSignature",
+    "LeafMismatch",
     "MalformedCheckpoint",
     "MalformedInput",
     "MalformedKey",
@@ -70,6 +79,7 @@ __all__ = [
     "NoteVerifier",
     "OutOfRange",
     "ProofPlan",
+    "Receipt",
     "RootMismatch",
     "SignedCheckpoint",
     "Subtree",
@@ -94,6 +104,8 @@ __all__ = [
     "sign_note",
     "tree_root",
     "verify_consistency",
+    "verify_consistency_bundle",
     "verify_extension",
     "verify_inclusion",
+    "verify_receipt",
 ]

@@ -1,0 +1,74 @@
+"""The gateway's transparency log of tool calls, ``calls``: one leaf per governed call, appended
+when the call's audit row is written, so anyone holding the log's key can check that a call the
+gateway answered is recorded, and that no recorded call was later removed or changed.
+
+A leaf's entry is the call's audit facts in the versioned, canonical serialisation
+``conclave.call/v1``: a JSON object with sorted keys, no white space, ASCII only (``\\uXXXX``
+escapes), holding
+
+    format             "conclave.call/v1"
+    conclave_id        the call's id (its audit row's key)
+    tool               the tool that ran (canonical name); requested_tool: the name asked for
+    user_sha256        SHA-256 (hex) of the caller's user id
+    created_at         RFC 3339, when the call was asked for; completed_at: when it ended
+    status, orthodoxy_status, http_status, error_code   how it ended
+    args_sha256        SHA-256 (hex) of the canonical JSON of the arguments as audited (redacted)
+    result_sha256      SHA-256 (hex) of the canonical JSON of the result as audited, or null
+
+Values are hashed, never written out: leaf data is served to authenticated callers, and
+argument or result values may be confidential. Whoever holds the audit row (or the call's
+arguments and result) recomputes the hashes with :func:`canonical_json`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from conclave.gateway.records import AuditRow
+from conclave.platform.clock import rfc3339
+
+CALLS_LOG = "calls"
+"""The name of the log (its origin is ``<CONCLAVE_TLOG_ORIGIN>/calls``)."""
+
+CALL_FORMAT = "conclave.call/v1"
+"""The version of the entry's serialisation."""
+
+
+def canonical_json(value: Any) -> bytes:
+    """``value`` as canonical JSON: sorted keys, no white space, ASCII only. Values JSON cannot
+    hold (the audit row never stores one) are written as their ``str``."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+    ).encode("ascii")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def call_entry(row: AuditRow) -> bytes:
+    """The leaf entry of a finished call (``conclave.call/v1``)."""
+    return canonical_json(
+        {
+            "format": CALL_FORMAT,
+            "conclave_id": row.conclave_id,
+            "tool": row.tool_name,
+            "requested_tool": row.requested_tool,
+            "user_sha256": _sha256(row.user_id.encode("utf-8", "surrogatepass")),
+            "created_at": rfc3339(row.created_at),
+            "completed_at": rfc3339(row.completed_at) if row.completed_at else None,
+            "status": row.status,
+            "orthodoxy_status": row.orthodoxy_status,
+            "http_status": row.http_status,
+            "error_code": row.error_code,
+            "args_sha256": _sha256(canonical_json(row.args)),
+            "result_sha256": None if row.result is None else _sha256(canonical_json(row.result)),
+        }
+    )
+
+
+def receipt_path(index: int) -> str:
+    """Where the receipt of the call at leaf ``index`` is served (relative to the gateway)."""
+    return f"/logs/{CALLS_LOG}/receipt/{index}"

@@ -1,0 +1,147 @@
+"""The HTTP endpoints of the transparency logs a service publishes, mounted by any service that
+keeps logs (``app.include_router(tlog_router)`` with a :class:`PublishedLogs` on
+``app.state.tlogs``).
+
+Who may read what: a log exists so that outsiders can check it, so its checkpoints, keys, proofs
+and receipts are public (no credentials: they reveal hashes and sizes only). A leaf's data is the
+entry itself, so it is served to authenticated callers only.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import PlainTextResponse
+
+from conclave.platform.http import CurrentPrincipal
+from conclave.platform.openapi import problem_responses
+from conclave.platform.tlog.models import (
+    ConsistencyBundleRead,
+    ConsistencyProofRead,
+    InclusionProofRead,
+    LeafRead,
+    LogKey,
+    LogKeys,
+    LogList,
+    ReceiptRead,
+)
+from conclave.platform.tlog.published import PublishedLogs
+from conclave.platform.transparency import base64text
+
+tlog_router = APIRouter(prefix="/logs", tags=["transparency"])
+
+# A checkpoint of a given size never changes once signed; the latest one changes at most once a
+# checkpoint interval.
+_IMMUTABLE = "public, max-age=31536000, immutable"
+_LATEST = "no-cache"
+_NOTE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/plain": {"schema": {"type": "string"}}}}
+}
+
+
+async def _published(request: Request) -> PublishedLogs:
+    logs = getattr(request.app.state, "tlogs", None)
+    return logs if isinstance(logs, PublishedLogs) else PublishedLogs()
+
+
+Logs = Annotated[PublishedLogs, Depends(_published)]
+
+
+def _note(text: str, cache: str) -> PlainTextResponse:
+    return PlainTextResponse(
+        text, media_type="text/plain; charset=utf-8", headers={"Cache-Control": cache}
+    )
+
+
+def _b64(hashes: list[bytes] | tuple[bytes, ...]) -> list[str]:
+    return [base64text.encode(item) for item in hashes]
+
+
+@tlog_router.get("", response_model=LogList)
+async def list_logs(logs: Logs) -> LogList:
+    """The transparency logs this service publishes."""
+    return LogList(logs=logs.names())
+
+
+@tlog_router.get("/{name}/checkpoint", response_class=PlainTextResponse, responses=_NOTE)
+async def latest_checkpoint(name: str, logs: Logs) -> PlainTextResponse:
+    """The log's latest signed checkpoint (C2SP tlog-checkpoint note)."""
+    return _note(await logs.latest_checkpoint(name), _LATEST)
+
+
+@tlog_router.get(
+    "/{name}/checkpoint/{size}",
+    response_class=PlainTextResponse,
+    responses={**_NOTE, **problem_responses(422)},
+)
+async def checkpoint(name: str, size: int, logs: Logs) -> PlainTextResponse:
+    """The log's signed checkpoint of a tree size it signed."""
+    return _note(await logs.checkpoint(name, size), _IMMUTABLE)
+
+
+@tlog_router.get("/{name}/keys", response_model=LogKeys)
+async def keys(name: str, logs: Logs) -> LogKeys:
+    """The log's verifier keys: current ones first, then retired ones."""
+    log = logs.get_log_or_404(name)
+    current = {signer.verifier.vkey for signer in log.keys.signers}
+    return LogKeys(
+        origin=log.origin,
+        keys=[
+            LogKey(vkey=vkey, status="current" if vkey in current else "retired")
+            for vkey in log.keys.vkeys()
+        ],
+    )
+
+
+@tlog_router.get(
+    "/{name}/leaves/{index}", response_model=LeafRead, responses=problem_responses(422)
+)
+async def leaf(name: str, index: int, logs: Logs, _principal: CurrentPrincipal) -> LeafRead:
+    """An integrated leaf's data and leaf hash (authenticated callers only)."""
+    found = await logs.leaf(name, index)
+    return LeafRead(
+        index=found.index,
+        leaf_hash=base64text.encode(found.leaf_hash),
+        data=base64text.encode(found.data),
+    )
+
+
+@tlog_router.get(
+    "/{name}/proof/inclusion", response_model=InclusionProofRead, responses=problem_responses(422)
+)
+async def inclusion_proof(
+    name: str, logs: Logs, index: Annotated[int, Query()], size: Annotated[int, Query()]
+) -> InclusionProofRead:
+    """The RFC 9162 inclusion proof of a leaf in the tree of a size."""
+    proof = await logs.inclusion_proof(name, index, size)
+    return InclusionProofRead(index=index, size=size, inclusion_proof=_b64(proof))
+
+
+@tlog_router.get(
+    "/{name}/proof/consistency",
+    response_model=ConsistencyProofRead | ConsistencyBundleRead,
+    responses=problem_responses(422),
+)
+async def consistency_proof(
+    name: str,
+    logs: Logs,
+    from_size: Annotated[int, Query(alias="from")],
+    to_size: Annotated[int, Query(alias="to")],
+    checkpoints: Annotated[bool, Query()] = False,
+) -> ConsistencyProofRead | ConsistencyBundleRead:
+    """The RFC 9162 consistency proof between two tree sizes; with ``checkpoints=true``, the
+    consistency bundle of both signed checkpoints and the proof."""
+    if checkpoints:
+        bundle = await logs.consistency_bundle(name, from_size, to_size)
+        return ConsistencyBundleRead.model_validate(bundle.to_json())
+    proof = await logs.consistency_proof(name, from_size, to_size)
+    return ConsistencyProofRead(from_size=from_size, to_size=to_size, proof=_b64(proof))
+
+
+@tlog_router.get(
+    "/{name}/receipt/{index}", response_model=ReceiptRead, responses=problem_responses(422)
+)
+async def receipt(name: str, index: int, logs: Logs) -> ReceiptRead:
+    """A receipt of a leaf against the latest checkpoint (404 ``BEYOND_LOG`` until it is signed)."""
+    return ReceiptRead.model_validate((await logs.receipt(name, index)).to_json())

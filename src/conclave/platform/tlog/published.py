@@ -1,0 +1,128 @@
+"""The logs a service publishes over HTTP, and what its routes ask of them: checkpoints, leaves,
+proofs, receipts and consistency bundles, with the log's errors turned into problems.
+
+A service that keeps logs puts a :class:`PublishedLogs` on ``app.state.tlogs`` and mounts
+:data:`conclave.platform.tlog.api.tlog_router`; the routes find the logs there. The mapping of
+errors is the one place where the transparency hierarchy (which has no HTTP status, since the
+offline verifier runs it too) meets the platform's problem codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from conclave.platform.errors import NotFound, Unprocessable
+from conclave.platform.problem_types import ProblemCode
+from conclave.platform.tlog.errors import BeyondIntegrated, CheckpointNotFound
+from conclave.platform.tlog.log import TransparencyLog
+from conclave.platform.tlog.records import StoredLeaf
+from conclave.platform.transparency.checkpoint import Checkpoint
+from conclave.platform.transparency.errors import MalformedInput
+from conclave.platform.transparency.hashing import check_tree_size
+from conclave.platform.transparency.receipt import ConsistencyBundle, Receipt
+
+
+class PublishedLogs:
+    """The logs of one service, by name, and the reads its routes serve."""
+
+    def __init__(self, logs: Iterable[TransparencyLog] = ()) -> None:
+        self._logs = {log.name: log for log in logs}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._logs
+
+    def names(self) -> list[str]:
+        """The names of the logs published, sorted."""
+        return sorted(self._logs)
+
+    def get_log_or_404(self, name: str) -> TransparencyLog:
+        """The log ``name``; 404 ``LOG_NOT_FOUND`` if this service publishes none of that name."""
+        found = self._logs.get(name)
+        if found is None:
+            raise NotFound(
+                f"no transparency log named {name[:64]!r} here", code=ProblemCode.LOG_NOT_FOUND
+            )
+        return found
+
+    async def latest_checkpoint(self, name: str) -> str:
+        """The latest signed checkpoint of the log ``name``."""
+        with log_problems():
+            return await self.get_log_or_404(name).latest_checkpoint()
+
+    async def checkpoint(self, name: str, size: int) -> str:
+        """The signed checkpoint of ``size`` leaves of the log ``name``."""
+        with log_problems():
+            return await self.get_log_or_404(name).checkpoint(size)
+
+    async def leaf(self, name: str, index: int) -> StoredLeaf:
+        """The integrated leaf ``index`` of the log ``name``."""
+        with log_problems():
+            return await self.get_log_or_404(name).leaf(index)
+
+    async def inclusion_proof(self, name: str, index: int, size: int) -> list[bytes]:
+        """The inclusion proof of leaf ``index`` in the tree of ``size`` leaves."""
+        with log_problems():
+            return await self.get_log_or_404(name).inclusion_proof(index, size)
+
+    async def consistency_proof(self, name: str, old_size: int, new_size: int) -> list[bytes]:
+        """The consistency proof from ``old_size`` to ``new_size`` leaves. From the empty tree
+        it is empty (every tree extends it; RFC 9162 defines no proof), once ``new_size`` is
+        checked to be in the log."""
+        log = self.get_log_or_404(name)
+        with log_problems():
+            if old_size == 0:
+                check_tree_size(new_size)
+                integrated = (await log.state()).integrated_size
+                if new_size > integrated:
+                    raise BeyondIntegrated(
+                        f"tree size {new_size} is beyond the log, integrated up to {integrated}"
+                    )
+                return []
+            return await log.consistency_proof(old_size, new_size)
+
+    async def consistency_bundle(
+        self, name: str, old_size: int, new_size: int
+    ) -> ConsistencyBundle:
+        """The two signed checkpoints and the proof between them (``conclave.consistency/v1``);
+        404 ``CHECKPOINT_NOT_FOUND`` unless the log signed both sizes."""
+        proof = await self.consistency_proof(name, old_size, new_size)
+        old = await self.checkpoint(name, old_size)
+        new = await self.checkpoint(name, new_size)
+        return ConsistencyBundle(old, new, tuple(proof))
+
+    async def receipt(self, name: str, index: int) -> Receipt:
+        """A receipt of leaf ``index`` against the latest checkpoint (``conclave.receipt/v1``);
+        404 ``BEYOND_LOG`` while the leaf is not under a signed checkpoint yet."""
+        log = self.get_log_or_404(name)
+        with log_problems():
+            note = await log.latest_checkpoint()
+            size = checkpoint_of(note).size
+            if index >= size:
+                raise BeyondIntegrated(
+                    f"leaf {index} is not under the latest checkpoint ({size} leaves) yet"
+                )
+            leaf = await log.leaf(index)
+            proof = await log.inclusion_proof(index, size)
+        return Receipt(log.origin, index, leaf.leaf_hash, note, tuple(proof))
+
+
+def checkpoint_of(note: str) -> Checkpoint:
+    """The checkpoint a signed note of the log's own store holds (its signatures are the log's:
+    they are checked by readers, not here)."""
+    return Checkpoint.parse(note[: note.index("\n\n") + 1])
+
+
+@contextmanager
+def log_problems() -> Iterator[None]:
+    """Turn the logs' refusals of a request into problems: beyond the latest checkpoint 404
+    ``BEYOND_LOG``, a size never signed 404 ``CHECKPOINT_NOT_FOUND``, numbers that cannot be
+    proven 422 ``INVALID_LOG_RANGE``. Anything else (a corrupted log) stays a server fault."""
+    try:
+        yield
+    except BeyondIntegrated as error:
+        raise NotFound(str(error), code=ProblemCode.BEYOND_LOG) from None
+    except CheckpointNotFound as error:
+        raise NotFound(str(error), code=ProblemCode.CHECKPOINT_NOT_FOUND) from None
+    except MalformedInput as error:
+        raise Unprocessable(str(error), code=ProblemCode.INVALID_LOG_RANGE) from None
