@@ -182,8 +182,8 @@ class VectorIndexer:
                 after = rows[-1]
                 limit = self._page_limit(rows)
             if writing is not None:  # the sweep's last page
-                finishing, writing = writing, None
-                await finishing
+                await writing
+                writing = None
                 await self._acknowledged(sent)
                 total += len(sent)
         finally:
