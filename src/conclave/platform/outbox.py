@@ -30,6 +30,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from conclave.platform.background import finish_or_cancel
 from conclave.platform.bus.base import Event, EventBus
 from conclave.platform.bus.entry import PublishRefused, Refusal
 from conclave.platform.clock import as_utc, utc_now
@@ -150,16 +151,9 @@ class OutboxRelay:
         """Publish what can be published quickly, then stop."""
         if self._task is None:
             return
-        # Ask the loop to finish its pass rather than cancelling it: cancelling a task inside a
-        # database transaction can leave the driver (aiosqlite's thread) waiting forever.
         self._stopping = True
         self._wake.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout=5)
-        except TimeoutError:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await finish_or_cancel(self._task)
         self._task = None
 
     async def _run(self) -> None:

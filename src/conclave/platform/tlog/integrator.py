@@ -16,6 +16,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from conclave.platform.background import finish_or_cancel
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.errors import StoreUnavailable
 from conclave.platform.tlog.log import TransparencyLog
@@ -79,16 +80,9 @@ class LogIntegrator:
             return
         for item in self._logs:
             item.remove_append_listener(self.wake)
-        # As the outbox relay does: cancelling a task inside a transaction can leave the driver
-        # (aiosqlite's thread) waiting forever, so the loop is asked to finish its pass first.
         self._stopping = True
         self._wake.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout=5)
-        except TimeoutError:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await finish_or_cancel(self._task)
         self._task = None
 
     async def _run(self) -> None:
