@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import TypedDict, Unpack
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -63,6 +64,17 @@ MAX_LEAVES_PER_CHECKPOINT = 1 << 16
 checkpoints, one per interval."""
 
 _FOLD_SLICE = 2048
+
+
+class LogOptions(TypedDict, total=False):
+    """The keyword options of :class:`TransparencyLog` (see its constructor)."""
+
+    checkpoint_interval: float
+    max_leaf_bytes: int
+    max_batch_leaves: int
+    max_batch_bytes: int
+    max_leaves_per_checkpoint: int
+    clock: Callable[[], datetime]
 
 
 class TransparencyLog:
@@ -116,13 +128,7 @@ class TransparencyLog:
         engine: AsyncEngine,
         name: str,
         keys: LogKeys,
-        *,
-        checkpoint_interval: float = 1.0,
-        max_leaf_bytes: int = MAX_LEAF_BYTES,
-        max_batch_leaves: int = MAX_BATCH_LEAVES,
-        max_batch_bytes: int = MAX_BATCH_BYTES,
-        max_leaves_per_checkpoint: int = MAX_LEAVES_PER_CHECKPOINT,
-        clock: Callable[[], datetime] = utc_now,
+        **options: Unpack[LogOptions],
     ) -> TransparencyLog:
         """The log ``name``, created empty (with its signed checkpoint of size 0) if the store
         does not hold it yet. :class:`UnexpectedOrigin` if the store's log has another origin
@@ -130,7 +136,7 @@ class TransparencyLog:
         check_log_name(name)
         with store_errors():
             async with engine.begin() as connection:
-                now = clock()
+                now = options.get("clock", utc_now)()
                 if await store.create_log(connection, name, keys.origin, EMPTY_ROOT, now):
                     created = await _state_of(connection, name)
                     note = _sign(Checkpoint(keys.origin, 0, EMPTY_ROOT), keys)
@@ -139,17 +145,7 @@ class TransparencyLog:
                     )
                 state = await _state_of(connection, name)
                 latest = await store.latest_checkpoint(connection, state.log_id)
-        opened = cls(
-            engine,
-            state,
-            keys,
-            checkpoint_interval=checkpoint_interval,
-            max_leaf_bytes=max_leaf_bytes,
-            max_batch_leaves=max_batch_leaves,
-            max_batch_bytes=max_batch_bytes,
-            max_leaves_per_checkpoint=max_leaves_per_checkpoint,
-            clock=clock,
-        )
+        opened = cls(engine, state, keys, **options)
         opened._check_latest(latest)
         return opened
 
