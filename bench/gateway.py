@@ -3,8 +3,10 @@
 Run: ``.venv/bin/python -m bench.gateway [--seconds 10] [--concurrency 32]``
 
 Both servers are single uvicorn processes on loopback; the load generator runs in this process.
-The gateway commits every audit row (and its outbox event) to PostgreSQL before answering; at the
-end the bench checks that the number of audit rows equals the number of 200 answers.
+The gateway commits every audit row (and its outbox event, and its leaf queued for the
+transparency log ``calls``) to PostgreSQL before answering; at the end the bench checks that the
+number of audit rows equals the number of 200 answers, and that every call is in the log. The same
+gateway with its calls log off (``GATEWAY_CALL_LOG=false``) is measured too: what the log costs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ import time
 
 from bench.loadgen import LoadResult, run_load
 from bench.report import target
-from bench.servers import cpu_seconds, free_port, scratch_stores, start_process, wait_ready
+from bench.servers import (
+    Scratch,
+    cpu_seconds,
+    free_port,
+    scratch_stores,
+    start_process,
+    wait_ready,
+)
+from conclave.platform.transparency import generate_key
 
 BODY = {"tool": "echo", "args": {"message": "hello, conclave"}}
 MCP_BODY = {
@@ -55,16 +65,36 @@ def _row(name: str, result: LoadResult, cpu_ms: float) -> str:
 
 async def main(seconds: float, concurrency: int) -> None:
     async with scratch_stores() as stores:
-        bare_port, gateway_port = free_port(), free_port()
+        bare_port, gateway_port, unlogged_port = free_port(), free_port(), free_port()
         python = sys.executable
         bare = start_process(
             [python, "-m", "uvicorn", "bench.bare_app:app", "--port", str(bare_port),
              "--no-access-log", "--log-level", "warning"], {},
         )  # fmt: skip
-        gateway = start_process(
-            [python, "-m", "conclave.cli.main", "serve", "gateway", "--port", str(gateway_port)],
-            {**stores.env(), "CONCLAVE_AUTH": "disabled", "CONCLAVE_LOG_LEVEL": "WARNING"},
-        )
+        env = {
+            **stores.env(),
+            "CONCLAVE_AUTH": "disabled",
+            "CONCLAVE_LOG_LEVEL": "WARNING",
+            # On PostgreSQL the calls log signs with a configured key (none is generated there).
+            "CONCLAVE_TLOG_SIGNER_KEYS": generate_key("conclave.localhost/calls")[0],
+            "GATEWAY_CALL_LOG": "true",
+        }
+        serve = [python, "-m", "conclave.cli.main", "serve", "gateway", "--port"]
+        gateway = start_process([*serve, str(gateway_port)], env)
+        # Its own store: the calls log of the other gateway must hold exactly its calls.
+        async with scratch_stores("bench_unlogged") as unlogged_stores:
+            unlogged = start_process(
+                [*serve, str(unlogged_port)],
+                {**env, **unlogged_stores.env(), "GATEWAY_CALL_LOG": "false"},
+            )
+            try:
+                await wait_ready(unlogged_port, "/health")
+                without_log, without_log_cpu = await _measure(
+                    unlogged_port, unlogged.pid, concurrency, seconds
+                )
+            finally:
+                unlogged.terminate()
+                unlogged.wait(timeout=10)
         try:
             await wait_ready(bare_port, "/docs")
             await wait_ready(gateway_port, "/health")
@@ -77,6 +107,8 @@ async def main(seconds: float, concurrency: int) -> None:
             rows = await stores.count(
                 "SELECT count(*) FROM mcp_tool_calls WHERE status='succeeded'"
             )
+            calls = await stores.count("SELECT count(*) FROM mcp_tool_calls")
+            logged = await _logged_calls(stores)
             unpublished = await stores.unpublished()
             stream = await stores.stream_length("conclave.mcp.actions")
         finally:
@@ -90,20 +122,43 @@ async def main(seconds: float, concurrency: int) -> None:
     print("| endpoint | req/s | p50 ms | p99 ms | server CPU ms/req | errors |")
     print("|---|---:|---:|---:|---:|---:|")
     print(_row("bare FastAPI /execute (baseline)", baseline, baseline_cpu))
-    print(_row("governed /execute (Postgres + Redis)", governed, governed_cpu))
+    print(_row("governed /execute (Postgres + Redis, calls log)", governed, governed_cpu))
+    print(_row("governed /execute, calls log off", without_log, without_log_cpu))
     print(_row("MCP tools/call (Postgres + Redis)", mcp, mcp_cpu))
     print(f"ratio governed/bare: {ratio:.2f} (target >= 0.50); CPU per request "
           f"{baseline_cpu / governed_cpu:.2f} (server process only: PostgreSQL and Redis "
           "work on the other core)")  # fmt: skip
     mcp_ratio = mcp.throughput / governed.throughput if governed.throughput else 0.0
     print(f"ratio MCP/execute: {mcp_ratio:.2f} (target >= 0.70)")
+    log_cost = governed.throughput / without_log.throughput if without_log.throughput else 0.0
+    print(f"ratio with the calls log / without: {log_cost:.2f}")
     target("gateway: governed /execute / bare FastAPI", f"{ratio:.2f}", ">= 0.50", ratio >= 0.5)
+    target(
+        "gateway: governed /execute, every call in the log / bare",
+        f"{ratio:.2f}",
+        ">= 0.55",
+        ratio >= 0.55 and logged == calls,
+    )
     target("gateway: MCP tools/call / /execute", f"{mcp_ratio:.2f}", ">= 0.70", mcp_ratio >= 0.7)
     print(
         f"audit rows committed: {rows} for "
         f"{governed.statuses.get(200, 0) + mcp.statuses.get(200, 0)} answers 200 (+ warm-ups); "
-        f"events on the stream: {stream}; unpublished outbox rows: {unpublished}"
+        f"events on the stream: {stream}; unpublished outbox rows: {unpublished}; "
+        f"calls in a signed checkpoint of the log: {logged} of {calls}"
     )
+
+
+async def _logged_calls(stores: Scratch) -> int:
+    """The size of the calls log's latest checkpoint once it covers every audit row (or after 10
+    seconds): the integrator signs at most one checkpoint a second."""
+    count = stores.count
+    deadline = time.monotonic() + 10.0
+    while True:
+        calls = await count("SELECT count(*) FROM mcp_tool_calls")
+        logged = await count("SELECT coalesce(max(integrated_size), 0) FROM tlog_logs")
+        if logged >= calls or time.monotonic() > deadline:
+            return int(logged)
+        await asyncio.sleep(0.2)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ IN_THE_EVENT = {
     "status": "status",
     "orthodoxy_status": "orthodoxy_status",
     "correlation_id": None,  # the event's envelope, not its payload
-    "log_index": None,  # the receipt is the caller's; subscribers read the row or the log
+    "log_leaf_hash": None,  # the receipt is the caller's; subscribers read the row or the log
 }
 
 
@@ -60,7 +60,7 @@ def _finished_row() -> AuditRow:
         error_message="no error message",
         duration_ms=1.25,
         completed_at=datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC),
-        log_index=41,
+        log_leaf_hash=bytes(range(32)),
     )
 
 
@@ -111,7 +111,8 @@ def test_the_docs_name_every_column():
 
 
 def test_the_caller_sees_every_field_but_those_kept_back():
-    assert set(ToolCall.model_fields) == FIELDS - NOT_SHOWN_TO_THE_CALLER
+    # Plus the path of the call's receipt, made from its leaf hash.
+    assert set(ToolCall.model_fields) == FIELDS - NOT_SHOWN_TO_THE_CALLER | {"receipt"}
 
 
 async def test_a_stored_row_reads_back_as_it_was_written(backend: Backend):

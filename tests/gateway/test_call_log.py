@@ -15,7 +15,7 @@ import httpx
 
 from conclave.edge_client.receipts import check_receipt
 from conclave.gateway import store
-from conclave.gateway.call_log import call_entry, canonical_json
+from conclave.gateway.call_log import call_entry, canonical_json, receipt_path
 from tests.conftest import Backend, eventually
 from tests.gateway.conftest import GatewayClient, audit_rows
 
@@ -37,6 +37,11 @@ async def receipt_of(client: httpx.AsyncClient, path: str) -> bytes:
     return found
 
 
+def index_in(receipt: bytes) -> int:
+    index: int = json.loads(receipt)["index"]
+    return index
+
+
 async def keys(client: httpx.AsyncClient) -> list[str]:
     return [key["vkey"] for key in (await client.get("/logs/calls/keys")).json()["keys"]]
 
@@ -52,16 +57,18 @@ async def test_a_call_links_to_a_receipt_of_its_audit_facts(
         )
         assert answer.status_code == 200, answer.text
         body = answer.json()
-        index = body["log_index"]
-        assert body["receipt"] == f"/logs/calls/receipt/{index}"
+        hashed = body["log_leaf_hash"]
+        assert body["receipt"] == f"/logs/calls/receipt/by-hash/{hashed}"
         row = await store.get_call(backend.engine, body["conclave_id"])
-        assert row is not None and row.log_index == index
+        assert row is not None and row.log_leaf_hash == bytes.fromhex(hashed)
         shown = (await client.get(f"/calls/{body['conclave_id']}", headers=BEARER)).json()
-        assert shown["log_index"] == index
+        assert (shown["log_leaf_hash"], shown["receipt"]) == (hashed, body["receipt"])
 
         receipt = await receipt_of(client, body["receipt"])
         entry = call_entry(row)
+        assert hashlib.sha256(b"\x00" + entry).hexdigest() == hashed
         opened = check_receipt(receipt, await keys(client), entry)
+        index = index_in(receipt)
         assert opened.checkpoint.size > index
         leaf = (await client.get(f"/logs/calls/leaves/{index}", headers=BEARER)).json()
         assert base64.b64decode(leaf["data"]) == entry
@@ -89,10 +96,12 @@ async def test_rejected_and_failed_calls_are_in_the_log_without_their_values(
             await client.post("/execute", json=request, headers=BEARER)
         rows = await audit_rows(backend)
         assert len(rows) == 3
-        assert sorted(row.log_index for row in rows) == [0, 1, 2]
+        indices = []
         for row in rows:
-            receipt = await receipt_of(client, f"/logs/calls/receipt/{row.log_index}")
-            leaf = await client.get(f"/logs/calls/leaves/{row.log_index}", headers=BEARER)
+            assert row.log_leaf_hash is not None
+            receipt = await receipt_of(client, receipt_path(row.log_leaf_hash))
+            indices.append(index_in(receipt))
+            leaf = await client.get(f"/logs/calls/leaves/{indices[-1]}", headers=BEARER)
             data = base64.b64decode(leaf.json()["data"])
             facts = json.loads(data)
             assert b"hunter2" not in data and b"username" not in data
@@ -100,6 +109,7 @@ async def test_rejected_and_failed_calls_are_in_the_log_without_their_values(
             assert "ada" not in facts.values()
             assert facts["status"] == row.status
             check_receipt(receipt, await keys(client), data)
+        assert sorted(indices) == [0, 1, 2]
 
 
 async def test_concurrent_calls_get_distinct_leaves_and_all_verify(
@@ -116,14 +126,17 @@ async def test_concurrent_calls_get_distinct_leaves_and_all_verify(
                 for n in range(40)
             )
         )
-        indices = sorted(answer.json()["log_index"] for answer in answers)
-        assert indices == list(range(40))
+        assert len({answer.json()["log_leaf_hash"] for answer in answers}) == 40
         verifier_keys = await keys(client)
+        indices = []
         for answer in answers:
             body = answer.json()
             row = await store.get_call(backend.engine, body["conclave_id"])
             assert row is not None
-            check_receipt(await receipt_of(client, body["receipt"]), verifier_keys, call_entry(row))
+            receipt = await receipt_of(client, body["receipt"])
+            check_receipt(receipt, verifier_keys, call_entry(row))
+            indices.append(index_in(receipt))
+        assert sorted(indices) == list(range(40))
 
 
 async def test_without_the_log_answers_carry_no_receipt(
@@ -133,8 +146,8 @@ async def test_without_the_log_answers_carry_no_receipt(
         answer = await client.post(
             "/execute", json={"tool": "evaluate_expression", "args": {"expression": "1"}}
         )
-        assert "receipt" not in answer.json() and "log_index" not in answer.json()
-        assert (await audit_rows(backend))[0].log_index is None
+        assert "receipt" not in answer.json() and "log_leaf_hash" not in answer.json()
+        assert (await audit_rows(backend))[0].log_leaf_hash is None
         assert (await client.get("/logs/calls/checkpoint")).json()["code"] == "LOG_NOT_FOUND"
 
 
@@ -169,7 +182,8 @@ async def test_an_mcp_tools_call_carries_its_receipt_in_meta(
         answer = await client.post("/mcp", json=call, headers=headers)
         meta = answer.json()["result"]["_meta"]["conclave"]
         row = await store.get_call(backend.engine, meta["conclave_id"])
-        assert row is not None and meta["log_index"] == row.log_index
-        assert meta["receipt"] == f"/logs/calls/receipt/{row.log_index}"
+        assert row is not None and row.log_leaf_hash is not None
+        assert meta["log_leaf_hash"] == row.log_leaf_hash.hex()
+        assert meta["receipt"] == receipt_path(row.log_leaf_hash)
         receipt = await receipt_of(client, meta["receipt"])
         check_receipt(receipt, await keys(client), call_entry(row))

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -28,7 +29,7 @@ from conclave.platform.clock import utc_now
 from conclave.platform.db.batch import BatchWriter, Insert, Update, UpdateAll, group_writes
 from conclave.platform.db.batch_statement import batch_statement
 from conclave.platform.db.engine import create_engine
-from conclave.platform.db.schema import consumed_events, outbox_events
+from conclave.platform.db.schema import consumed_events, outbox_events, tlog_queue
 from conclave.platform.errors import StoreUnavailable
 
 
@@ -180,6 +181,12 @@ async def test_inserts_and_marks_are_one_statement_on_postgres(
     sql, arguments = statement
     assert sql.startswith("WITH ") and sql.count("INSERT INTO") == 2 and "UPDATE" in sql
     assert arguments[-1] == ["old"]
+    # A transparency log's queued leaf (bytes) joins the statement too.
+    leaf = {"log_id": 1, "leaf_hash": bytes(32), "data": b"\x00\xff", "queued_at": utc_now()}
+    queued = batch_statement(
+        postgres_engine.dialect, group_writes([*writes, Insert(tlog_queue, leaf)])
+    )
+    assert queued is not None and queued[0].count("INSERT INTO") == 3
     # A plain Update (executemany semantics, one row after another) keeps the transaction path.
     update = Update(outbox_events, "event_id", {"event_id": "x", "attempts": 3})
     assert batch_statement(postgres_engine.dialect, group_writes([*writes, update])) is None
@@ -271,6 +278,7 @@ _documents = Table(
     Column("count", Integer, nullable=False, default=5),
     Column("at", DateTime(timezone=True), nullable=False),
     Column("note", Text, nullable=True),
+    Column("blob", LargeBinary, nullable=True),
 )
 _stamped = Table(
     "batch_writer_stamped",
@@ -294,9 +302,14 @@ async def test_rows_are_stored_as_sqlalchemy_stores_them(
 ) -> None:
     moment = utc_now()
     samples = [
-        {"doc": None, "at": moment, "note": None},
-        {"doc": {"a": [1, "é", None], "b": {"c": 1.5}}, "at": moment, "note": "x\ty\nz\\"},
-        {"doc": [], "at": moment, "note": ""},
+        {"doc": None, "at": moment, "note": None, "blob": None},
+        {
+            "doc": {"a": [1, "é", None], "b": {"c": 1.5}},
+            "at": moment,
+            "note": "x\ty\nz\\",
+            "blob": bytes(range(256)),
+        },
+        {"doc": [], "at": moment, "note": "", "blob": b""},
     ]
     for index, values in enumerate(samples):
         await writer.write(Insert(_documents, {"sample_id": f"w{index}", **values}))
@@ -307,7 +320,7 @@ async def test_rows_are_stored_as_sqlalchemy_stores_them(
 
     columns = (
         _documents.c.doc.cast(Text), _documents.c.doc.is_(None), _documents.c.count,
-        _documents.c.at, _documents.c.note,
+        _documents.c.at, _documents.c.note, _documents.c.blob,
     )  # fmt: skip
     async with engine.connect() as connection:
         rows = {
@@ -322,3 +335,4 @@ async def test_rows_are_stored_as_sqlalchemy_stores_them(
     assert rows["w1"][2] == 5
     assert (stored_at if stored_at.tzinfo else stored_at.replace(tzinfo=UTC)) == moment
     assert stamp == "made-in-python"  # a Python-computed default still applies
+    assert [rows[f"w{index}"][5] for index in range(3)] == [None, bytes(range(256)), b""]

@@ -6,6 +6,7 @@ import typer
 
 from conclave.cli.collector import collector_app
 from conclave.cli.edge import edge_app
+from conclave.cli.log_keys import log_key_command
 from conclave.cli.migrate import migrate_command
 from conclave.cli.outbox import outbox_app
 from conclave.cli.run import serve, up
@@ -21,6 +22,7 @@ app = typer.Typer(
 app.command("up")(up)
 app.command("serve")(serve)
 app.command("migrate")(migrate_command)
+app.command("log-key")(log_key_command)
 app.add_typer(worker_app, name="worker")
 app.add_typer(collector_app, name="collector")
 app.add_typer(edge_app, name="edge")

@@ -23,6 +23,8 @@ from conclave.platform.logs import configure_logging
 from conclave.platform.request_origin import RequestSources, loopback_only_warning
 from conclave.platform.runtime import Platform
 from conclave.platform.serving import server_config
+from conclave.platform.tlog import LogKeyError, log_keys
+from conclave.platform.tlog.keys import is_embedded
 from conclave.settings import CollectorSettings, CommonSettings, GatewaySettings
 
 console = Console(stderr=True)
@@ -54,6 +56,24 @@ def _check_auth(settings: CommonSettings, *, allow_off_on_loopback: bool, host: 
         "CONCLAVE_AUTH=disabled to run without authentication on purpose."
     )
     raise typer.Exit(2)
+
+
+def _check_call_log_key(settings: CommonSettings) -> None:
+    """Refuse to start a gateway whose calls log has no signer key (outside embedded mode, where
+    none is generated), with what to do, rather than a traceback from its start-up."""
+    if not isinstance(settings, GatewaySettings) or not settings.call_log:
+        return
+    if is_embedded(settings):
+        return
+    try:
+        log_keys(settings, "calls")
+    except LogKeyError as exc:
+        console.print(
+            f"[red]error:[/red] {exc}. Make one with `conclave log-key calls` and set it in "
+            "CONCLAVE_TLOG_SIGNER_KEYS on every gateway replica, or set GATEWAY_CALL_LOG=false "
+            "to run without the transparency log of calls."
+        )
+        raise typer.Exit(2) from exc
 
 
 def _warn_if_loopback_only(settings: CommonSettings, bind: str) -> None:
@@ -88,6 +108,7 @@ def serve(
     settings = load_settings(service)
     bind = host or settings.host
     _check_auth(settings, allow_off_on_loopback=False, host=bind)
+    _check_call_log_key(settings)
     configure_logging(settings.log_level, settings.log_format)
     _warn_if_loopback_only(settings, bind)
     app = SERVICES[service].create_app(settings)

@@ -186,9 +186,9 @@ async def execute(request: Request) -> Response:
         "warnings": outcome.warnings,
         "duration_ms": outcome.duration_ms,
     }
-    if outcome.log_index is not None:
-        content["log_index"] = outcome.log_index
-        content["receipt"] = receipt_path(outcome.log_index)
+    if outcome.log_leaf_hash is not None:
+        content["log_leaf_hash"] = outcome.log_leaf_hash.hex()
+        content["receipt"] = receipt_path(outcome.log_leaf_hash)
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
     return CompactJSONResponse(content, headers=headers)
 
@@ -269,5 +269,6 @@ def _tool_call(row: AuditRow) -> ToolCall:
         duration_ms=row.duration_ms,
         created_at=rfc3339(row.created_at),
         completed_at=rfc3339(row.completed_at) if row.completed_at else None,
-        log_index=row.log_index,
+        log_leaf_hash=row.log_leaf_hash.hex() if row.log_leaf_hash else None,
+        receipt=receipt_path(row.log_leaf_hash) if row.log_leaf_hash else None,
     )

@@ -1,6 +1,7 @@
-"""The gateway's transparency log of tool calls, ``calls``: one leaf per governed call, appended
-when the call's audit row is written, so anyone holding the log's key can check that a call the
-gateway answered is recorded, and that no recorded call was later removed or changed.
+"""The gateway's transparency log of tool calls, ``calls``: one leaf per governed call, queued in
+the transaction that writes the call's audit row (the log's integrator gives it its index), so
+anyone holding the log's key can check that a call the gateway answered is recorded, and that no
+recorded call was later removed or changed.
 
 A leaf's entry is the call's audit facts in the versioned, canonical serialisation
 ``conclave.call/v1``: a JSON object with sorted keys, no white space, ASCII only (``\\uXXXX``
@@ -69,6 +70,7 @@ def call_entry(row: AuditRow) -> bytes:
     )
 
 
-def receipt_path(index: int) -> str:
-    """Where the receipt of the call at leaf ``index`` is served (relative to the gateway)."""
-    return f"/logs/{CALLS_LOG}/receipt/{index}"
+def receipt_path(hashed: bytes) -> str:
+    """Where the receipt of the call whose leaf hash is ``hashed`` is served (relative to the
+    gateway)."""
+    return f"/logs/{CALLS_LOG}/receipt/by-hash/{hashed.hex()}"

@@ -147,9 +147,12 @@ class McpHandlers:
 def _receipt_meta(outcome: Outcome) -> dict[str, Any]:
     """The call's place in the transparency log ``calls``, for ``_meta.conclave`` (MCP has no
     field of its own for it)."""
-    if outcome.log_index is None:
+    if outcome.log_leaf_hash is None:
         return {}
-    return {"log_index": outcome.log_index, "receipt": receipt_path(outcome.log_index)}
+    return {
+        "log_leaf_hash": outcome.log_leaf_hash.hex(),
+        "receipt": receipt_path(outcome.log_leaf_hash),
+    }
 
 
 def _error_result(text: str, conclave: dict[str, Any]) -> types.CallToolResult:

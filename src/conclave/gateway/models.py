@@ -41,13 +41,15 @@ class ExecuteResponse(BaseModel):
     result: Any
     warnings: list[str]
     duration_ms: float
-    log_index: int | None = Field(
-        None, description="The call's leaf index in the transparency log 'calls' (if kept)."
+    log_leaf_hash: str | None = Field(
+        None,
+        description="SHA-256 leaf hash (hex) of the call's entry in the transparency log 'calls' "
+        "(if kept); its receipt is found by it.",
     )
     receipt: str | None = Field(
         None,
-        description="Path of the call's receipt (GET; 404 BEYOND_LOG until the next checkpoint "
-        "is signed, within about a second).",
+        description="Path of the call's receipt (GET; 404 BEYOND_LOG until the checkpoint "
+        "covering the call is signed, about a second after the call).",
     )
 
 
@@ -78,6 +80,11 @@ class ToolCall(BaseModel):
     duration_ms: float | None
     created_at: str
     completed_at: str | None
-    log_index: int | None = Field(
-        None, description="The call's leaf index in the transparency log 'calls' (if kept)."
+    log_leaf_hash: str | None = Field(
+        None,
+        description="SHA-256 leaf hash (hex) of the call's entry in the transparency log 'calls' "
+        "(if kept); its receipt is found by it.",
+    )
+    receipt: str | None = Field(
+        None, description="Path of the call's receipt (GET; 404 BEYOND_LOG until it is signed)."
     )

@@ -36,8 +36,8 @@ class Outcome:
     error_message: str | None = None
     errors: list[dict[str, str]] | None = None
     replayed: bool = False
-    log_index: int | None = None
-    """The call's leaf index in the transparency log ``calls``, when it was appended."""
+    log_leaf_hash: bytes | None = None
+    """The leaf hash of the call's entry in the transparency log ``calls``, when it is kept."""
 
     def raise_if_failed(self) -> None:
         """Turn a failed outcome into the problem the caller receives."""

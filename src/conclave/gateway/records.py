@@ -41,8 +41,9 @@ class AuditRow:
     error_message: str | None = None
     duration_ms: float | None = None
     completed_at: datetime | None = None
-    log_index: int | None = None
-    """The call's leaf index in the transparency log ``calls`` (None: not in the log)."""
+    log_leaf_hash: bytes | None = None
+    """The leaf hash of the call's entry in the transparency log ``calls`` (None: not logged);
+    its index is given by the log's integrator, and its receipt found by this hash."""
 
     def finish(self, outcome: Outcome) -> None:
         """Record how the call ended (its result already checked storable by the chain)."""
@@ -70,5 +71,5 @@ class AuditRow:
             error_code=self.error_code,
             error_message=self.error_message,
             replayed=replayed,
-            log_index=self.log_index,
+            log_leaf_hash=self.log_leaf_hash,
         )

@@ -42,6 +42,7 @@ from conclave.gateway.tools import RuleViolation, ToolContext, ToolExecutionErro
 from conclave.gateway.validation import depth_exceeds, redact, schema_errors
 from conclave.gateway.workers import WorkerPool
 from conclave.platform.clock import utc_now
+from conclave.platform.db.batch import Insert
 from conclave.platform.db.engine import store_errors
 from conclave.platform.errors import (
     ConclaveError,
@@ -384,9 +385,9 @@ class GatewayService:
         # The tool has run: keep trying for a moment so a store blip does not lose its audit row.
         for attempt in range(_FINISH_ATTEMPTS):
             try:
-                outcome = await self._logged(row, outcome)
+                logged = self._queued_leaf(row)
                 audit = store.finish_call(row) if call.prerecorded else store.record_call(row)
-                await self._platform.writer.write(audit, outbox_write(call_event(row)))
+                await self._platform.writer.write(audit, outbox_write(call_event(row)), *logged)
                 break
             except IntegrityError:
                 # A read-only call lost an idempotency race: answer with the winner's outcome.
@@ -399,7 +400,7 @@ class GatewayService:
                 await asyncio.sleep(0.1 * 2**attempt)
         seconds = outcome.duration_ms / 1000
         self._metrics.observe(row.tool_name, outcome.status, outcome.orthodoxy_status, seconds)
-        return outcome
+        return self._logged(row, outcome)
 
     async def _record_rejection(self, call: _Call, rejection: Rejection) -> Outcome:
         code, message, errors, http_status = rejection
@@ -420,25 +421,33 @@ class GatewayService:
         row.finish(outcome)
         if errors:
             row.warnings = [f"{e['field']}: {e['message']}" for e in errors]
-        outcome = await self._logged(row, outcome)
+        logged = self._queued_leaf(row)
         try:
-            await self._platform.writer.write(store.record_call(row), outbox_write(call_event(row)))
+            await self._platform.writer.write(
+                store.record_call(row), outbox_write(call_event(row)), *logged
+            )
         except IntegrityError:
             return await self._conflicting_key(call.command, row.request_hash)
         known = self.registry.resolve(call.command.tool) is not None
         self._metrics.observe(row.tool_name if known else None, REJECTED, HERETICAL, 0.0)
-        return outcome
+        return self._logged(row, outcome)
 
-    async def _logged(self, row: AuditRow, outcome: Outcome) -> Outcome:
-        """Append the finished call to the log ``calls`` (once: a retry keeps its leaf) and
-        record its leaf index in the row and the outcome. Appends of concurrent calls share one
-        transaction (the log's sequencer groups them), as their audit rows do."""
+    def _queued_leaf(self, row: AuditRow) -> tuple[Insert, ...]:
+        """The write that queues the finished call in the log ``calls``, committed with its
+        audit row in the same group commit (no lock, no transaction of its own: the log's
+        integrator gives it its index); the row records the leaf hash its receipt is found by."""
         if self._call_log is None:
+            return ()
+        queued = self._call_log.queued(call_entry(row))
+        row.log_leaf_hash = queued.leaf_hash
+        return (queued.write,)
+
+    def _logged(self, row: AuditRow, outcome: Outcome) -> Outcome:
+        """``outcome`` with the call's leaf hash, once its audit row (and leaf) committed."""
+        if self._call_log is None or row.log_leaf_hash is None:
             return outcome
-        if row.log_index is None:
-            appended = await self._call_log.append([call_entry(row)])
-            row.log_index = appended.start
-        return replace(outcome, log_index=row.log_index)
+        self._call_log.notify_queued()
+        return replace(outcome, log_leaf_hash=row.log_leaf_hash)
 
     async def _replay(self, command: ExecuteCommand, fingerprint: str | None) -> Outcome | None:
         assert command.idempotency_key is not None

@@ -7,12 +7,12 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
-    BigInteger,
     Column,
     DateTime,
     Float,
     Index,
     Integer,
+    LargeBinary,
     String,
     Table,
     Text,
@@ -51,7 +51,7 @@ mcp_tool_calls = Table(
     Column("duration_ms", Float, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("completed_at", DateTime(timezone=True), nullable=True),
-    Column("log_index", BigInteger, nullable=True),
+    Column("log_leaf_hash", LargeBinary, nullable=True),
     Index("ix_mcp_tool_calls_created_at", "created_at"),
     Index("ix_mcp_tool_calls_tool_name", "tool_name"),
     Index(
@@ -119,7 +119,7 @@ def _outcome_columns(row: AuditRow) -> dict[str, Any]:
         "error_message": row.error_message,
         "duration_ms": row.duration_ms,
         "completed_at": row.completed_at,
-        "log_index": row.log_index,
+        "log_leaf_hash": row.log_leaf_hash,
     }
 
 

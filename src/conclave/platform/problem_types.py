@@ -242,6 +242,11 @@ class ProblemCode(StrEnum):
     BEYOND_LOG = ("BEYOND_LOG", (404,), "Beyond the log",
         "The leaf index or tree size is past the log's latest signed checkpoint; it may be there "
         "after the next one (within `CONCLAVE_TLOG_CHECKPOINT_INTERVAL_SECONDS`).")
+    LEAF_NOT_FOUND = ("LEAF_NOT_FOUND", (404,), "Leaf not found",
+        "No leaf of this leaf hash is in the log (a leaf queued moments ago is there once the "
+        "next checkpoint is signed).")
+    INVALID_LEAF_HASH = ("INVALID_LEAF_HASH", (422,), "Invalid leaf hash",
+        "A leaf hash is written as 64 hexadecimal digits (SHA-256).")
     CHECKPOINT_NOT_FOUND = ("CHECKPOINT_NOT_FOUND", (404,), "Checkpoint not found",
         "The log signed no checkpoint of this tree size (it signs the sizes it integrated at).")
     INVALID_LOG_RANGE = ("INVALID_LOG_RANGE", (422,), "Invalid log range",

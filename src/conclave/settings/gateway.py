@@ -111,12 +111,12 @@ class GatewaySettings(CommonSettings):
         "an SDK session per request (false: every /mcp request goes through the SDK transport).",
     )
     call_log: bool = Field(
-        False,
+        True,
         alias="GATEWAY_CALL_LOG",
-        description="Append every governed tool call to the transparency log 'calls' and publish "
-        "it under /logs/calls (docs/transparency.md); on PostgreSQL the log's signer key must be "
-        "in CONCLAVE_TLOG_SIGNER_KEYS. Off by default until the append shares the audit "
-        "batch's transaction (its own transaction costs a third of governed throughput).",
+        description="Queue every governed tool call for the transparency log 'calls' in its audit "
+        "row's transaction and publish the log under /logs/calls (docs/transparency.md). On "
+        "PostgreSQL the log's signer key must be in CONCLAVE_TLOG_SIGNER_KEYS (the gateway does "
+        "not start without it); embedded, a key is generated in the data folder.",
     )
 
     _split_lists = field_validator(

@@ -29,7 +29,18 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Column, DateTime, Enum, Float, Integer, String, Table
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Enum,
+    Float,
+    Integer,
+    LargeBinary,
+    String,
+    Table,
+)
 
 from conclave.platform.db.driver_writes import InsertPlan, Numbering, RowWrite, UpdateAllPlan
 
@@ -71,6 +82,9 @@ def _reader(column: Column[Any], dialect: Any, index: int) -> tuple[str, Reader 
     kind = column.type
     if isinstance(kind, JSON):  # SQLAlchemy's own text of the value, carried as a JSON string
         return f"(r->>{index})::{kind.compile(dialect=dialect)}", None
+    if isinstance(kind, LargeBinary):
+        # As hexadecimal text, after the column's bind processor (the driver's bytes type).
+        return f"decode(r->>{index}, 'hex')", _hex
     if kind.dialect_impl(dialect).bind_processor(dialect) is not None or isinstance(kind, Enum):
         return None
     if isinstance(kind, DateTime):
@@ -80,6 +94,10 @@ def _reader(column: Column[Any], dialect: Any, index: int) -> tuple[str, Reader 
     if isinstance(kind, Integer | Float | Boolean):
         return f"(r->>{index})::{kind.compile(dialect=dialect)}", None
     return None
+
+
+def _hex(value: bytes | None) -> str | None:
+    return None if value is None else value.hex()
 
 
 class _InsertPart:

@@ -107,6 +107,28 @@ tlog_leaves = Table(
     Column("leaf_hash", LargeBinary, nullable=False),
     Column("data", LargeBinary, nullable=False),
     PrimaryKeyConstraint("log_id", "leaf_index"),
+    # A receipt asked for by leaf hash (the answer of a queued append knows no index yet).
+    Index("ix_tlog_leaves_hash", "log_id", "leaf_hash", "leaf_index"),
+)
+
+# Leaves queued in their writer's own transaction (an audit row's, a pack's), without a lock:
+# the integrator gives them indices in queue order, moves them to `tlog_leaves` and deletes them
+# here, in the transaction that signs the checkpoint covering them (migration 0011). No index
+# beyond the key: each queued leaf is written once and deleted once, on the path of a call, and a
+# database holds a log or two, so the integrator's scan in key order skips few rows.
+tlog_queue = Table(
+    "tlog_queue",
+    metadata,
+    Column(
+        "queue_id",
+        BigInteger().with_variant(Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    Column("log_id", Integer, nullable=False),
+    Column("leaf_hash", LargeBinary, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Column("queued_at", DateTime(timezone=True), nullable=False),
 )
 
 # Every complete subtree of the integrated tree: 2^level leaves from subtree_index * 2^level.

@@ -19,7 +19,9 @@ from conclave.platform.tlog.log import TransparencyLog, open_log
 from conclave.platform.tlog.records import (
     Integration,
     IntegrationOutcome,
+    LeafLocation,
     LogState,
+    QueuedLeaf,
     StoredLeaf,
 )
 
@@ -30,6 +32,7 @@ __all__ = [
     "FindingKind",
     "Integration",
     "IntegrationOutcome",
+    "LeafLocation",
     "LeafTooLarge",
     "LogAudit",
     "LogCorrupted",
@@ -37,6 +40,7 @@ __all__ = [
     "LogKeyError",
     "LogKeys",
     "LogState",
+    "QueuedLeaf",
     "StoredLeaf",
     "TransparencyLog",
     "audit_log",

@@ -26,7 +26,7 @@ from conclave.platform.tlog.models import (
     LogList,
     ReceiptRead,
 )
-from conclave.platform.tlog.published import PublishedLogs
+from conclave.platform.tlog.published import PublishedLogs, leaf_hash_of_hex
 from conclave.platform.transparency import base64text
 
 tlog_router = APIRouter(prefix="/logs", tags=["transparency"])
@@ -145,3 +145,16 @@ async def consistency_proof(
 async def receipt(name: str, index: int, logs: Logs) -> ReceiptRead:
     """A receipt of a leaf against the latest checkpoint (404 ``BEYOND_LOG`` until it is signed)."""
     return ReceiptRead.model_validate((await logs.receipt(name, index)).to_json())
+
+
+@tlog_router.get(
+    "/{name}/receipt/by-hash/{leaf_hash}",
+    response_model=ReceiptRead,
+    responses=problem_responses(422),
+)
+async def receipt_by_hash(name: str, leaf_hash: str, logs: Logs) -> ReceiptRead:
+    """A receipt of the first leaf of this leaf hash (64 hexadecimal digits) against the latest
+    checkpoint: how the answer of a queued append (a tool call, an upload) links to its receipt
+    before its index is known. 404 ``BEYOND_LOG`` until the checkpoint covering it is signed."""
+    hashed = leaf_hash_of_hex(leaf_hash)
+    return ReceiptRead.model_validate((await logs.receipt_by_hash(name, hashed)).to_json())

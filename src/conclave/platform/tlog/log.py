@@ -26,7 +26,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.clock import utc_now
+from conclave.platform.db.batch import Insert
 from conclave.platform.db.engine import store_errors
+from conclave.platform.db.schema import tlog_queue
 from conclave.platform.tlog import store
 from conclave.platform.tlog.errors import (
     BeyondIntegrated,
@@ -34,7 +36,14 @@ from conclave.platform.tlog.errors import (
     LogCorrupted,
 )
 from conclave.platform.tlog.keys import LogKeys, check_log_name, log_keys
-from conclave.platform.tlog.records import Integration, IntegrationOutcome, LogState, StoredLeaf
+from conclave.platform.tlog.records import (
+    Integration,
+    IntegrationOutcome,
+    LeafLocation,
+    LogState,
+    QueuedLeaf,
+    StoredLeaf,
+)
 from conclave.platform.tlog.sequencer import (
     MAX_BATCH_BYTES,
     MAX_BATCH_LEAVES,
@@ -208,6 +217,23 @@ class TransparencyLog:
         for callback in self._listeners:
             callback()
 
+    def queued(self, entry: bytes) -> QueuedLeaf:
+        """The write that queues ``entry`` for the log, to commit in the caller's own transaction
+        (a :class:`~conclave.platform.db.batch.BatchWriter` write beside the row it logs), and
+        the leaf hash it will be found by. No lock and no index: the integrator gives queued
+        leaves their indices, in queue order, in the pass that signs the checkpoint covering
+        them. Call :meth:`notify_queued` once the write committed. :class:`MalformedInput` for an
+        entry that is not bytes, :class:`LeafTooLarge` beyond the log's leaf limit."""
+        [leaf] = self._sequencer.limits.check([entry])
+        hashed = leaf_hash(leaf)
+        values = {"log_id": self._log_id, "leaf_hash": hashed, "data": leaf}
+        return QueuedLeaf(Insert(tlog_queue, {**values, "queued_at": self._clock()}), hashed)
+
+    def notify_queued(self) -> None:
+        """Tell this process's integrator that queued leaves committed (it polls for other
+        processes' anyway)."""
+        self._appended()
+
     # Integration.
 
     async def integrate(self, *, inside_transaction: Hook | None = None) -> Integration:
@@ -228,7 +254,11 @@ class TransparencyLog:
                     return Integration(IntegrationOutcome.BUSY)
                 state = await _state_of(connection, self._name)
                 self._integrated = max(self._integrated, state.integrated_size)
-                waiting = state.sequenced_size - state.integrated_size
+                sequenced = state.sequenced_size - state.integrated_size
+                room = max(0, self._max_per_checkpoint - sequenced)
+                # Counted one past what this pass takes: enough to know whether more waits.
+                queued = await store.queued_count(connection, self._log_id, room + 1)
+                waiting = sequenced + queued
                 if waiting == 0:
                     return Integration(IntegrationOutcome.UP_TO_DATE)
                 # The stored time holds the cadence across replicas, but it is another clock's
@@ -241,6 +271,8 @@ class TransparencyLog:
                         IntegrationOutcome.TOO_SOON, pending=waiting, wait_seconds=wait
                     )
                 frontier = await self._current_frontier(connection, state)
+                if queued and room:
+                    await self._sequence_queued(connection, room)
                 start, count = state.integrated_size, min(waiting, self._max_per_checkpoint)
                 rows = await store.leaf_hashes(connection, self._log_id, start, start + count)
                 if [index for index, _ in rows] != list(range(start, start + count)):
@@ -274,6 +306,32 @@ class TransparencyLog:
         self._frontier = batch.frontier
         self._integrated = max(self._integrated, checkpoint.size)
         return Integration(IntegrationOutcome.INTEGRATED, checkpoint, note, pending=waiting - count)
+
+    async def _sequence_queued(self, connection: AsyncConnection, room: int) -> None:
+        """Give up to ``room`` queued leaves the next indices, in queue order, and move them to
+        the log's leaves. The allocation's row lock lasts until this pass commits: a direct
+        append waits for the pass, which is short and at most one per checkpoint interval. The
+        leaf hash is computed again from the data: what the tree commits to is the data."""
+        taken = await store.take_queued(connection, self._log_id, room)
+        if not taken:
+            return
+        entries = [data for _, data in taken]
+        first = await store.allocate(connection, self._log_id, len(entries))
+        hashes = [leaf_hash(entry) for entry in entries]
+        await store.insert_leaves(connection, self._log_id, first, hashes, entries)
+
+    async def locate(self, hashed: bytes) -> LeafLocation:
+        """Where the leaf of this leaf hash is: the smallest index of a leaf of that hash, and
+        whether it is under the latest checkpoint. A queued leaf is not found until the pass
+        that sequences it (and signs the checkpoint covering it) commits."""
+        with store_errors():
+            async with self._engine.connect() as connection:
+                state = await _state_of(connection, self._name)
+                index = await store.first_index_of(connection, self._log_id, hashed)
+        self._integrated = max(self._integrated, state.integrated_size)
+        if index is None:
+            return LeafLocation()
+        return LeafLocation(index=index, integrated=index < state.integrated_size)
 
     def _seen_for(self, state: LogState, now: datetime) -> float:
         """Seconds since this log object first saw the log's latest checkpoint (as ``state``

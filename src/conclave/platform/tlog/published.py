@@ -106,6 +106,35 @@ class PublishedLogs:
             proof = await log.inclusion_proof(index, size)
         return Receipt(log.origin, index, leaf.leaf_hash, note, tuple(proof))
 
+    async def receipt_by_hash(self, name: str, hashed: bytes) -> Receipt:
+        """A receipt of the first leaf of this leaf hash against the latest checkpoint; 404
+        ``BEYOND_LOG`` while it is sequenced but not yet under a checkpoint, 404
+        ``LEAF_NOT_FOUND`` while the log holds no leaf of this hash (a leaf queued moments ago is
+        there once the next checkpoint is signed)."""
+        log = self.get_log_or_404(name)
+        with log_problems():
+            where = await log.locate(hashed)
+        if where.index is None:
+            raise NotFound(
+                f"no leaf of this hash is in the log {name!r}; a leaf queued moments ago is "
+                "there once the next checkpoint is signed (at most every "
+                f"{log.checkpoint_interval:g} s)",
+                code=ProblemCode.LEAF_NOT_FOUND,
+            )
+        return await self.receipt(name, where.index)
+
+
+def leaf_hash_of_hex(text: str) -> bytes:
+    """The leaf hash written as 64 hexadecimal digits; 422 ``INVALID_LEAF_HASH`` otherwise."""
+    if len(text) != 64 or not all(c in _HEX_DIGITS for c in text):
+        raise Unprocessable(
+            "a leaf hash is 64 hexadecimal digits", code=ProblemCode.INVALID_LEAF_HASH
+        )
+    return bytes.fromhex(text)
+
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
 
 def checkpoint_of(note: str) -> Checkpoint:
     """The checkpoint a signed note of the log's own store holds (its signatures are the log's:

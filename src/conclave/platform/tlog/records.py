@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from conclave.platform.db.batch import Insert
 from conclave.platform.transparency.checkpoint import Checkpoint
 
 
@@ -36,6 +37,25 @@ class StoredLeaf:
     leaf_hash: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class QueuedLeaf:
+    """A leaf queued in its writer's transaction: the write, and the leaf hash to find it by."""
+
+    write: Insert
+    leaf_hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LeafLocation:
+    """Where a leaf of a given hash is in a log."""
+
+    index: int | None = None
+    """The smallest index of a leaf of that hash (None: none is sequenced; a queued leaf gets
+    its index in the integration pass that signs the checkpoint covering it)."""
+    integrated: bool = False
+    """Whether that leaf is under the latest checkpoint (else under the next one)."""
+
+
 class IntegrationOutcome(StrEnum):
     """What one integration pass did."""
 
@@ -59,6 +79,7 @@ class Integration:
     note: str | None = None
     """Its signed note, as stored and published (``INTEGRATED`` only)."""
     pending: int = 0
-    """Sequenced leaves still waiting after this pass (known unless ``BUSY``)."""
+    """Leaves still waiting after this pass (known unless ``BUSY``): every sequenced one, and
+    queued ones counted up to one pass's worth (more than 0 says another pass is due)."""
     wait_seconds: float = 0.0
     """How long until the next checkpoint is allowed (``TOO_SOON`` only)."""

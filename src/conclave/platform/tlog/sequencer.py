@@ -105,6 +105,11 @@ class LogSequencer:
         self._waiting: deque[_Batch] = deque()
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def limits(self) -> Limits:
+        """What one append may hold."""
+        return self._limits
+
     async def append(
         self, entries: Sequence[bytes], *, inside_transaction: Hook | None = None
     ) -> range:

@@ -16,7 +16,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from conclave.platform.clock import as_utc
-from conclave.platform.db.schema import tlog_checkpoints, tlog_leaves, tlog_logs, tlog_subtrees
+from conclave.platform.db.schema import (
+    tlog_checkpoints,
+    tlog_leaves,
+    tlog_logs,
+    tlog_queue,
+    tlog_subtrees,
+)
 from conclave.platform.tlog.records import LogState, StoredLeaf
 from conclave.platform.transparency.subtrees import Subtree, SubtreeHash
 
@@ -136,6 +142,45 @@ async def insert_leaves(
         for offset, (h, data) in enumerate(zip(leaf_hashes, entries, strict=True))
     ]
     await connection.execute(insert(tlog_leaves), rows)
+
+
+async def take_queued(
+    connection: AsyncConnection, log_id: int, limit: int
+) -> list[tuple[int, bytes]]:
+    """Delete the first ``limit`` leaves queued for the log and return ``(queue id, data)`` of
+    each, in queue order: exactly the rows taken, in one statement (a leaf whose writer commits
+    meanwhile is neither taken nor deleted: it waits for the next pass)."""
+    first = (
+        select(tlog_queue.c.queue_id)
+        .where(tlog_queue.c.log_id == log_id)
+        .order_by(tlog_queue.c.queue_id)
+        .limit(limit)
+    )
+    rows = await connection.execute(
+        tlog_queue.delete()
+        .where(tlog_queue.c.queue_id.in_(first.scalar_subquery()))
+        .returning(tlog_queue.c.queue_id, tlog_queue.c.data)
+    )
+    return sorted((row.queue_id, _bytes(row.data)) for row in rows)
+
+
+async def queued_count(connection: AsyncConnection, log_id: int, at_most: int) -> int:
+    """How many leaves are queued for the log, counted up to ``at_most`` (an index range scan
+    that stops there, however long the queue)."""
+    first = (
+        select(tlog_queue.c.queue_id).where(tlog_queue.c.log_id == log_id).limit(at_most).subquery()
+    )
+    return int(await connection.scalar(select(func.count()).select_from(first)) or 0)
+
+
+async def first_index_of(connection: AsyncConnection, log_id: int, leaf_hash: bytes) -> int | None:
+    """The smallest index of a stored leaf of this hash, if any (one index lookup)."""
+    found = await connection.scalar(
+        select(func.min(tlog_leaves.c.leaf_index)).where(
+            tlog_leaves.c.log_id == log_id, tlog_leaves.c.leaf_hash == leaf_hash
+        )
+    )
+    return None if found is None else int(found)
 
 
 async def take_integration_lock(connection: AsyncConnection, log_id: int, name: str) -> bool:

@@ -1,0 +1,241 @@
+"""Queued appends: a leaf written in its writer's own transaction (beside the row it logs, through
+the group commit) and given its index by the integrator, in queue order, in the pass that signs
+the checkpoint covering it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from conclave.platform.clock import utc_now
+from conclave.platform.db.batch import BatchWriter, Insert
+from conclave.platform.db.schema import tlog_logs
+from conclave.platform.tlog import IntegrationOutcome, LeafLocation, LogIntegrator, audit_log
+from conclave.platform.tlog.errors import LeafTooLarge
+from conclave.platform.transparency import VerifierSet, leaf_hash
+from conclave.platform.transparency.errors import MalformedInput
+from tests.conftest import eventually
+from tests.platform.transparency.stored_logs import (
+    open_test_log,
+    second_replica,
+    stored_leaves,
+    test_keys,
+    verify_as_a_reader,
+)
+from tests.platform.transparency.test_log_kill import paused_process
+
+
+@pytest.fixture
+async def writer(log_engine: AsyncEngine) -> AsyncIterator[BatchWriter]:
+    batch_writer = BatchWriter(log_engine, committers=2)
+    await batch_writer.start()
+    yield batch_writer
+    await batch_writer.stop()
+
+
+async def _queue_rows(engine: AsyncEngine) -> int:
+    async with engine.connect() as connection:
+        return int(await connection.scalar(text("SELECT count(*) FROM tlog_queue")) or 0)
+
+
+async def test_queued_leaves_get_indices_in_queue_order_at_integration(
+    log_engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    log = await open_test_log(log_engine)
+    entries = [f"call {n}".encode() for n in range(5)]
+    for entry in entries:
+        await writer.write(log.queued(entry).write)
+    # Queued is not sequenced: no index yet, nothing under a checkpoint.
+    assert (await log.state()).sequenced_size == 0
+    assert await stored_leaves(log_engine, log) == []
+
+    result = await log.integrate()
+
+    assert result.outcome is IntegrationOutcome.INTEGRATED
+    assert result.checkpoint is not None and result.checkpoint.size == 5
+    assert await stored_leaves(log_engine, log) == list(enumerate(entries))
+    assert await _queue_rows(log_engine) == 0
+    verified = await verify_as_a_reader(log_engine, log)
+    assert verified.checkpoint_sizes == [0, 5]
+
+
+async def test_a_queued_leaf_commits_or_rolls_back_with_the_row_it_logs(
+    log_engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    log = await open_test_log(log_engine)
+    now = utc_now()
+    # The row beside the leaf breaks a unique constraint: neither is written.
+    clashing = Insert(
+        tlog_logs,
+        {
+            "name": log.name,
+            "origin": "x",
+            "sequenced_size": 0,
+            "integrated_size": 0,
+            "root_hash": b"",
+            "integrated_at": now,
+            "created_at": now,
+        },
+    )
+    with pytest.raises(IntegrityError):
+        await writer.write(log.queued(b"lost with its row").write, clashing)
+    await writer.write(log.queued(b"kept").write)
+
+    await log.integrate()
+
+    assert await stored_leaves(log_engine, log) == [(0, b"kept")]
+
+
+async def test_direct_and_queued_appends_share_one_gapless_sequence(
+    log_engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    log = await open_test_log(log_engine)
+    await log.append([b"direct 0", b"direct 1"])
+    await writer.write(log.queued(b"queued 0").write)
+    await writer.write(log.queued(b"queued 1").write)
+    await log.integrate()
+    await log.append([b"direct 2"])
+    await writer.write(log.queued(b"queued 2").write)
+    await log.integrate()
+
+    leaves = await stored_leaves(log_engine, log)
+
+    # Sequenced before queued in a pass: the queue is taken after the leaves already sequenced.
+    assert leaves == list(
+        enumerate([b"direct 0", b"direct 1", b"queued 0", b"queued 1", b"direct 2", b"queued 2"])
+    )
+    assert (await verify_as_a_reader(log_engine, log)).checkpoint_sizes == [0, 4, 6]
+    assert (await audit_log(log_engine, log.name, VerifierSet(log.keys.verifiers))).ok
+
+
+async def test_a_queue_longer_than_a_pass_is_taken_in_order_over_several_checkpoints(
+    log_engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    log = await open_test_log(log_engine, max_leaves_per_checkpoint=4)
+    await log.append([b"sequenced 0", b"sequenced 1"])
+    entries = [f"queued {n}".encode() for n in range(7)]
+    await asyncio.gather(*(writer.write(log.queued(entry).write) for entry in entries))
+
+    first = await log.integrate()
+    second = await log.integrate()
+    third = await log.integrate()
+
+    assert [r.checkpoint.size for r in (first, second, third) if r.checkpoint] == [4, 8, 9]
+    # Queued leaves are counted up to one pass's worth: "more waits", not how many.
+    assert (first.pending > 0, second.pending > 0, third.pending) == (True, True, 0)
+    assert (await log.integrate()).outcome is IntegrationOutcome.UP_TO_DATE
+    stored = [data for _, data in await stored_leaves(log_engine, log)]
+    assert stored[:2] == [b"sequenced 0", b"sequenced 1"]
+    assert sorted(stored[2:]) == sorted(entries)  # concurrent writers: the queue's order
+    assert (await verify_as_a_reader(log_engine, log)).checkpoint_sizes == [0, 4, 8, 9]
+
+
+async def test_a_leaf_is_located_by_its_hash(log_engine: AsyncEngine, writer: BatchWriter) -> None:
+    log = await open_test_log(log_engine)
+    entry = b"a call"
+    queued = log.queued(entry)
+    assert queued.leaf_hash == leaf_hash(entry)
+    assert await log.locate(queued.leaf_hash) == LeafLocation()
+
+    await writer.write(queued.write)
+    assert await log.locate(queued.leaf_hash) == LeafLocation()  # queued: no index yet
+
+    await log.append([b"another", entry])  # the same entry again, sequenced directly
+    assert await log.locate(queued.leaf_hash) == LeafLocation(index=1, integrated=False)
+
+    await log.integrate()
+    # Two leaves hold the entry (indices 1 and 2): the first proves it.
+    assert await log.locate(queued.leaf_hash) == LeafLocation(index=1, integrated=True)
+    assert await log.locate(leaf_hash(b"never logged")) == LeafLocation()
+
+
+async def test_the_tree_commits_to_the_queued_data_not_its_stored_hash(
+    log_engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    """A queued row whose data was changed in the store before integration is logged as changed:
+    the writer's leaf hash then finds nothing, which is how the writer notices."""
+    log = await open_test_log(log_engine)
+    queued = log.queued(b"original")
+    await writer.write(queued.write)
+    async with log_engine.begin() as connection:
+        await connection.execute(text("UPDATE tlog_queue SET data = :d"), {"d": b"altered"})
+
+    await log.integrate()
+
+    assert await stored_leaves(log_engine, log) == [(0, b"altered")]
+    assert await log.locate(queued.leaf_hash) == LeafLocation()
+    assert (await log.leaf(0)).leaf_hash == leaf_hash(b"altered")
+
+
+async def test_queued_entries_are_checked_like_appended_ones(log_engine: AsyncEngine) -> None:
+    log = await open_test_log(log_engine, max_leaf_bytes=8)
+    with pytest.raises(LeafTooLarge):
+        log.queued(b"123456789")
+    with pytest.raises(MalformedInput):
+        log.queued("text")  # type: ignore[arg-type]
+
+
+async def test_an_integrator_killed_mid_pass_keeps_the_queue(
+    log_engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    log = await open_test_log(log_engine)
+    for n in range(3):
+        await writer.write(log.queued(f"queued {n}".encode()).write)
+
+    async with paused_process(log_engine, log, "integrate"):
+        pass  # killed with its leaves moved and the queue emptied, not committed
+
+    assert await _queue_rows(log_engine) == 3
+    assert (await log.state()).sequenced_size == 0
+    assert (await log.integrate()).outcome is IntegrationOutcome.INTEGRATED
+    assert [d for _, d in await stored_leaves(log_engine, log)] == [
+        b"queued 0",
+        b"queued 1",
+        b"queued 2",
+    ]
+
+
+async def test_two_replicas_queueing_at_once_make_one_log(log_engine: AsyncEngine) -> None:
+    keys = test_keys()
+    other_engine = await second_replica(log_engine)
+    writers = [BatchWriter(engine, committers=2) for engine in (log_engine, other_engine)]
+    try:
+        replicas = [
+            await open_test_log(engine, keys, checkpoint_interval=0.1)
+            for engine in (log_engine, other_engine)
+        ]
+        integrators = [LogIntegrator([log], poll_seconds=0.3) for log in replicas]
+        for item in (*writers, *integrators):
+            await item.start()
+        entries = [[f"replica {r} call {n}".encode() for n in range(60)] for r in range(2)]
+
+        async def queue(replica: int) -> None:
+            log = replicas[replica]
+            for entry in entries[replica]:
+                await writers[replica].write(log.queued(entry).write)
+                log.notify_queued()
+
+        await asyncio.gather(queue(0), queue(1))
+
+        async def all_integrated() -> bool:
+            return (await replicas[0].integrated_size()) == 120
+
+        await eventually(all_integrated, timeout=10)
+        for integrator in integrators:
+            await integrator.stop()
+        stored = [data for _, data in await stored_leaves(log_engine, replicas[0])]
+        assert sorted(stored) == sorted(entries[0] + entries[1])
+        for replica in (0, 1):  # each replica's own writes keep their order
+            mine = [data for data in stored if data.startswith(f"replica {replica}".encode())]
+            assert mine == entries[replica]
+        await verify_as_a_reader(log_engine, replicas[0])
+        assert (await audit_log(log_engine, "calls", VerifierSet(keys.verifiers))).ok
+    finally:
+        for batch_writer in writers:
+            await batch_writer.stop()
+        await other_engine.dispose()
