@@ -41,6 +41,7 @@ PUBLIC = {
     "/logs/{name}/proof/inclusion": "an inclusion proof: hashes",
     "/logs/{name}/proof/consistency": "a consistency proof: hashes and signed checkpoints",
     "/logs/{name}/receipt/{index}": "a receipt: a leaf hash, a signed checkpoint, a proof",
+    "/logs/{name}/receipt/by-hash/{leaf_hash}": "the same receipt, found by its leaf hash",
 }
 
 # Public routes with parameters, as a reader calls them: the path and the status an empty log
@@ -52,6 +53,7 @@ PUBLIC_EXAMPLES = {
     "/logs/{name}/proof/inclusion": ("/logs/calls/proof/inclusion?index=0&size=1", 404),
     "/logs/{name}/proof/consistency": ("/logs/calls/proof/consistency?from=0&to=0", 200),
     "/logs/{name}/receipt/{index}": ("/logs/calls/receipt/0", 404),
+    "/logs/{name}/receipt/by-hash/{leaf_hash}": ("/logs/calls/receipt/by-hash/" + "0" * 64, 404),
 }
 
 # The gateway grows finance routes in finance mode: enumerate that configuration too.
