@@ -114,6 +114,7 @@ def test_a_receipt_for_other_data_another_key_or_a_changed_byte_fails(served: Pa
         (b"x" * (3 << 20), None, 2),
         (None, "not a key", 2),
         (None, "a+b+c", 2),
+        (None, "keys/missing.json", 2),
     ],
 )
 def test_unreadable_input_is_status_2_with_one_line(
@@ -142,6 +143,44 @@ def test_consistency_from_a_kept_checkpoint_or_receipt(served: Path) -> None:
         else:
             assert result.exit_code == 0, result.output
             assert result.stdout.startswith(f"verified: {ORIGIN} at 12 leaves")
+
+
+def test_claims_that_read_fine_but_do_not_hold_are_status_1(served: Path) -> None:
+    """A monitor alerting on "not verified" (1) and not on "unreadable" (2) must see these: a
+    receipt whose index is past its checkpoint, a proof taken from other sizes, a rollback."""
+    receipt = json.loads((served / "3.receipt").read_text())
+    beyond = {**receipt, "index": 12}
+    shorter = {**receipt, "inclusion_proof": receipt["inclusion_proof"][1:]}
+    for name, document in (("beyond", beyond), ("shorter", shorter)):
+        (served / f"{name}.receipt").write_text(json.dumps(document))
+        result = verify("receipt", served / f"{name}.receipt", "--key", KEY.verifier.vkey)
+        assert result.exit_code == 1, (name, result.output)
+        assert result.stderr.startswith("conclave verify: not verified:")
+    bundle = json.loads((served / "7-12.bundle").read_text())
+    rollback = {**bundle, "old": bundle["new"], "new": bundle["old"]}
+    (served / "rollback.bundle").write_text(json.dumps(rollback))
+    kept = served / "12.checkpoint"
+    kept.write_text(bundle["new"])
+    result = verify("consistency", kept, served / "rollback.bundle", "--key", KEY.verifier.vkey)
+    assert result.exit_code == 1, result.output
+    assert "cannot extend" in result.stderr
+
+
+def test_a_kept_checkpoint_that_is_not_text_is_unreadable(served: Path) -> None:
+    note = (served / "old.checkpoint").read_bytes()
+    for name, content in (("bom", b"\xef\xbb\xbf" + note), ("latin1", note + b"\xe9")):
+        (served / name).write_bytes(content)
+        result = verify(
+            "consistency", served / name, served / "7-12.bundle", "--key", KEY.verifier.vkey
+        )
+        assert result.exit_code == 2, (name, result.output)
+
+
+def test_a_key_file_whose_name_holds_a_plus_is_read(served: Path) -> None:
+    named = served / "calls+key.json"
+    named.write_bytes((served / "keys.json").read_bytes())
+    result = verify("receipt", served / "3.receipt", "--key", named)
+    assert result.exit_code == 0, result.output
 
 
 def test_a_forked_log_is_caught(served: Path) -> None:

@@ -19,7 +19,7 @@ from conclave.gateway.call_log import call_entry, canonical_json, receipt_path
 from tests.conftest import Backend, eventually
 from tests.gateway.conftest import GatewayClient, audit_rows
 
-AUTH = {"auth": "enabled", "api_tokens": "tok-ada=ada"}
+AUTH = {"auth": "enabled", "api_tokens": "tok-ada=ada,tok-bob=bob"}
 BEARER = {"Authorization": "Bearer tok-ada"}
 
 
@@ -110,6 +110,26 @@ async def test_rejected_and_failed_calls_are_in_the_log_without_their_values(
             assert facts["status"] == row.status
             check_receipt(receipt, await keys(client), data)
         assert sorted(indices) == [0, 1, 2]
+
+
+async def test_a_calls_leaf_is_read_by_its_caller_not_by_another_user(
+    backend: Backend, gateway: GatewayClient, tmp_path: Path
+) -> None:
+    """The entry's hashes of arguments with few possible values could be found by guessing, and
+    its user hash says whose call it is: another user reads neither."""
+    async with logged(gateway, tmp_path) as client:
+        call = {"tool": "evaluate_expression", "args": {"expression": "1234 * 5678"}}
+        answer = (await client.post("/execute", json=call, headers=BEARER)).json()
+        index = index_in(await receipt_of(client, answer["receipt"]))
+        path = f"/logs/calls/leaves/{index}"
+        mine = await client.get(path, headers=BEARER)
+        assert (
+            json.loads(base64.b64decode(mine.json()["data"]))["conclave_id"]
+            == answer["conclave_id"]
+        )
+        theirs = await client.get(path, headers={"Authorization": "Bearer tok-bob"})
+        assert (theirs.status_code, theirs.json()["code"]) == (403, "FORBIDDEN")
+        assert "args_sha256" not in theirs.text and "user_sha256" not in theirs.text
 
 
 async def test_concurrent_calls_get_distinct_leaves_and_all_verify(

@@ -25,8 +25,9 @@ from conclave.platform.transparency import (
 )
 from tests.conftest import Backend, eventually, open_platform, serve_app, test_settings
 
-AUTH = {"auth": "enabled", "api_tokens": "tok-ada=ada"}
+AUTH = {"auth": "enabled", "api_tokens": "tok-ada=ada,tok-root=root", "operators": "root"}
 BEARER = {"Authorization": "Bearer tok-ada"}
+OPERATOR = {"Authorization": "Bearer tok-root"}
 
 
 @asynccontextmanager
@@ -88,7 +89,7 @@ async def test_receipts_proofs_and_bundles_verify_with_the_published_keys(
             answer = await client.get(f"/logs/calls/receipt/{index}")
             assert answer.status_code == 200
             receipt = Receipt.parse(answer.text)
-            leaf = (await client.get(f"/logs/calls/leaves/{index}", headers=BEARER)).json()
+            leaf = (await client.get(f"/logs/calls/leaves/{index}", headers=OPERATOR)).json()
             data = base64.b64decode(leaf["data"])
             assert data == entry
             assert verify_receipt(receipt, keys, data).checkpoint.size == 10
@@ -121,6 +122,12 @@ async def test_leaf_data_needs_credentials_the_rest_does_not(
         refused = await client.get("/logs/calls/leaves/0")
         assert refused.status_code == 401
         assert refused.json()["code"] == "UNAUTHORIZED"
+        # Not a call of ada's: an operator reads it, ada does not.
+        forbidden = await client.get("/logs/calls/leaves/0", headers=BEARER)
+        assert (forbidden.status_code, forbidden.json()["code"]) == (403, "FORBIDDEN")
+        assert b"secret-ish" not in forbidden.content
+        allowed = await client.get("/logs/calls/leaves/0", headers=OPERATOR)
+        assert base64.b64decode(allowed.json()["data"]) == b"secret-ish"
         for path in (
             "/logs/calls/checkpoint",
             "/logs/calls/checkpoint/1",
@@ -150,6 +157,21 @@ async def test_leaf_data_needs_credentials_the_rest_does_not(
         ("/logs/calls/checkpoint/" + "9" * 400, 422, "INVALID_LOG_RANGE"),
         ("/logs/calls/checkpoint/18446744073709551616", 422, "INVALID_LOG_RANGE"),
         ("/logs/calls/checkpoint/two", 422, "VALIDATION_FAILED"),
+        ("/logs/calls/receipt/18446744073709551616", 422, "INVALID_LOG_RANGE"),
+        ("/logs/calls/receipt/" + "9" * 5000, 422, "INVALID_LOG_RANGE"),
+        ("/logs/calls/receipt/-" + "9" * 30, 422, "INVALID_LOG_RANGE"),
+        # One decimal spelling per number: an immutable checkpoint has one URL.
+        ("/logs/calls/checkpoint/+0", 422, "VALIDATION_FAILED"),
+        ("/logs/calls/checkpoint/00", 422, "VALIDATION_FAILED"),
+        ("/logs/calls/checkpoint/-0", 422, "VALIDATION_FAILED"),
+        ("/logs/calls/receipt/1_0", 422, "VALIDATION_FAILED"),
+        ("/logs/calls/receipt/%201", 422, "VALIDATION_FAILED"),
+        ("/logs/calls/proof/inclusion?index=01&size=2", 422, "VALIDATION_FAILED"),
+        ("/logs/calls/proof/consistency?from=1&to=%2B2", 422, "VALIDATION_FAILED"),
+        ("/logs/calls/receipt/by-hash/" + "0" * 64, 404, "LEAF_NOT_FOUND"),
+        ("/logs/calls/receipt/by-hash/" + "0" * 63, 422, "INVALID_LEAF_HASH"),
+        ("/logs/calls/receipt/by-hash/" + "g" * 64, 422, "INVALID_LEAF_HASH"),
+        ("/logs/calls/receipt/by-hash/" + "\u0660" * 64, 422, "INVALID_LEAF_HASH"),
         ("/logs/calls/proof/inclusion?index=2&size=2", 422, "INVALID_LOG_RANGE"),
         ("/logs/calls/proof/inclusion?index=0&size=3", 404, "BEYOND_LOG"),
         ("/logs/calls/proof/inclusion?index=-1&size=2", 422, "INVALID_LOG_RANGE"),

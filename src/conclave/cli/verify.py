@@ -63,13 +63,18 @@ def _read(path: Path, what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
 
 
 def _keys(values: list[str]) -> VerifierSet:
+    """The keys given: a file's when the value names one (whatever its name holds), else the
+    value as key text; a value that is neither is named as a missing file unless it looks like a
+    key (keys hold '+', file names seldom do)."""
     texts: list[str] = []
     for value in values:
         path = Path(value)
-        if "+" not in value and path.is_file():
+        if path.is_file():
             texts.append(_read(path, "key file").decode("utf-8", "replace"))
-        else:
-            texts.append(value)
+            continue
+        if "+" not in value:
+            raise _fail(UNREADABLE, f"--key {value[:200]!r} is no key and no file")
+        texts.append(value)
     return verifier_keys(texts)
 
 

@@ -96,7 +96,15 @@ def check_consistency(
 def _checkpoint_text(document: bytes | str | dict[str, Any]) -> str:
     if isinstance(document, dict):
         return Receipt.parse(document).checkpoint
-    text = document.decode("utf-8", "replace") if isinstance(document, bytes) else document
+    if isinstance(document, bytes):
+        try:
+            text = document.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MalformedInput("the kept checkpoint is not UTF-8 text") from None
+    else:
+        text = document
+    if text.startswith("\ufeff"):  # a signed note starts with its origin, never a byte-order mark
+        raise MalformedInput("the kept checkpoint starts with a byte-order mark")
     if text.lstrip().startswith("{"):
         return Receipt.parse(document).checkpoint
     return text

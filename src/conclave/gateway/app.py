@@ -19,7 +19,7 @@ from conclave.gateway.backends.catalogue import (
     load_catalogue,
 )
 from conclave.gateway.builtin import BUILTIN_TOOLS
-from conclave.gateway.call_log import CALLS_LOG
+from conclave.gateway.call_log import CALLS_LOG, may_read_call
 from conclave.gateway.finance import FINANCE_ALIASES
 from conclave.gateway.finance_api import finance_router
 from conclave.gateway.interrupted_calls import InterruptedCalls, sweeping
@@ -119,7 +119,7 @@ def create_app(
                 integrator = LogIntegrator(logs, poll_seconds=settings.tlog_poll_seconds)
                 await integrator.start()
                 stack.push_async_callback(integrator.stop)
-            app.state.tlogs = PublishedLogs(logs)
+            app.state.tlogs = PublishedLogs(logs, {CALLS_LOG: may_read_call})
             service = GatewayService(
                 registry,
                 runtime,

@@ -16,9 +16,12 @@ escapes), holding
     args_sha256        SHA-256 (hex) of the canonical JSON of the arguments as audited (redacted)
     result_sha256      SHA-256 (hex) of the canonical JSON of the result as audited, or null
 
-Values are hashed, never written out: leaf data is served to authenticated callers, and
-argument or result values may be confidential. Whoever holds the audit row (or the call's
-arguments and result) recomputes the hashes with :func:`canonical_json`.
+Values are hashed, never written out: argument or result values may be confidential. Whoever
+holds the audit row (or the call's arguments and result) recomputes the hashes with
+:func:`canonical_json`. A hash of a value with few possible values can be found by guessing, and
+the user hash says whose call it is, so a leaf's data is served only to operators and to the
+caller whose call it is (:func:`may_read_call`); its hash, in every receipt, reveals nothing
+without the entry.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import json
 from typing import Any
 
 from conclave.gateway.records import AuditRow
+from conclave.platform.auth import Principal
 from conclave.platform.clock import rfc3339
 
 CALLS_LOG = "calls"
@@ -68,6 +72,19 @@ def call_entry(row: AuditRow) -> bytes:
             "result_sha256": None if row.result is None else _sha256(canonical_json(row.result)),
         }
     )
+
+
+def may_read_call(principal: Principal, data: bytes) -> bool:
+    """Whether ``principal`` may read the leaf ``data`` of a call: operators, and the caller
+    whose call it is (the entry's user hash is theirs)."""
+    if principal.is_operator:
+        return True
+    try:
+        entry = json.loads(data)
+    except ValueError:
+        return False
+    mine = _sha256(principal.user_id.encode("utf-8", "surrogatepass"))
+    return isinstance(entry, dict) and entry.get("user_sha256") == mine
 
 
 def receipt_path(hashed: bytes) -> str:

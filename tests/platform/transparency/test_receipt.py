@@ -10,11 +10,11 @@ import pytest
 
 from conclave.platform.transparency import (
     Checkpoint,
+    ClaimUnprovable,
     ConsistencyBundle,
     LeafMismatch,
     MalformedInput,
     NoteSigner,
-    OutOfRange,
     Receipt,
     RootMismatch,
     TransparencyError,
@@ -111,20 +111,21 @@ def test_flipping_any_bit_of_the_hashes_is_refused() -> None:
 def test_another_index_or_a_shorter_proof_is_refused() -> None:
     receipt = receipt_of(6, 11)
     for index in (5, 7, 10):
-        # A proof of another shape is malformed for that index; of the same shape, it fails.
-        with pytest.raises((VerificationFailed, MalformedInput)):
+        # A receipt that reads fine but whose proof cannot prove its claim does not verify
+        # (conclave verify's status 1), whatever the reason: never "malformed" (status 2).
+        with pytest.raises(VerificationFailed):
             verify_receipt(
                 Receipt(
                     ORIGIN, index, receipt.leaf_hash, receipt.checkpoint, receipt.inclusion_proof
                 ),
                 VERIFIERS,
             )
-    with pytest.raises(OutOfRange):
+    with pytest.raises(ClaimUnprovable, match="not in the checkpoint's tree"):
         verify_receipt(
             Receipt(ORIGIN, 11, receipt.leaf_hash, receipt.checkpoint, receipt.inclusion_proof),
             VERIFIERS,
         )
-    with pytest.raises(MalformedInput):
+    with pytest.raises(ClaimUnprovable):
         verify_receipt(
             Receipt(ORIGIN, 6, receipt.leaf_hash, receipt.checkpoint, receipt.inclusion_proof[1:]),
             VERIFIERS,
@@ -258,6 +259,7 @@ def test_bundles_of_two_logs_or_backwards_are_refused() -> None:
     mixed = ConsistencyBundle(signed(3), signed(6, other, "conclave.example/other"), ())
     with pytest.raises(UnexpectedOrigin):
         verify_consistency_bundle(mixed, both)
+    # A rollback reads fine and does not hold: a monitor alerting on "not verified" sees it.
     backwards = ConsistencyBundle(signed(6), signed(3), ())
-    with pytest.raises(MalformedInput):
+    with pytest.raises(ClaimUnprovable, match="cannot extend"):
         verify_consistency_bundle(backwards, VERIFIERS)

@@ -12,6 +12,7 @@ import asyncpg
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from conclave.platform.errors import StoreUnavailable
@@ -25,7 +26,9 @@ def is_store_down(exc: BaseException) -> bool:
         return True
     if isinstance(exc, DBAPIError):
         return bool(exc.connection_invalidated)
-    return isinstance(exc, OSError | ConnectionError | TimeoutError)
+    # A pool with no connection free within its time-out (a flood of reads holds them all) is as
+    # unavailable to this request as a store that is down: 503 with Retry-After, not a 500.
+    return isinstance(exc, OSError | ConnectionError | TimeoutError | PoolTimeout)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import PlainTextResponse
 
 from conclave.platform.http import CurrentPrincipal
@@ -30,6 +30,22 @@ from conclave.platform.tlog.published import PublishedLogs, leaf_hash_of_hex
 from conclave.platform.transparency import base64text
 
 tlog_router = APIRouter(prefix="/logs", tags=["transparency"])
+
+# Indices and sizes in their one decimal spelling: FastAPI's int also takes "+1", "01", "1_0" and
+# " 1", and a checkpoint served as immutable under a second URL is a second cache entry.
+_DECIMAL = r"^(0|-?[1-9][0-9]*)$"
+_FAR_BEYOND = 2**64
+"""What a number of more digits than any uint64 stands for: the log refuses it by its range,
+without converting thousands of digits (Python refuses past 4,300)."""
+
+
+def _number(text: str) -> int:
+    if len(text) <= 21:
+        return int(text)
+    return -_FAR_BEYOND if text.startswith("-") else _FAR_BEYOND
+
+
+PathNumber = Annotated[str, Path(pattern=_DECIMAL)]
 
 # A checkpoint of a given size never changes once signed; the latest one changes at most once a
 # checkpoint interval.
@@ -75,9 +91,9 @@ async def latest_checkpoint(name: str, logs: Logs) -> PlainTextResponse:
     response_class=PlainTextResponse,
     responses={**_NOTE, **problem_responses(422)},
 )
-async def checkpoint(name: str, size: int, logs: Logs) -> PlainTextResponse:
+async def checkpoint(name: str, size: PathNumber, logs: Logs) -> PlainTextResponse:
     """The log's signed checkpoint of a tree size it signed."""
-    return _note(await logs.checkpoint(name, size), _IMMUTABLE)
+    return _note(await logs.checkpoint(name, _number(size)), _IMMUTABLE)
 
 
 @tlog_router.get("/{name}/keys", response_model=LogKeys)
@@ -95,11 +111,12 @@ async def keys(name: str, logs: Logs) -> LogKeys:
 
 
 @tlog_router.get(
-    "/{name}/leaves/{index}", response_model=LeafRead, responses=problem_responses(422)
+    "/{name}/leaves/{index}", response_model=LeafRead, responses=problem_responses(403, 422)
 )
-async def leaf(name: str, index: int, logs: Logs, _principal: CurrentPrincipal) -> LeafRead:
-    """An integrated leaf's data and leaf hash (authenticated callers only)."""
-    found = await logs.leaf(name, index)
+async def leaf(name: str, index: PathNumber, logs: Logs, principal: CurrentPrincipal) -> LeafRead:
+    """An integrated leaf's data and leaf hash: for operators, and for whoever the log's leaf
+    policy names (the gateway's calls log: the caller whose call it is)."""
+    found = await logs.leaf(name, _number(index), principal)
     return LeafRead(
         index=found.index,
         leaf_hash=base64text.encode(found.leaf_hash),
@@ -111,11 +128,15 @@ async def leaf(name: str, index: int, logs: Logs, _principal: CurrentPrincipal) 
     "/{name}/proof/inclusion", response_model=InclusionProofRead, responses=problem_responses(422)
 )
 async def inclusion_proof(
-    name: str, logs: Logs, index: Annotated[int, Query()], size: Annotated[int, Query()]
+    name: str,
+    logs: Logs,
+    index: Annotated[str, Query(pattern=_DECIMAL)],
+    size: Annotated[str, Query(pattern=_DECIMAL)],
 ) -> InclusionProofRead:
     """The RFC 9162 inclusion proof of a leaf in the tree of a size."""
-    proof = await logs.inclusion_proof(name, index, size)
-    return InclusionProofRead(index=index, size=size, inclusion_proof=_b64(proof))
+    leaf_index, tree_size = _number(index), _number(size)
+    proof = await logs.inclusion_proof(name, leaf_index, tree_size)
+    return InclusionProofRead(index=leaf_index, size=tree_size, inclusion_proof=_b64(proof))
 
 
 @tlog_router.get(
@@ -126,12 +147,13 @@ async def inclusion_proof(
 async def consistency_proof(
     name: str,
     logs: Logs,
-    from_size: Annotated[int, Query(alias="from")],
-    to_size: Annotated[int, Query(alias="to")],
+    from_text: Annotated[str, Query(alias="from", pattern=_DECIMAL)],
+    to_text: Annotated[str, Query(alias="to", pattern=_DECIMAL)],
     checkpoints: Annotated[bool, Query()] = False,
 ) -> ConsistencyProofRead | ConsistencyBundleRead:
     """The RFC 9162 consistency proof between two tree sizes; with ``checkpoints=true``, the
     consistency bundle of both signed checkpoints and the proof."""
+    from_size, to_size = _number(from_text), _number(to_text)
     if checkpoints:
         bundle = await logs.consistency_bundle(name, from_size, to_size)
         return ConsistencyBundleRead.model_validate(bundle.to_json())
@@ -142,9 +164,9 @@ async def consistency_proof(
 @tlog_router.get(
     "/{name}/receipt/{index}", response_model=ReceiptRead, responses=problem_responses(422)
 )
-async def receipt(name: str, index: int, logs: Logs) -> ReceiptRead:
+async def receipt(name: str, index: PathNumber, logs: Logs) -> ReceiptRead:
     """A receipt of a leaf against the latest checkpoint (404 ``BEYOND_LOG`` until it is signed)."""
-    return ReceiptRead.model_validate((await logs.receipt(name, index)).to_json())
+    return ReceiptRead.model_validate((await logs.receipt(name, _number(index))).to_json())
 
 
 @tlog_router.get(

@@ -9,10 +9,11 @@ offline verifier runs it too) meets the platform's problem codes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
-from conclave.platform.errors import NotFound, Unprocessable
+from conclave.platform.auth import Principal
+from conclave.platform.errors import Forbidden, NotFound, Unprocessable
 from conclave.platform.problem_types import ProblemCode
 from conclave.platform.tlog.errors import BeyondIntegrated, CheckpointNotFound
 from conclave.platform.tlog.log import TransparencyLog
@@ -22,12 +23,25 @@ from conclave.platform.transparency.errors import MalformedInput
 from conclave.platform.transparency.hashing import check_tree_size
 from conclave.platform.transparency.receipt import ConsistencyBundle, Receipt
 
+LeafReaders = Callable[[Principal, bytes], bool]
+"""Whether a caller may read a leaf's data (the entry): the layer that appends knows whose it is."""
+
+
+def operators_only(principal: Principal, _data: bytes) -> bool:
+    """The default leaf policy: only operators read leaf data."""
+    return principal.is_operator
+
 
 class PublishedLogs:
     """The logs of one service, by name, and the reads its routes serve."""
 
-    def __init__(self, logs: Iterable[TransparencyLog] = ()) -> None:
+    def __init__(
+        self,
+        logs: Iterable[TransparencyLog] = (),
+        leaf_readers: Mapping[str, LeafReaders] | None = None,
+    ) -> None:
         self._logs = {log.name: log for log in logs}
+        self._leaf_readers = dict(leaf_readers or {})
 
     def __contains__(self, name: object) -> bool:
         return name in self._logs
@@ -55,10 +69,17 @@ class PublishedLogs:
         with log_problems():
             return await self.get_log_or_404(name).checkpoint(size)
 
-    async def leaf(self, name: str, index: int) -> StoredLeaf:
-        """The integrated leaf ``index`` of the log ``name``."""
+    async def leaf(self, name: str, index: int, principal: Principal) -> StoredLeaf:
+        """The integrated leaf ``index`` of the log ``name``, if ``principal`` may read its data
+        (the log's leaf policy; operators only by default), else 403 ``FORBIDDEN``. Leaves are
+        public in all but their data (their hashes are in every proof): a refusal reveals that
+        the index exists, which a receipt reveals anyway."""
         with log_problems():
-            return await self.get_log_or_404(name).leaf(index)
+            found = await self.get_log_or_404(name).leaf(index)
+        may_read = self._leaf_readers.get(name, operators_only)
+        if not may_read(principal, found.data):
+            raise Forbidden(f"leaf {index} of the log {name!r} is not yours to read")
+        return found
 
     async def inclusion_proof(self, name: str, index: int, size: int) -> list[bytes]:
         """The inclusion proof of leaf ``index`` in the tree of ``size`` leaves."""
@@ -96,6 +117,7 @@ class PublishedLogs:
         404 ``BEYOND_LOG`` while the leaf is not under a signed checkpoint yet."""
         log = self.get_log_or_404(name)
         with log_problems():
+            check_tree_size(index, "leaf index")  # 2^64 is no index at all, not a later one
             note = await log.latest_checkpoint()
             size = checkpoint_of(note).size
             if index >= size:

@@ -19,6 +19,7 @@ from conclave.platform.transparency.checkpoint import (
     verify_extension,
 )
 from conclave.platform.transparency.errors import (
+    ClaimUnprovable,
     InvalidSignature,
     MalformedCheckpoint,
     MalformedInput,
@@ -63,6 +64,7 @@ __all__ = [
     "AppendFrontier",
     "AppendedBatch",
     "Checkpoint",
+    "ClaimUnprovable",
     "ConsistencyBundle",
     "HashSource",
     "InMemoryHashSource",

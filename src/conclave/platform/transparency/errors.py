@@ -45,6 +45,13 @@ class VerificationFailed(TransparencyError):
     """Well-formed input whose check failed: the claim it makes is not proven."""
 
 
+class ClaimUnprovable(VerificationFailed):
+    """A well-formed receipt or bundle whose numbers cannot prove what it claims: a leaf index at
+    or beyond its checkpoint's size, a proof of the wrong length for its sizes, a newer
+    checkpoint smaller than the older one (a rollback). The document reads fine; its claim does
+    not hold, as for a proof that leads to another root."""
+
+
 class RootMismatch(VerificationFailed):
     """A proof that does not lead to the root hash it was checked against."""
 

@@ -29,7 +29,8 @@ hierarchy; a well-formed document whose claim does not hold is a :class:`Verific
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,7 @@ from conclave.platform.transparency.checkpoint import (
     verify_extension,
 )
 from conclave.platform.transparency.errors import (
+    ClaimUnprovable,
     MalformedInput,
     MalformedProof,
     OutOfRange,
@@ -158,16 +160,17 @@ def verify_receipt(
     signed = open_log_checkpoint(receipt.checkpoint, verifiers, receipt.origin)
     checkpoint = signed.checkpoint
     if receipt.index >= checkpoint.size:
-        raise OutOfRange(
+        raise ClaimUnprovable(
             f"leaf {receipt.index} is not in the checkpoint's tree of {checkpoint.size} leaves"
         )
-    verify_inclusion(
-        receipt.leaf_hash,
-        receipt.index,
-        checkpoint.size,
-        list(receipt.inclusion_proof),
-        checkpoint.root_hash,
-    )
+    with _unprovable():
+        verify_inclusion(
+            receipt.leaf_hash,
+            receipt.index,
+            checkpoint.size,
+            list(receipt.inclusion_proof),
+            checkpoint.root_hash,
+        )
     if data is not None:
         if not isinstance(data, bytes):
             raise MalformedInput("the entry's data is bytes")
@@ -186,8 +189,20 @@ def verify_consistency_bundle(
         raise MalformedInput("a bundle is a ConsistencyBundle (ConsistencyBundle.parse reads one)")
     old = open_log_checkpoint(bundle.old, verifiers, origin)
     new = open_log_checkpoint(bundle.new, verifiers, old.checkpoint.origin)
-    verify_extension(old.checkpoint, new.checkpoint, list(bundle.proof))
+    with _unprovable():
+        verify_extension(old.checkpoint, new.checkpoint, list(bundle.proof))
     return old, new
+
+
+@contextmanager
+def _unprovable() -> Iterator[None]:
+    """Numbers and proofs of a document that parsed, which cannot prove its claim (a proof of
+    the wrong length, a rollback): a claim that does not hold, not a document that cannot be
+    read."""
+    try:
+        yield
+    except (OutOfRange, MalformedProof) as error:
+        raise ClaimUnprovable(str(error)) from error
 
 
 def open_log_checkpoint(
