@@ -12,10 +12,12 @@ from fastapi.routing import APIRoute
 
 from conclave import __version__
 from conclave.gateway import store
-from conclave.gateway.call_log import receipt_path
+from conclave.gateway.call_log import CALLS_LOG, receipt_path
+from conclave.gateway.call_verify import verify_call
 from conclave.gateway.formats import render
 from conclave.gateway.models import (
     CORRELATION_ID_PATTERN,
+    CallVerificationRead,
     ExecuteRequest,
     ExecuteResponse,
     ToolCall,
@@ -41,6 +43,7 @@ from conclave.platform.inputs import (
 from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.openapi import BEARER_SECURITY, HEALTH_RESPONSES, problem_responses
 from conclave.platform.problem_types import ProblemCode
+from conclave.platform.tlog.published import PublishedLogs
 
 router = APIRouter()
 
@@ -249,6 +252,33 @@ async def get_call(
     if row is None or not own:
         raise NotFound(f"No call {conclave_id!r}.", code=ProblemCode.CALL_NOT_FOUND)
     return _tool_call(row)
+
+
+@router.get("/calls/{conclave_id}/verify", tags=["tools"], responses=problem_responses(503))
+async def verify_call_route(
+    conclave_id: str, platform: CurrentPlatform, principal: CurrentPrincipal, request: Request
+) -> CallVerificationRead:
+    """Check one of your calls (any call, for operators) against the transparency log ``calls``:
+    the audit row as stored still rebuilds the entry it recorded, and that entry is a leaf under
+    the log's latest signed checkpoint (its inclusion proof checked with the log's keys)."""
+    row = await store.get_call(platform.engine, conclave_id)
+    own = row is not None and (
+        row.user_id == principal.user_id
+        or principal.is_operator
+        or not request.app.state.authenticator.enabled
+    )
+    if row is None or not own:
+        raise NotFound(f"No call {conclave_id!r}.", code=ProblemCode.CALL_NOT_FOUND)
+    logs: PublishedLogs = request.app.state.tlogs
+    found = await verify_call(row, logs, logs.get_log_or_404(CALLS_LOG))
+    return CallVerificationRead(
+        conclave_id=row.conclave_id,
+        ok=found.ok,
+        problem=found.problem,
+        log_index=found.log_index,
+        checkpoint_size=found.checkpoint_size,
+        receipt=receipt_path(row.log_leaf_hash) if row.log_leaf_hash else None,
+    )
 
 
 def _tool_call(row: AuditRow) -> ToolCall:

@@ -61,6 +61,21 @@ class ToolCatalogue(BaseModel):
     format: str
 
 
+class CallVerificationRead(BaseModel):
+    """A call's audit row checked against the transparency log ``calls``."""
+
+    conclave_id: str
+    ok: bool = Field(description="The row is unchanged and its entry is under a signed checkpoint.")
+    problem: str | None = Field(
+        None,
+        description="not_logged, row_modified, not_yet_logged, missing_from_log or leaf_modified "
+        "(docs/gateway.md, 'Verifying a call').",
+    )
+    log_index: int | None = Field(None, description="The call's leaf index, once logged.")
+    checkpoint_size: int | None = Field(None, description="The checkpoint it was proven under.")
+    receipt: str | None = Field(None, description="Path of the call's receipt.")
+
+
 class ToolCall(BaseModel):
     """One audit row of ``mcp_tool_calls``."""
 
