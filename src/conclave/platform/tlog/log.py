@@ -62,6 +62,7 @@ from conclave.platform.transparency.frontier import AppendedBatch, AppendFrontie
 from conclave.platform.transparency.hashing import EMPTY_ROOT, check_tree_size, leaf_hash
 from conclave.platform.transparency.note import VerifierSet
 from conclave.platform.transparency.proofs import consistency_plan, inclusion_plan
+from conclave.platform.transparency.receipt import Receipt
 from conclave.platform.transparency.records import NoteSignature
 from conclave.platform.transparency.subtrees import ProofPlan, SubtreeHash
 from conclave.settings import CommonSettings
@@ -424,6 +425,33 @@ class TransparencyLog:
         plan = consistency_plan(old_size, new_size)
         await self._require_integrated(new_size, f"tree size {new_size}")
         return await self._read(plan)
+
+    async def receipt(self, index: int) -> Receipt:
+        """A receipt of leaf ``index`` against the latest checkpoint, read on one connection (the
+        checkpoint, the leaf, and the proof's subtrees: three statements). :class:`OutOfRange` for
+        an index that is no uint64, :class:`BeyondIntegrated` while the leaf is not under the
+        latest checkpoint, :class:`LogCorrupted` for a leaf whose data is not its hash."""
+        check_tree_size(index, "leaf index")  # 2^64 is no index at all, not a later one
+        with store_errors():
+            async with self._engine.connect() as connection:
+                note = await store.latest_checkpoint(connection, self._log_id)
+                if note is None:
+                    raise CheckpointNotFound(f"the log {self._name!r} has no checkpoint")
+                size = Checkpoint.parse(note[: note.index("\n\n") + 1]).size
+                if index >= size:
+                    raise BeyondIntegrated(
+                        f"leaf {index} is not under the latest checkpoint ({size} leaves) yet"
+                    )
+                found = await store.leaf(connection, self._log_id, index)
+                plan = inclusion_plan(index, size)
+                hashes = await store.subtree_hashes(connection, self._log_id, plan.subtrees)
+        if found is None or leaf_hash(found.data) != found.leaf_hash:
+            raise LogCorrupted(f"the stored leaf {index} of {self._name!r} is missing or altered")
+        missing = [subtree for subtree in plan.subtrees if subtree not in hashes]
+        if missing:
+            raise SubtreeNotStored(f"the log {self._name!r} does not store {missing[0]}")
+        proof = plan.assemble([hashes[subtree] for subtree in plan.subtrees])
+        return Receipt(self.origin, index, found.leaf_hash, note, tuple(proof))
 
     async def _require_integrated(self, size: int, what: str) -> None:
         """Refuse, naming ``what``, a tree of ``size`` leaves beyond the latest checkpoint."""

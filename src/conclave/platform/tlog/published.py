@@ -18,7 +18,6 @@ from conclave.platform.problem_types import ProblemCode
 from conclave.platform.tlog.errors import BeyondIntegrated, CheckpointNotFound
 from conclave.platform.tlog.log import TransparencyLog
 from conclave.platform.tlog.records import StoredLeaf
-from conclave.platform.transparency.checkpoint import Checkpoint
 from conclave.platform.transparency.errors import MalformedInput
 from conclave.platform.transparency.hashing import check_tree_size
 from conclave.platform.transparency.receipt import ConsistencyBundle, Receipt
@@ -117,16 +116,7 @@ class PublishedLogs:
         404 ``BEYOND_LOG`` while the leaf is not under a signed checkpoint yet."""
         log = self.get_log_or_404(name)
         with log_problems():
-            check_tree_size(index, "leaf index")  # 2^64 is no index at all, not a later one
-            note = await log.latest_checkpoint()
-            size = checkpoint_of(note).size
-            if index >= size:
-                raise BeyondIntegrated(
-                    f"leaf {index} is not under the latest checkpoint ({size} leaves) yet"
-                )
-            leaf = await log.leaf(index)
-            proof = await log.inclusion_proof(index, size)
-        return Receipt(log.origin, index, leaf.leaf_hash, note, tuple(proof))
+            return await log.receipt(index)
 
     async def receipt_by_hash(self, name: str, hashed: bytes) -> Receipt:
         """A receipt of the first leaf of this leaf hash against the latest checkpoint; 404
@@ -156,12 +146,6 @@ def leaf_hash_of_hex(text: str) -> bytes:
 
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
-
-
-def checkpoint_of(note: str) -> Checkpoint:
-    """The checkpoint a signed note of the log's own store holds (its signatures are the log's:
-    they are checked by readers, not here)."""
-    return Checkpoint.parse(note[: note.index("\n\n") + 1])
 
 
 @contextmanager
