@@ -135,6 +135,25 @@ async def test_a_queue_longer_than_a_pass_is_taken_in_order_over_several_checkpo
     assert (await verify_as_a_reader(log_engine, log)).checkpoint_sizes == [0, 4, 8, 9]
 
 
+async def test_a_pass_takes_no_more_queued_bytes_than_a_batch_holds(
+    log_engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    """Leaves of up to the leaf limit each, 65,536 to a pass, would be gigabytes in memory: a pass
+    takes what fits the batch byte limit (at least one leaf) and leaves the rest for the next."""
+    log = await open_test_log(log_engine, max_leaf_bytes=100, max_batch_bytes=250)
+    entries = [bytes([n]) * 100 for n in range(5)]
+    for entry in entries:
+        await writer.write(log.queued(entry).write)
+
+    sizes = []
+    while (result := await log.integrate()).outcome is IntegrationOutcome.INTEGRATED:
+        assert result.checkpoint is not None
+        sizes.append(result.checkpoint.size)
+
+    assert sizes == [2, 4, 5]
+    assert [data for _, data in await stored_leaves(log_engine, log)] == entries
+
+
 async def test_a_leaf_is_located_by_its_hash(log_engine: AsyncEngine, writer: BatchWriter) -> None:
     log = await open_test_log(log_engine)
     entry = b"a call"

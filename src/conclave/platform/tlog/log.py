@@ -272,9 +272,12 @@ class TransparencyLog:
                         IntegrationOutcome.TOO_SOON, pending=waiting, wait_seconds=wait
                     )
                 frontier = await self._current_frontier(connection, state)
-                if queued and room:
-                    await self._sequence_queued(connection, room)
-                start, count = state.integrated_size, min(waiting, self._max_per_checkpoint)
+                taken = await self._sequence_queued(connection, room) if queued and room else 0
+                # What this pass folds: the leaves sequenced before it, then those it just took.
+                start, count = (
+                    state.integrated_size,
+                    min(sequenced + taken, self._max_per_checkpoint),
+                )
                 rows = await store.leaf_hashes(connection, self._log_id, start, start + count)
                 if [index for index, _ in rows] != list(range(start, start + count)):
                     raise LogCorrupted(
@@ -306,20 +309,33 @@ class TransparencyLog:
                     raise LogCorrupted(f"the log {self._name!r} moved during integration")
         self._frontier = batch.frontier
         self._integrated = max(self._integrated, checkpoint.size)
-        return Integration(IntegrationOutcome.INTEGRATED, checkpoint, note, pending=waiting - count)
+        return Integration(
+            IntegrationOutcome.INTEGRATED, checkpoint, note, pending=max(0, waiting - count)
+        )
 
-    async def _sequence_queued(self, connection: AsyncConnection, room: int) -> None:
+    async def _sequence_queued(self, connection: AsyncConnection, room: int) -> int:
         """Give up to ``room`` queued leaves the next indices, in queue order, and move them to
-        the log's leaves. The allocation's row lock lasts until this pass commits: a direct
-        append waits for the pass, which is short and at most one per checkpoint interval. The
-        leaf hash is computed again from the data: what the tree commits to is the data."""
-        taken = await store.take_queued(connection, self._log_id, room)
+        the log's leaves: how many it took. The allocation's row lock lasts until this pass
+        commits: a direct append waits for the pass, which is short and at most one per
+        checkpoint interval. The leaf hash is computed again from the data: what the tree
+        commits to is the data."""
+        # A pass holds what it takes in memory: as many leaves as fit the batch byte limit (16 MiB
+        # by default, at least one), not 65,536 leaves of up to 1 MiB each.
+        sizes = await store.queued_sizes(connection, self._log_id, room)
+        count, total = 0, 0
+        for size in sizes:
+            total += size
+            if count and total > self._sequencer.limits.batch_bytes:
+                break
+            count += 1
+        taken = await store.take_queued(connection, self._log_id, count) if count else []
         if not taken:
-            return
+            return 0
         entries = [data for _, data in taken]
         first = await store.allocate(connection, self._log_id, len(entries))
         hashes = [leaf_hash(entry) for entry in entries]
         await store.insert_leaves(connection, self._log_id, first, hashes, entries)
+        return len(entries)
 
     async def locate(self, hashed: bytes) -> LeafLocation:
         """Where the leaf of this leaf hash is: the smallest index of a leaf of that hash, and

@@ -164,6 +164,17 @@ async def take_queued(
     return sorted((row.queue_id, _bytes(row.data)) for row in rows)
 
 
+async def queued_sizes(connection: AsyncConnection, log_id: int, limit: int) -> list[int]:
+    """The byte sizes of the first ``limit`` leaves queued for the log, in queue order."""
+    rows = await connection.execute(
+        select(func.length(tlog_queue.c.data))
+        .where(tlog_queue.c.log_id == log_id)
+        .order_by(tlog_queue.c.queue_id)
+        .limit(limit)
+    )
+    return [int(size or 0) for size in rows.scalars()]
+
+
 async def queued_count(connection: AsyncConnection, log_id: int, at_most: int) -> int:
     """How many leaves are queued for the log, counted up to ``at_most`` (an index range scan
     that stops there, however long the queue)."""
