@@ -43,6 +43,7 @@ from conclave.platform.inputs import (
 from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.openapi import BEARER_SECURITY, HEALTH_RESPONSES, problem_responses
 from conclave.platform.problem_types import ProblemCode
+from conclave.platform.runtime import Platform
 from conclave.platform.tlog.published import PublishedLogs
 
 router = APIRouter()
@@ -244,14 +245,29 @@ async def get_call(
     conclave_id: str, platform: CurrentPlatform, principal: CurrentPrincipal, request: Request
 ) -> ToolCall:
     """One audit row of your own calls."""
+    return _tool_call(await _call_or_404(conclave_id, platform, principal, request))
+
+
+async def _call_or_404(
+    conclave_id: str,
+    platform: Platform,
+    principal: Principal,
+    request: Request,
+    *,
+    operators: bool = False,
+) -> AuditRow:
+    """The audit row ``conclave_id`` if it is the caller's (or anyone's, for an operator where
+    ``operators``; everyone's with auth off), else 404 ``CALL_NOT_FOUND``."""
     # An id holding NUL never gets here: the platform's boundary refuses it (422 UNSAFE_INPUT).
     row = await store.get_call(platform.engine, conclave_id)
-    own = row is not None and (
-        row.user_id == principal.user_id or not request.app.state.authenticator.enabled
+    visible = row is not None and (
+        row.user_id == principal.user_id
+        or (operators and principal.is_operator)
+        or not request.app.state.authenticator.enabled
     )
-    if row is None or not own:
+    if row is None or not visible:
         raise NotFound(f"No call {conclave_id!r}.", code=ProblemCode.CALL_NOT_FOUND)
-    return _tool_call(row)
+    return row
 
 
 @router.get("/calls/{conclave_id}/verify", tags=["tools"], responses=problem_responses(503))
@@ -261,14 +277,7 @@ async def verify_call_route(
     """Check one of your calls (any call, for operators) against the transparency log ``calls``:
     the audit row as stored still rebuilds the entry it recorded, and that entry is a leaf under
     the log's latest signed checkpoint (its inclusion proof checked with the log's keys)."""
-    row = await store.get_call(platform.engine, conclave_id)
-    own = row is not None and (
-        row.user_id == principal.user_id
-        or principal.is_operator
-        or not request.app.state.authenticator.enabled
-    )
-    if row is None or not own:
-        raise NotFound(f"No call {conclave_id!r}.", code=ProblemCode.CALL_NOT_FOUND)
+    row = await _call_or_404(conclave_id, platform, principal, request, operators=True)
     logs: PublishedLogs = request.app.state.tlogs
     found = await verify_call(row, logs, logs.get_log_or_404(CALLS_LOG))
     return CallVerificationRead(
