@@ -27,7 +27,6 @@ from bench.servers import (
     start_process,
     wait_ready,
 )
-from conclave.platform.transparency import generate_key
 
 BODY = {"tool": "echo", "args": {"message": "hello, conclave"}}
 MCP_BODY = {
@@ -75,8 +74,6 @@ async def main(seconds: float, concurrency: int) -> None:
             **stores.env(),
             "CONCLAVE_AUTH": "disabled",
             "CONCLAVE_LOG_LEVEL": "WARNING",
-            # On PostgreSQL the calls log signs with a configured key (none is generated there).
-            "CONCLAVE_TLOG_SIGNER_KEYS": generate_key("conclave.localhost/calls")[0],
             "GATEWAY_CALL_LOG": "true",
         }
         serve = [python, "-m", "conclave.cli.main", "serve", "gateway", "--port"]
