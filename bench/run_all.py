@@ -50,6 +50,10 @@ BENCHMARKS = [
         ["--seconds", "6", "--large-runs", "2"], ["--seconds", "2", "--large-runs", "1"], 300,
     ),
     Benchmark(
+        "edge_replicas", "Edge replicas on one PostgreSQL: lock waits (issue 20)",
+        ["--seconds", "6"], ["--seconds", "2"], 180,
+    ),
+    Benchmark(
         "edge_client", "Edge client outbox (issue 4)",
         ["--items", "400", "--rounds", "2"], ["--items", "60", "--rounds", "1"], 240,
     ),
