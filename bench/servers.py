@@ -67,10 +67,14 @@ class Scratch:
 
     database: str
     prefix: str
-    calls_log_key: str = field(
-        default_factory=lambda: generate_key("conclave.localhost/calls")[0], repr=False
+    log_keys: str = field(
+        default_factory=lambda: ",".join(
+            generate_key(f"conclave.localhost/{name}")[0] for name in ("calls", "packs")
+        ),
+        repr=False,
     )
-    """The signer key of the gateway's calls log (on PostgreSQL a log's key must be given)."""
+    """The signer keys of the gateway's calls log and the edge's packs log (on PostgreSQL a
+    log's key must be given; each service takes the key named after its log)."""
 
     @property
     def dsn(self) -> str:
@@ -88,7 +92,7 @@ class Scratch:
             "CONCLAVE_DATABASE_URL": self.url,
             "CONCLAVE_BUS_URL": REDIS_URL,
             "BUS_STREAM_PREFIX": self.prefix,
-            "CONCLAVE_TLOG_SIGNER_KEYS": self.calls_log_key,
+            "CONCLAVE_TLOG_SIGNER_KEYS": self.log_keys,
         }
 
     async def count(self, query: str) -> int:
