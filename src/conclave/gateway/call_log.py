@@ -15,6 +15,13 @@ escapes), holding
     status, orthodoxy_status, http_status, error_code   how it ended
     args_sha256        SHA-256 (hex) of the canonical JSON of the arguments as audited (redacted)
     result_sha256      SHA-256 (hex) of the canonical JSON of the result as audited, or null
+    canonical_args_sha256, error_message_sha256, warnings_sha256, correlation_id_sha256
+                       the same of the other fields the caller is shown, or null
+    duration_ms        how long the call took, as audited
+
+Every field of the audit row the caller is shown is covered, so changing any of them in the store
+is found (``GET /calls/{id}/verify``). Values are hashed as the store keeps them, through JSON
+(mapping keys are strings there).
 
 Values are hashed, never written out: argument or result values may be confidential. Whoever
 holds the audit row (or the call's arguments and result) recomputes the hashes with
@@ -53,8 +60,22 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _stored_form(value: Any) -> Any:
+    """``value`` as the store keeps it and hands it back: through JSON, so keys are strings (a
+    result ``{2: "a", 10: "b"}`` is stored, and read back, as ``{"2": "a", "10": "b"}``, which
+    sorts otherwise) and a mapping with keys of mixed types can still be sorted."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _hashed(value: Any) -> str | None:
+    """SHA-256 (hex) of the canonical JSON of ``value`` as stored; None for None."""
+    return None if value is None else _sha256(canonical_json(_stored_form(value)))
+
+
 def call_entry(row: AuditRow) -> bytes:
-    """The leaf entry of a finished call (``conclave.call/v1``)."""
+    """The leaf entry of a finished call (``conclave.call/v1``). ``ValueError`` (or
+    ``RecursionError``) for a row holding a value JSON cannot carry, which the audit never
+    stores."""
     return canonical_json(
         {
             "format": CALL_FORMAT,
@@ -68,8 +89,13 @@ def call_entry(row: AuditRow) -> bytes:
             "orthodoxy_status": row.orthodoxy_status,
             "http_status": row.http_status,
             "error_code": row.error_code,
-            "args_sha256": _sha256(canonical_json(row.args)),
-            "result_sha256": None if row.result is None else _sha256(canonical_json(row.result)),
+            "args_sha256": _sha256(canonical_json(_stored_form(row.args))),
+            "result_sha256": _hashed(row.result),
+            "canonical_args_sha256": _hashed(row.canonical_args),
+            "error_message_sha256": _hashed(row.error_message),
+            "warnings_sha256": _hashed(row.warnings),
+            "correlation_id_sha256": _hashed(row.correlation_id),
+            "duration_ms": row.duration_ms,
         }
     )
 

@@ -55,6 +55,26 @@ GRACE = timedelta(seconds=30)
 """How long after a call ends a missing leaf is "not yet" rather than missing: the checkpoint
 interval and a pass, with room for a slow integrator."""
 
+SKEW = timedelta(minutes=5)
+"""How far in the future a call's end may lie (another replica's clock) before a row dated there
+counts as written by hand."""
+
+
+async def _not_in_log_yet_or_missing(row: AuditRow, log: TransparencyLog) -> CallProblem:
+    """No leaf of the row's hash is under a checkpoint: moments after the call, or while the
+    integrator has not reached the call's time (an outage's backlog), it is not yet; otherwise
+    it is missing."""
+    ended = as_utc(row.completed_at or row.created_at)
+    now = utc_now()
+    if ended > now + SKEW:
+        return CallProblem.MISSING_FROM_LOG
+    if now - ended < GRACE + timedelta(seconds=log.checkpoint_interval):
+        return CallProblem.NOT_YET_LOGGED
+    behind = await log.oldest_queued_at()
+    if behind is not None and behind <= ended + GRACE:
+        return CallProblem.NOT_YET_LOGGED
+    return CallProblem.MISSING_FROM_LOG
+
 
 async def verify_call(row: AuditRow, logs: PublishedLogs, log: TransparencyLog) -> CallVerification:
     """Check ``row`` against the log ``log`` (published in ``logs``)."""
@@ -65,11 +85,7 @@ async def verify_call(row: AuditRow, logs: PublishedLogs, log: TransparencyLog) 
         return CallVerification(False, CallProblem.ROW_MODIFIED)
     where = await log.locate(rebuilt)
     if where.index is None or not where.integrated:
-        ended = as_utc(row.completed_at or row.created_at)
-        recent = utc_now() - ended < GRACE + timedelta(seconds=log.checkpoint_interval)
-        return CallVerification(
-            False, CallProblem.NOT_YET_LOGGED if recent else CallProblem.MISSING_FROM_LOG
-        )
+        return CallVerification(False, await _not_in_log_yet_or_missing(row, log))
     try:
         receipt = await logs.receipt(log.name, where.index)
         opened = verify_receipt(receipt, VerifierSet(log.keys.verifiers), call_entry(row))

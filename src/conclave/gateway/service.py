@@ -438,7 +438,14 @@ class GatewayService:
         integrator gives it its index); the row records the leaf hash its receipt is found by."""
         if self._call_log is None:
             return ()
-        queued = self._call_log.queued(call_entry(row))
+        try:
+            entry = call_entry(row)
+        except (ValueError, TypeError, RecursionError):
+            # The audit row matters more than its leaf: the call is audited, and its row says it
+            # is not in the log (verify: not_logged).
+            log.error("a call's entry could not be made", extra={"conclave_id": row.conclave_id})
+            return ()
+        queued = self._call_log.queued(entry)
         row.log_leaf_hash = queued.leaf_hash
         return (queued.write,)
 

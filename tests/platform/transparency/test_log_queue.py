@@ -154,6 +154,37 @@ async def test_a_pass_takes_no_more_queued_bytes_than_a_batch_holds(
     assert [data for _, data in await stored_leaves(log_engine, log)] == entries
 
 
+async def test_a_queued_row_that_holds_no_leaf_does_not_stop_the_log(
+    log_engine: AsyncEngine, writer: BatchWriter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hand-written row (SQLite keeps a number in a BLOB column; a blob past the leaf limit on
+    either store) is dropped, and said so, instead of failing every later pass for everyone."""
+    log = await open_test_log(log_engine, max_leaf_bytes=64)
+    await writer.write(log.queued(b"before").write)
+    hand_written: list[object] = [b"x" * 65]
+    if log_engine.dialect.name == "sqlite":
+        hand_written += [1.5, 50_000_000, -1]
+    async with log_engine.begin() as connection:
+        for data in hand_written:
+            await connection.execute(
+                text(
+                    "INSERT INTO tlog_queue (log_id, leaf_hash, data, queued_at) "
+                    "SELECT log_id, :hash, :data, :at FROM tlog_logs WHERE name = 'calls'"
+                ),
+                {"hash": b"\x00", "data": data, "at": utc_now()},
+            )
+    await writer.write(log.queued(b"after").write)
+
+    result = await log.integrate()
+
+    assert result.outcome is IntegrationOutcome.INTEGRATED
+    assert [data for _, data in await stored_leaves(log_engine, log)] == [b"before", b"after"]
+    assert await _queue_rows(log_engine) == 0
+    assert "hold no leaf were dropped" in caplog.text
+    await writer.write(log.queued(b"later").write)
+    assert (await log.integrate()).outcome is IntegrationOutcome.INTEGRATED
+
+
 async def test_a_leaf_is_located_by_its_hash(log_engine: AsyncEngine, writer: BatchWriter) -> None:
     log = await open_test_log(log_engine)
     entry = b"a call"

@@ -113,9 +113,9 @@ tlog_leaves = Table(
 
 # Leaves queued in their writer's own transaction (an audit row's, a pack's), without a lock:
 # the integrator gives them indices in queue order, moves them to `tlog_leaves` and deletes them
-# here, in the transaction that signs the checkpoint covering them (migration 0011). No index
-# beyond the key: each queued leaf is written once and deleted once, on the path of a call, and a
-# database holds a log or two, so the integrator's scan in key order skips few rows.
+# here, in the transaction that signs the checkpoint covering them (migration 0011). One index,
+# by log in queue order: without it a log's pass scans past every row of the other logs in the
+# database (a stopped service's backlog, a million rows) on every pass.
 tlog_queue = Table(
     "tlog_queue",
     metadata,
@@ -129,6 +129,7 @@ tlog_queue = Table(
     Column("leaf_hash", LargeBinary, nullable=False),
     Column("data", LargeBinary, nullable=False),
     Column("queued_at", DateTime(timezone=True), nullable=False),
+    Index("ix_tlog_queue_log", "log_id", "queue_id"),
 )
 
 # Every complete subtree of the integrated tree: 2^level leaves from subtree_index * 2^level.

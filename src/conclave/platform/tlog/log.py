@@ -329,13 +329,33 @@ class TransparencyLog:
                 break
             count += 1
         taken = await store.take_queued(connection, self._log_id, count) if count else []
-        if not taken:
+        entries = [data for _, data in taken if data is not None and self._is_leaf(data)]
+        if len(entries) < len(taken):
+            # Only a hand-written row can be one (the writers' API checks what they queue): it
+            # must not stop every later pass, so it is dropped, and said so.
+            dropped = [
+                queue_id for queue_id, data in taken if data is None or not self._is_leaf(data)
+            ]
+            log.error(
+                "queued rows that hold no leaf were dropped from a transparency log's queue",
+                extra={"log": self._name, "queue_ids": dropped[:20], "count": len(dropped)},
+            )
+        if not entries:
             return 0
-        entries = [data for _, data in taken]
         first = await store.allocate(connection, self._log_id, len(entries))
         hashes = [leaf_hash(entry) for entry in entries]
         await store.insert_leaves(connection, self._log_id, first, hashes, entries)
         return len(entries)
+
+    async def oldest_queued_at(self) -> datetime | None:
+        """When the oldest leaf still queued was queued (None: none waits): how far behind the
+        integrator is."""
+        with store_errors():
+            async with self._engine.connect() as connection:
+                return await store.oldest_queued_at(connection, self._log_id)
+
+    def _is_leaf(self, data: bytes) -> bool:
+        return len(data) <= self._sequencer.limits.leaf_bytes
 
     async def locate(self, hashed: bytes) -> LeafLocation:
         """Where the leaf of this leaf hash is: the smallest index of a leaf of that hash, and

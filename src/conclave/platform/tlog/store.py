@@ -64,7 +64,13 @@ def _is_sqlite(connection: AsyncConnection) -> bool:
 def _bytes(value: Any) -> bytes:
     # A row INSERTed by hand may hold text where the log writes bytes (SQLite keeps what it is
     # given): read as its UTF-8 bytes, which then fail the hash checks, instead of a TypeError.
-    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    # A number where bytes belong (SQLite keeps that too): its text, never bytes(n), which is n
+    # zero bytes (50,000,000 of them for one hand-written row).
+    return repr(value).encode("ascii", "replace")
 
 
 def _state(row: Any) -> LogState:
@@ -146,7 +152,7 @@ async def insert_leaves(
 
 async def take_queued(
     connection: AsyncConnection, log_id: int, limit: int
-) -> list[tuple[int, bytes]]:
+) -> list[tuple[int, bytes | None]]:
     """Delete the first ``limit`` leaves queued for the log and return ``(queue id, data)`` of
     each, in queue order: exactly the rows taken, in one statement (a leaf whose writer commits
     meanwhile is neither taken nor deleted: it waits for the next pass)."""
@@ -161,7 +167,13 @@ async def take_queued(
         .where(tlog_queue.c.queue_id.in_(first.scalar_subquery()))
         .returning(tlog_queue.c.queue_id, tlog_queue.c.data)
     )
-    return sorted((row.queue_id, _bytes(row.data)) for row in rows)
+    return sorted((row.queue_id, _queued_data(row.data)) for row in rows)
+
+
+def _queued_data(value: Any) -> bytes | None:
+    """A queued row's data, or None when it holds no blob (a hand-written row on SQLite, whose
+    columns keep any type): such a row is no leaf."""
+    return bytes(value) if isinstance(value, bytes | bytearray | memoryview) else None
 
 
 async def queued_sizes(connection: AsyncConnection, log_id: int, limit: int) -> list[int]:
@@ -173,6 +185,17 @@ async def queued_sizes(connection: AsyncConnection, log_id: int, limit: int) -> 
         .limit(limit)
     )
     return [int(size or 0) for size in rows.scalars()]
+
+
+async def oldest_queued_at(connection: AsyncConnection, log_id: int) -> datetime | None:
+    """When the log's oldest queued leaf was queued (None: its queue is empty)."""
+    moment = await connection.scalar(
+        select(tlog_queue.c.queued_at)
+        .where(tlog_queue.c.log_id == log_id)
+        .order_by(tlog_queue.c.queue_id)
+        .limit(1)
+    )
+    return None if moment is None else as_utc(moment)
 
 
 async def queued_count(connection: AsyncConnection, log_id: int, at_most: int) -> int:

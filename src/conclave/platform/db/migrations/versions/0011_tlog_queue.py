@@ -33,6 +33,7 @@ def upgrade() -> None:
         sa.Column("queued_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("queue_id", name="pk_tlog_queue"),
     )
+    op.create_index("ix_tlog_queue_log", "tlog_queue", ["log_id", "queue_id"])
     op.create_index("ix_tlog_leaves_hash", "tlog_leaves", ["log_id", "leaf_hash", "leaf_index"])
     with op.batch_alter_table("mcp_tool_calls") as table:
         table.drop_column("log_index")
@@ -44,4 +45,5 @@ def downgrade() -> None:
         table.drop_column("log_leaf_hash")
         table.add_column(sa.Column("log_index", sa.BigInteger(), nullable=True))
     op.drop_index("ix_tlog_leaves_hash", table_name="tlog_leaves")
+    op.drop_index("ix_tlog_queue_log", table_name="tlog_queue")
     op.drop_table("tlog_queue")
