@@ -1,4 +1,5 @@
-"""Evidence Packs are append-only, chained, and tampering is detected."""
+"""Evidence Packs are append-only, each is a leaf of the log ``packs``, and tampering with a
+pack's row or its blob is detected by its verification against the log."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from conclave.edge.blobs import TempBlob
-from tests.conftest import Backend
+from tests.conftest import Backend, eventually
 from tests.edge import samples
 from tests.edge.conftest import edge_app, edge_settings, form
 
@@ -39,15 +40,22 @@ async def test_packs_refuse_update_and_delete(backend: Backend, tmp_path) -> Non
                 await connection.execute(text(statement), {"id": evidence_id})
 
 
-async def test_concurrent_uploads_extend_one_unbroken_chain(backend: Backend, tmp_path) -> None:
+async def test_concurrent_uploads_get_distinct_positions_and_leaves(
+    backend: Backend, tmp_path
+) -> None:
     async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
-        await _upload_pngs(client, 12)
+        ids = await _upload_pngs(client, 12)
+        packs = [(await client.get(f"/api/edge-intake/evidence/{i}")).json() for i in ids]
+        assert len({pack["chain_seq"] for pack in packs}) == 12
+        assert len({pack["log_leaf_hash"] for pack in packs}) == 12
+        assert all(pack["chain_hash"] is None for pack in packs)
+        # No pack is chained: the chain's walk has nothing to check and its head never moved.
         report = (await client.get("/api/edge-intake/chain/verify?content=true")).json()
-        assert report["valid"], report
-        assert report["checked"] == 12
-        assert report["head"]["chain_seq"] == 12
-        page = (await client.get("/api/edge-intake/chain/verify?after_seq=5&limit=4")).json()
-        assert page["valid"] and page["checked"] == 4 and page["next_after_seq"] == 9
+        assert report["valid"] and report["checked"] == 0 and report["head"]["chain_seq"] == 0
+        listed = (await client.get("/api/edge-intake/events?limit=5")).json()
+        page = (await client.get(f"/api/edge-intake/events?cursor={listed['next_cursor']}")).json()
+        seen = [event["evidence_id"] for event in listed["events"] + page["events"]]
+        assert sorted(seen) == sorted(ids) and len(seen) == 12
 
 
 async def _drop_immutability(backend: Backend, connection) -> None:
@@ -60,22 +68,39 @@ async def _drop_immutability(backend: Backend, connection) -> None:
         )
 
 
+async def _verdict(client, evidence_id: str) -> dict:
+    async def checked() -> dict | None:
+        found = (await client.get(f"/api/edge-intake/evidence/{evidence_id}/verify")).json()
+        return found if found["log"]["state"] != "pending" else None
+
+    # The leaf is under a checkpoint within the checkpoint interval (1 s) and a pass.
+    verdict: dict = await eventually(checked)
+    return verdict
+
+
 async def test_verify_detects_a_modified_blob_and_a_modified_row(
     backend: Backend, tmp_path
 ) -> None:
     async with edge_app(backend, edge_settings(tmp_path)) as (client, app):
         first, second, third = await _upload_pngs(client, 3)
         for evidence_id in (first, second, third):
-            verdict = (await client.get(f"/api/edge-intake/evidence/{evidence_id}/verify")).json()
+            verdict = await _verdict(client, evidence_id)
             assert verdict["valid"], verdict
+            assert verdict["record"] is None and verdict["links"] is None
+            logged = verdict["log"]
+            assert logged["state"] == "included" and logged["ok"]
+            assert logged["entry_ok"] and logged["content_ok"] and logged["included"]
+            assert logged["checkpoint_size"] > logged["index"]
 
         pack = (await client.get(f"/api/edge-intake/evidence/{first}")).json()
         blob = app.state.edge.blobs.path_for(pack["sha256"])
         os.chmod(blob, 0o644)
         blob.write_bytes(blob.read_bytes() + b"tampered")
-        verdict = (await client.get(f"/api/edge-intake/evidence/{first}/verify")).json()
+        verdict = await _verdict(client, first)
         assert not verdict["valid"]
         assert verdict["content"]["problem"] == "content_modified"
+        assert not verdict["log"]["content_ok"]
+        assert verdict["log"]["entry_ok"] and verdict["log"]["included"]
 
         async with backend.engine.begin() as connection:
             await _drop_immutability(backend, connection)
@@ -85,13 +110,13 @@ async def test_verify_detects_a_modified_blob_and_a_modified_row(
                 ),
                 {"i": second},
             )
-        verdict = (await client.get(f"/api/edge-intake/evidence/{second}/verify")).json()
+        verdict = await _verdict(client, second)
         assert not verdict["valid"]
-        assert not verdict["record"]["ok"]
         assert verdict["content"]["ok"]
-        chain = (await client.get("/api/edge-intake/chain/verify?content=true")).json()
-        problems = {(p["evidence_id"], p["problem"]) for p in chain["problems"]}
-        assert problems == {(first, "content_modified"), (second, "record_modified")}
+        assert verdict["log"]["state"] == "included"
+        assert not verdict["log"]["entry_ok"]
+        assert verdict["log"]["content_ok"] and verdict["log"]["included"]
+        assert (await _verdict(client, third))["valid"]
 
 
 async def test_unknown_evidence_is_404(backend: Backend, tmp_path) -> None:

@@ -26,13 +26,13 @@ without the entry.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from typing import Any
 
 from conclave.gateway.records import AuditRow
 from conclave.platform.auth import Principal
 from conclave.platform.clock import rfc3339
+from conclave.platform.tlog import entries
+from conclave.platform.tlog.entries import canonical_json, json_sha256, text_sha256
 
 CALLS_LOG = "calls"
 """The name of the log (its origin is ``<CONCLAVE_TLOG_ORIGIN>/calls``)."""
@@ -41,16 +41,7 @@ CALL_FORMAT = "conclave.call/v1"
 """The version of the entry's serialisation."""
 
 
-def canonical_json(value: Any) -> bytes:
-    """``value`` as canonical JSON: sorted keys, no white space, ASCII only. Values JSON cannot
-    hold (the audit row never stores one) are written as their ``str``."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
-    ).encode("ascii")
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+__all__ = ["CALLS_LOG", "CALL_FORMAT", "call_entry", "canonical_json", "receipt_path"]
 
 
 def call_entry(row: AuditRow) -> bytes:
@@ -61,15 +52,15 @@ def call_entry(row: AuditRow) -> bytes:
             "conclave_id": row.conclave_id,
             "tool": row.tool_name,
             "requested_tool": row.requested_tool,
-            "user_sha256": _sha256(row.user_id.encode("utf-8", "surrogatepass")),
+            "user_sha256": text_sha256(row.user_id),
             "created_at": rfc3339(row.created_at),
             "completed_at": rfc3339(row.completed_at) if row.completed_at else None,
             "status": row.status,
             "orthodoxy_status": row.orthodoxy_status,
             "http_status": row.http_status,
             "error_code": row.error_code,
-            "args_sha256": _sha256(canonical_json(row.args)),
-            "result_sha256": None if row.result is None else _sha256(canonical_json(row.result)),
+            "args_sha256": json_sha256(row.args),
+            "result_sha256": None if row.result is None else json_sha256(row.result),
         }
     )
 
@@ -83,11 +74,11 @@ def may_read_call(principal: Principal, data: bytes) -> bool:
         entry = json.loads(data)
     except ValueError:
         return False
-    mine = _sha256(principal.user_id.encode("utf-8", "surrogatepass"))
+    mine = text_sha256(principal.user_id)
     return isinstance(entry, dict) and entry.get("user_sha256") == mine
 
 
 def receipt_path(hashed: bytes) -> str:
     """Where the receipt of the call whose leaf hash is ``hashed`` is served (relative to the
     gateway)."""
-    return f"/logs/{CALLS_LOG}/receipt/by-hash/{hashed.hex()}"
+    return entries.receipt_path(CALLS_LOG, hashed)
