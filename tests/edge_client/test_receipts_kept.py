@@ -141,5 +141,9 @@ async def test_the_command_checks_kept_receipts_with_a_given_key(
     result = runner.invoke(cli, ["edge", "receipts", "--check", "--key", vkey], env=environment)
     assert result.exit_code == 0, result.output
     assert "verified" in result.output
-    bad = runner.invoke(cli, ["edge", "receipts", "--check", "--key", "nonsense"], env=environment)
-    assert bad.exit_code == 2
+    binary = tmp_path / "key.bin"
+    binary.write_bytes(b"\xff\xfe\x00 not a key")
+    for key in ("nonsense", str(binary)):
+        bad = runner.invoke(cli, ["edge", "receipts", "--check", "--key", key], env=environment)
+        assert bad.exit_code == 2, bad.output
+        assert "no usable verifier key" in " ".join(bad.output.split())

@@ -31,7 +31,6 @@ from conclave.edge_client.envelope import parse_metadata
 from conclave.edge_client.errors import ReceiptUnavailable
 from conclave.edge_client.kept_receipts import ReceiptCheck
 from conclave.platform.media_types import media_type_names
-from conclave.platform.transparency.errors import MalformedInput
 from conclave.settings import EdgeClientSettings
 
 edge_app = typer.Typer(
@@ -297,7 +296,7 @@ def receipts(
             try:
                 trusted = _receipt_keys(keys) if keys else asyncio.run(_server_keys(server, token))
                 checks = {found.evidence_id: found for found in box.check_receipts(trusted)}
-            except (MalformedInput, ReceiptUnavailable, OSError) as exc:
+            except (ValueError, ReceiptUnavailable, OSError) as exc:  # MalformedInput, undecodable
                 raise _fail(f"no usable verifier key: {exc}", 2) from exc
         kept = box.receipts()
     if as_json:
