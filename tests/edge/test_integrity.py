@@ -6,12 +6,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
+from conclave.edge import store
 from conclave.edge.blobs import TempBlob
+from conclave.edge.pack_log import pack_entry
+from conclave.platform.transparency.hashing import leaf_hash
 from tests.conftest import Backend, eventually
 from tests.edge import samples
 from tests.edge.conftest import edge_app, edge_settings, form
@@ -117,6 +122,38 @@ async def test_verify_detects_a_modified_blob_and_a_modified_row(
         assert not verdict["log"]["entry_ok"]
         assert verdict["log"]["content_ok"] and verdict["log"]["included"]
         assert (await _verdict(client, third))["valid"]
+
+
+async def test_a_row_rewritten_with_a_leaf_hash_of_its_own_is_found_missing_from_the_log(
+    backend: Backend, tmp_path
+) -> None:
+    """A forger who edits a pack's row and records the leaf hash of the edited entry (so the row
+    agrees with itself) cannot put that leaf into the signed log: once the pack is older than a
+    leaf takes to be signed, its verification reports the leaf not found."""
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        [evidence_id] = await _upload_pngs(client, 1)
+        assert (await _verdict(client, evidence_id))["valid"]
+        row = await store.get_pack(backend.engine, evidence_id)
+        assert row is not None
+        earlier = row.created_at - timedelta(minutes=5)
+        forged = replace(row, filename="forged.png", created_at=earlier)
+        async with backend.engine.begin() as connection:
+            await _drop_immutability(backend, connection)
+            await connection.execute(
+                text(
+                    "UPDATE edge_evidence_packs SET filename = :f, created_at = :c,"
+                    " log_leaf_hash = :h WHERE evidence_id = :i"
+                ),
+                {
+                    "f": forged.filename,
+                    "c": earlier,
+                    "h": leaf_hash(pack_entry(forged)),
+                    "i": evidence_id,
+                },
+            )
+        verdict = (await client.get(f"/api/edge-intake/evidence/{evidence_id}/verify")).json()
+        assert not verdict["valid"]
+        assert verdict["log"]["state"] == "not_found" and verdict["log"]["entry_ok"], verdict
 
 
 async def test_unknown_evidence_is_404(backend: Backend, tmp_path) -> None:

@@ -22,9 +22,11 @@ from conclave.edge.events import evidence_created
 from conclave.edge.pack_log import pack_entry
 from conclave.edge.records import EvidencePack, NewEvidencePack
 from conclave.edge_client.receipts import check_receipt
+from conclave.edge_client.receipts import verifier_keys as verifier_keys_of
 from conclave.platform.bus.memory import MemoryBus
 from conclave.platform.clock import utc_now
 from conclave.platform.db.engine import create_engine
+from conclave.platform.tlog import audit_log
 from conclave.platform.tlog.entries import canonical_json, json_sha256, text_sha256
 from tests.conftest import POSTGRES_URL, Backend, eventually, isolated_postgres
 from tests.edge import samples
@@ -273,5 +275,8 @@ async def test_two_edge_replicas_on_one_postgresql_make_one_log(tmp_path: Path) 
                     check_receipt(receipt, verifier_keys, pack_entry(row))
                     indices.append(json.loads(receipt)["index"])
                 assert sorted(indices) == list(range(16))
+            # Read back whole, the log is what its signed checkpoints say.
+            audit = await audit_log(engine, "packs", verifier_keys_of(verifier_keys))
+            assert audit.ok and audit.sequenced_size == 16, audit.findings
         finally:
             await other.dispose()
