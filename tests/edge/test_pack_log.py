@@ -280,3 +280,33 @@ async def test_two_edge_replicas_on_one_postgresql_make_one_log(tmp_path: Path) 
             assert audit.ok and audit.sequenced_size == 16, audit.findings
         finally:
             await other.dispose()
+
+
+async def test_a_packs_leaf_data_is_for_operators_and_the_device_that_uploaded_it(
+    backend: Backend, tmp_path: Path
+) -> None:
+    settings = edge_settings(
+        tmp_path,
+        auth="enabled",
+        api_tokens="tok-a=cam-a,tok-b=cam-b,tok-op=ops",
+        operators="ops",
+    )
+    async with edge_app(backend, settings) as (client, _app):
+        answer = await client.post(
+            "/api/edge-intake/image",
+            **form(("a.png", samples.png())),
+            headers={"Authorization": "Bearer tok-a"},
+        )
+        assert answer.status_code == 200, answer.text
+        [link] = answer.json()["receipts"]
+        index = json.loads(await receipt_of(client, link["receipt"]))["index"]
+        path = f"/logs/packs/leaves/{index}"
+        for token, status in (("tok-a", 200), ("tok-op", 200), ("tok-b", 403)):
+            read = await client.get(path, headers={"Authorization": f"Bearer {token}"})
+            assert read.status_code == status, (token, read.text)
+        assert (await client.get(path)).status_code == 401
+        data = base64.b64decode(
+            (await client.get(path, headers={"Authorization": "Bearer tok-a"})).json()["data"]
+        )
+        row = await stored(backend, link["evidence_id"])
+        assert data == pack_entry(row) and json.loads(data)["device_sha256"] == text_sha256("cam-a")
