@@ -11,7 +11,7 @@ verification; nothing extends the chain any more.
 
 from __future__ import annotations
 
-from collections.abc import Sequence as Many
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -25,7 +25,6 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     PrimaryKeyConstraint,
-    Sequence,
     String,
     Table,
     Text,
@@ -33,6 +32,7 @@ from sqlalchemy import (
     func,
     select,
 )
+from sqlalchemy import Sequence as SqlSequence
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -97,7 +97,7 @@ evidence_packs = Table(
     ),
 )
 
-PACK_ORDER = Sequence("edge_evidence_packs_order")
+PACK_ORDER = SqlSequence("edge_evidence_packs_order")
 """Where a new pack's ``chain_seq`` comes from on PostgreSQL (created by migration 0012 after the
 last chained pack). Drawn without waiting for other uploads, so positions follow the order in
 which inserts ran, not exactly the order in which they committed."""
@@ -173,9 +173,9 @@ async def _insert_packs(connection: AsyncConnection, rows: list[dict[str, Any]])
 
 async def append_packs(
     engine: AsyncEngine,
-    packs: Many[NewEvidencePack],
-    events: Many[Event],
-    leaves: Many[QueuedLeaf],
+    packs: Sequence[NewEvidencePack],
+    events: Sequence[Event],
+    leaves: Sequence[QueuedLeaf],
     *,
     device_id: str,
     idempotency_key: str | None,
