@@ -1,5 +1,5 @@
-"""``conclave log-key`` makes a log's signer key, and a production gateway without one refuses to
-start, saying what to set (rather than a traceback from its start-up)."""
+"""``conclave log-key`` makes a log's signer key, and a production gateway or edge without one
+refuses to start, saying what to set (rather than a traceback from its start-up)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from conclave.cli.main import app
 from conclave.platform.tlog import log_keys
 from conclave.platform.transparency import NoteSigner, NoteVerifier
-from conclave.settings import GatewaySettings
+from conclave.settings import EdgeSettings, GatewaySettings
 from tests.conftest import POSTGRES_URL
 
 runner = CliRunner()
@@ -50,3 +50,26 @@ def test_a_production_gateway_without_its_calls_log_key_refuses_to_start(
     output = " ".join(result.output.split())
     assert "conclave.localhost/calls" in output
     assert "conclave log-key calls" in output and "GATEWAY_CALL_LOG=false" in output
+
+
+def test_a_production_edge_without_its_packs_log_key_refuses_to_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CONCLAVE_AUTH", "disabled")
+    monkeypatch.setenv("CONCLAVE_DATABASE_URL", POSTGRES_URL)
+    monkeypatch.delenv("CONCLAVE_TLOG_SIGNER_KEYS", raising=False)
+    result = runner.invoke(app, ["serve", "edge"])
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert "conclave.localhost/packs" in output
+    assert "conclave log-key packs" in output and "EDGE_PACK_LOG=false" in output
+
+
+def test_a_production_edge_with_its_packs_log_off_needs_no_key() -> None:
+    settings = EdgeSettings(  # type: ignore[call-arg]
+        _env_file=None, database_url=POSTGRES_URL, pack_log=False
+    )
+    assert settings.transparency_logs() == {}
+    assert EdgeSettings(_env_file=None).transparency_logs() == {  # type: ignore[call-arg]
+        "packs": "EDGE_PACK_LOG"
+    }

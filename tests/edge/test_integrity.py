@@ -1,17 +1,23 @@
-"""Evidence Packs are append-only, chained, and tampering is detected."""
+"""Evidence Packs are append-only, each is a leaf of the log ``packs``, and tampering with a
+pack's row or its blob is detected by its verification against the log."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import os
+from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
+from conclave.edge import store
 from conclave.edge.blobs import TempBlob
-from tests.conftest import Backend
+from conclave.edge.pack_log import pack_entry
+from conclave.platform.transparency.hashing import leaf_hash
+from tests.conftest import Backend, eventually
 from tests.edge import samples
 from tests.edge.conftest import edge_app, edge_settings, form
 
@@ -39,15 +45,22 @@ async def test_packs_refuse_update_and_delete(backend: Backend, tmp_path) -> Non
                 await connection.execute(text(statement), {"id": evidence_id})
 
 
-async def test_concurrent_uploads_extend_one_unbroken_chain(backend: Backend, tmp_path) -> None:
+async def test_concurrent_uploads_get_distinct_positions_and_leaves(
+    backend: Backend, tmp_path
+) -> None:
     async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
-        await _upload_pngs(client, 12)
+        ids = await _upload_pngs(client, 12)
+        packs = [(await client.get(f"/api/edge-intake/evidence/{i}")).json() for i in ids]
+        assert len({pack["chain_seq"] for pack in packs}) == 12
+        assert len({pack["log_leaf_hash"] for pack in packs}) == 12
+        assert all(pack["chain_hash"] is None for pack in packs)
+        # No pack is chained: the chain's walk has nothing to check and its head never moved.
         report = (await client.get("/api/edge-intake/chain/verify?content=true")).json()
-        assert report["valid"], report
-        assert report["checked"] == 12
-        assert report["head"]["chain_seq"] == 12
-        page = (await client.get("/api/edge-intake/chain/verify?after_seq=5&limit=4")).json()
-        assert page["valid"] and page["checked"] == 4 and page["next_after_seq"] == 9
+        assert report["valid"] and report["checked"] == 0 and report["head"]["chain_seq"] == 0
+        listed = (await client.get("/api/edge-intake/events?limit=5")).json()
+        page = (await client.get(f"/api/edge-intake/events?cursor={listed['next_cursor']}")).json()
+        seen = [event["evidence_id"] for event in listed["events"] + page["events"]]
+        assert sorted(seen) == sorted(ids) and len(seen) == 12
 
 
 async def _drop_immutability(backend: Backend, connection) -> None:
@@ -60,22 +73,39 @@ async def _drop_immutability(backend: Backend, connection) -> None:
         )
 
 
+async def _verdict(client, evidence_id: str) -> dict:
+    async def checked() -> dict | None:
+        found = (await client.get(f"/api/edge-intake/evidence/{evidence_id}/verify")).json()
+        return found if found["log"]["state"] != "pending" else None
+
+    # The leaf is under a checkpoint within the checkpoint interval (1 s) and a pass.
+    verdict: dict = await eventually(checked)
+    return verdict
+
+
 async def test_verify_detects_a_modified_blob_and_a_modified_row(
     backend: Backend, tmp_path
 ) -> None:
     async with edge_app(backend, edge_settings(tmp_path)) as (client, app):
         first, second, third = await _upload_pngs(client, 3)
         for evidence_id in (first, second, third):
-            verdict = (await client.get(f"/api/edge-intake/evidence/{evidence_id}/verify")).json()
+            verdict = await _verdict(client, evidence_id)
             assert verdict["valid"], verdict
+            assert verdict["record"] is None and verdict["links"] is None
+            logged = verdict["log"]
+            assert logged["state"] == "included" and logged["ok"]
+            assert logged["entry_ok"] and logged["content_ok"] and logged["included"]
+            assert logged["checkpoint_size"] > logged["index"]
 
         pack = (await client.get(f"/api/edge-intake/evidence/{first}")).json()
         blob = app.state.edge.blobs.path_for(pack["sha256"])
         os.chmod(blob, 0o644)
         blob.write_bytes(blob.read_bytes() + b"tampered")
-        verdict = (await client.get(f"/api/edge-intake/evidence/{first}/verify")).json()
+        verdict = await _verdict(client, first)
         assert not verdict["valid"]
         assert verdict["content"]["problem"] == "content_modified"
+        assert not verdict["log"]["content_ok"]
+        assert verdict["log"]["entry_ok"] and verdict["log"]["included"]
 
         async with backend.engine.begin() as connection:
             await _drop_immutability(backend, connection)
@@ -85,13 +115,45 @@ async def test_verify_detects_a_modified_blob_and_a_modified_row(
                 ),
                 {"i": second},
             )
-        verdict = (await client.get(f"/api/edge-intake/evidence/{second}/verify")).json()
+        verdict = await _verdict(client, second)
         assert not verdict["valid"]
-        assert not verdict["record"]["ok"]
         assert verdict["content"]["ok"]
-        chain = (await client.get("/api/edge-intake/chain/verify?content=true")).json()
-        problems = {(p["evidence_id"], p["problem"]) for p in chain["problems"]}
-        assert problems == {(first, "content_modified"), (second, "record_modified")}
+        assert verdict["log"]["state"] == "included"
+        assert not verdict["log"]["entry_ok"]
+        assert verdict["log"]["content_ok"] and verdict["log"]["included"]
+        assert (await _verdict(client, third))["valid"]
+
+
+async def test_a_row_rewritten_with_a_leaf_hash_of_its_own_is_found_missing_from_the_log(
+    backend: Backend, tmp_path
+) -> None:
+    """A forger who edits a pack's row and records the leaf hash of the edited entry (so the row
+    agrees with itself) cannot put that leaf into the signed log: once the pack is older than a
+    leaf takes to be signed, its verification reports the leaf not found."""
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        [evidence_id] = await _upload_pngs(client, 1)
+        assert (await _verdict(client, evidence_id))["valid"]
+        row = await store.get_pack(backend.engine, evidence_id)
+        assert row is not None
+        earlier = row.created_at - timedelta(minutes=5)
+        forged = replace(row, filename="forged.png", created_at=earlier)
+        async with backend.engine.begin() as connection:
+            await _drop_immutability(backend, connection)
+            await connection.execute(
+                text(
+                    "UPDATE edge_evidence_packs SET filename = :f, created_at = :c,"
+                    " log_leaf_hash = :h WHERE evidence_id = :i"
+                ),
+                {
+                    "f": forged.filename,
+                    "c": earlier,
+                    "h": leaf_hash(pack_entry(forged)),
+                    "i": evidence_id,
+                },
+            )
+        verdict = (await client.get(f"/api/edge-intake/evidence/{evidence_id}/verify")).json()
+        assert not verdict["valid"]
+        assert verdict["log"]["state"] == "not_found" and verdict["log"]["entry_ok"], verdict
 
 
 async def test_unknown_evidence_is_404(backend: Backend, tmp_path) -> None:

@@ -21,14 +21,16 @@ AUTH = {"auth": "enabled", "api_tokens": "tok-cam1=cam-1", "device_secrets": "ca
 
 
 class Recorder(httpx.AsyncBaseTransport):
-    """Keeps the headers of every request, then hands it on."""
+    """Keeps the headers of every upload (not of the receipts asked for after it), then hands
+    each request on."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self.inner = inner
         self.headers: list[httpx.Headers] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.headers.append(request.headers)
+        if request.method == "POST":
+            self.headers.append(request.headers)
         return await self.inner.handle_async_request(request)
 
 

@@ -256,8 +256,11 @@ def _environment(topology: Topology, ports: dict[str, int], qdrant_port: int) ->
         "BUS_CLAIM_IDLE_SECONDS": "2",
         "CONCLAVE_SEMANTIC_MEMORY_URL": f"http://127.0.0.1:{qdrant_port}",
         "CONCLAVE_DATA_DIR": str(topology.data_dir),
-        # On PostgreSQL the gateway's calls log needs its signer key (no key is generated there).
-        "CONCLAVE_TLOG_SIGNER_KEYS": generate_key("conclave.localhost/calls")[0],
+        # On PostgreSQL the gateway's calls log and the edge's packs log need their signer keys
+        # (no key is generated there).
+        "CONCLAVE_TLOG_SIGNER_KEYS": " ".join(
+            generate_key(f"conclave.localhost/{log}")[0] for log in ("calls", "packs")
+        ),
         "CONCLAVE_API_TOKENS": f"{TOKEN}={USER}",
         # The fault suite tests outages, not per-user access: its one user is an operator, so
         # reads answer for the whole deployment as they did before collections had owners.

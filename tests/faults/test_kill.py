@@ -171,8 +171,10 @@ async def test_edge_killed_mid_upload(topology: Topology) -> None:
                 retry = await upload(client, key, samples.png(8 + small.index(key)))
             assert retry.status_code == 200, retry.text
             ledger.acked[key] = retry.json()["evidence_ids"]
-        verify = await client.get("/api/edge-intake/chain/verify")
-        assert verify.json()["valid"] is True, verify.text
+        for ids in ledger.acked.values():
+            for evidence_id in ids:
+                verify = await client.get(f"/api/edge-intake/evidence/{evidence_id}/verify")
+                assert verify.json()["valid"] is True, verify.text
     await check_uploads(topology, ledger)
 
 

@@ -44,17 +44,20 @@ PUBLIC = {
     "/logs/{name}/receipt/by-hash/{leaf_hash}": "the same receipt, found by its leaf hash",
 }
 
-# Public routes with parameters, as a reader calls them: the path and the status an empty log
-# answers without credentials (404 BEYOND_LOG: no leaf yet).
+# Public routes with parameters, as a reader calls them: the path (``{log}`` the service's log)
+# and the status an empty log answers without credentials (404 BEYOND_LOG or LEAF_NOT_FOUND: no
+# leaf yet).
 PUBLIC_EXAMPLES = {
-    "/logs/{name}/checkpoint": ("/logs/calls/checkpoint", 200),
-    "/logs/{name}/checkpoint/{size}": ("/logs/calls/checkpoint/0", 200),
-    "/logs/{name}/keys": ("/logs/calls/keys", 200),
-    "/logs/{name}/proof/inclusion": ("/logs/calls/proof/inclusion?index=0&size=1", 404),
-    "/logs/{name}/proof/consistency": ("/logs/calls/proof/consistency?from=0&to=0", 200),
-    "/logs/{name}/receipt/{index}": ("/logs/calls/receipt/0", 404),
-    "/logs/{name}/receipt/by-hash/{leaf_hash}": ("/logs/calls/receipt/by-hash/" + "0" * 64, 404),
+    "/logs/{name}/checkpoint": ("/logs/{log}/checkpoint", 200),
+    "/logs/{name}/checkpoint/{size}": ("/logs/{log}/checkpoint/0", 200),
+    "/logs/{name}/keys": ("/logs/{log}/keys", 200),
+    "/logs/{name}/proof/inclusion": ("/logs/{log}/proof/inclusion?index=0&size=1", 404),
+    "/logs/{name}/proof/consistency": ("/logs/{log}/proof/consistency?from=0&to=0", 200),
+    "/logs/{name}/receipt/{index}": ("/logs/{log}/receipt/0", 404),
+    "/logs/{name}/receipt/by-hash/{leaf_hash}": ("/logs/{log}/receipt/by-hash/" + "0" * 64, 404),
 }
+# The log each service publishes.
+SERVICE_LOGS = {"gateway": "calls", "edge": "packs"}
 
 # The gateway grows finance routes in finance mode: enumerate that configuration too.
 CONFIGURATIONS = [(service, {}) for service in SERVICES] + [("gateway", {"mcp_domain": "finance"})]
@@ -139,6 +142,7 @@ async def test_the_public_routes_are_real_and_answer_without_credentials(
             for path in PUBLIC.keys() & paths:
                 seen.add(path)
                 target, expected = PUBLIC_EXAMPLES.get(path, (path, None))
+                target = target.replace("{log}", SERVICE_LOGS.get(service, "none"))
                 response = await client.get(target)
                 answered = (
                     response.status_code == expected

@@ -28,6 +28,8 @@ from conclave.edge_client import (
     default_outbox_path,
 )
 from conclave.edge_client.envelope import parse_metadata
+from conclave.edge_client.errors import ReceiptUnavailable
+from conclave.edge_client.kept_receipts import ReceiptCheck
 from conclave.platform.media_types import media_type_names
 from conclave.settings import EdgeClientSettings
 
@@ -257,6 +259,93 @@ def daemon(
 
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(run())
+
+
+@edge_app.command()
+def receipts(
+    fetch: Annotated[
+        bool, typer.Option("--fetch", help="Ask the server for the receipts not kept yet.")
+    ] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Check every kept receipt with the log's keys.")
+    ] = False,
+    keys: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--key",
+            help="The log's verifier key, or a file of them (GET /logs/packs/keys, or one per "
+            "line); repeat for several. Without one, --check asks the server for its keys.",
+        ),
+    ] = None,
+    wait: Annotated[
+        float, typer.Option("--wait", min=0, max=60, help="Seconds to keep asking per receipt.")
+    ] = 5.0,
+    server: ServerOption = None,
+    token: TokenOption = None,
+    outbox: OutboxOption = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The receipts themselves, as JSON.")
+    ] = False,
+) -> None:
+    """The transparency receipts of what this device sent (exit 1 if a check failed)."""
+    with _open_outbox(outbox) as box:
+        if fetch:
+            asyncio.run(_fetch_receipts(box, _client(server, token), wait))
+        checks: dict[str, ReceiptCheck] = {}
+        if check:
+            try:
+                trusted = _receipt_keys(keys) if keys else asyncio.run(_server_keys(server, token))
+                checks = {found.evidence_id: found for found in box.check_receipts(trusted)}
+            except (ValueError, ReceiptUnavailable, OSError) as exc:  # MalformedInput, undecodable
+                raise _fail(f"no usable verifier key: {exc}", 2) from exc
+        kept = box.receipts()
+    if as_json:
+        listed = [
+            {
+                "item_id": found.item_id,
+                "evidence_id": found.evidence_id,
+                "log_leaf_hash": found.log_leaf_hash,
+                "receipt": json.loads(found.receipt) if found.receipt else None,
+                **(
+                    {"check": checks[found.evidence_id].status}
+                    if found.evidence_id in checks
+                    else {}
+                ),
+            }
+            for found in kept
+        ]
+        out.print_json(json.dumps({"receipts": listed}))
+    else:
+        table = Table("item", "evidence id", "leaf hash", "receipt", "check")
+        for found in kept:
+            checked = checks.get(found.evidence_id)
+            verdict = f"{checked.status} {checked.detail}".strip() if checked else ""
+            state = "kept" if found.receipt else "not fetched"
+            table.add_row(
+                str(found.item_id), found.evidence_id, found.log_leaf_hash[:16], state, verdict
+            )
+        out.print(table)
+    if any(found.status == "invalid" for found in checks.values()):
+        raise typer.Exit(1)
+
+
+async def _fetch_receipts(box: Outbox, client: EdgeClient, wait: float) -> None:
+    async with client:
+        kept = await box.fetch_receipts(client, wait_seconds=wait)
+    missing = len(box.receipts(missing_only=True))
+    err.print(f"fetched {kept} receipt(s); {missing} not signed or not reachable yet")
+
+
+async def _server_keys(server: str | None, token: str | None) -> str:
+    async with _client(server, token) as client:
+        document = await client.log_keys("packs")
+    err.print("checking with the keys the server publishes (pass --key to trust your own copy)")
+    return document
+
+
+def _receipt_keys(values: list[str]) -> list[str]:
+    """Key texts, or the contents of the files named (a key text has no path separator)."""
+    return [Path(value).read_text() if Path(value).is_file() else value for value in values]
 
 
 @edge_app.command()

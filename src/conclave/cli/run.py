@@ -58,22 +58,21 @@ def _check_auth(settings: CommonSettings, *, allow_off_on_loopback: bool, host: 
     raise typer.Exit(2)
 
 
-def _check_call_log_key(settings: CommonSettings) -> None:
-    """Refuse to start a gateway whose calls log has no signer key (outside embedded mode, where
-    none is generated), with what to do, rather than a traceback from its start-up."""
-    if not isinstance(settings, GatewaySettings) or not settings.call_log:
-        return
+def _check_log_keys(settings: CommonSettings) -> None:
+    """Refuse to start a service whose transparency logs have no signer key (outside embedded
+    mode, where one is generated), with what to do, rather than a traceback from its start-up."""
     if is_embedded(settings):
         return
-    try:
-        log_keys(settings, "calls")
-    except LogKeyError as exc:
-        console.print(
-            f"[red]error:[/red] {exc}. Make one with `conclave log-key calls` and set it in "
-            "CONCLAVE_TLOG_SIGNER_KEYS on every gateway replica, or set GATEWAY_CALL_LOG=false "
-            "to run without the transparency log of calls."
-        )
-        raise typer.Exit(2) from exc
+    for name, switch in settings.transparency_logs().items():
+        try:
+            log_keys(settings, name)
+        except LogKeyError as exc:
+            console.print(
+                f"[red]error:[/red] {exc}. Make one with `conclave log-key {name}` and set it in "
+                "CONCLAVE_TLOG_SIGNER_KEYS on every replica of the service, or set "
+                f"{switch}=false to run without the transparency log {name!r}."
+            )
+            raise typer.Exit(2) from exc
 
 
 def _warn_if_loopback_only(settings: CommonSettings, bind: str) -> None:
@@ -108,7 +107,7 @@ def serve(
     settings = load_settings(service)
     bind = host or settings.host
     _check_auth(settings, allow_off_on_loopback=False, host=bind)
-    _check_call_log_key(settings)
+    _check_log_keys(settings)
     configure_logging(settings.log_level, settings.log_format)
     _warn_if_loopback_only(settings, bind)
     app = SERVICES[service].create_app(settings)

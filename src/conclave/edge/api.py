@@ -17,10 +17,12 @@ from conclave.edge.models import (
     EventPage,
     EvidencePack,
     IntakeEvent,
+    PackReceipt,
     UploadResponse,
     VerifyResult,
 )
-from conclave.edge.records import OutboxState, PackEvent
+from conclave.edge.pack_log import receipt_path
+from conclave.edge.records import OutboxState, PackEvent, PackLeaf
 from conclave.edge.service import IntakeService, UploadCommand
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.errors import BadRequest, NotFound
@@ -146,6 +148,16 @@ async def upload(
         status=result.status,  # type: ignore[arg-type]
         message=result.message,
         evidence_ids=result.evidence_ids,
+        receipts=[_receipt(pack) for pack in result.packs if pack.log_leaf_hash is not None],
+    )
+
+
+def _receipt(pack: PackLeaf) -> PackReceipt:
+    assert pack.log_leaf_hash is not None
+    return PackReceipt(
+        evidence_id=pack.evidence_id,
+        log_leaf_hash=pack.log_leaf_hash.hex(),
+        receipt=receipt_path(pack.log_leaf_hash),
     )
 
 
@@ -233,17 +245,18 @@ def _event(event: PackEvent) -> IntakeEvent:
 async def get_evidence(
     evidence_id: str, service: Service, _principal: CurrentPrincipal
 ) -> EvidencePack:
-    """One Evidence Pack: its metadata, extracted facts and chain position."""
+    """One Evidence Pack: its metadata, extracted facts, position, and its leaf in the log
+    ``packs`` (or, stored before the log, its chain link)."""
     row = await integrity.pack_or_404(service.engine, evidence_id)
     base = f"{PREFIX}/evidence/{row.evidence_id}"
+    hashed = row.log_leaf_hash
+    derived = ("metadata", "created_at", "content_url", "verify_url", "log_leaf_hash", "receipt")
     return EvidencePack(
-        **{
-            name: getattr(row, name)
-            for name in EvidencePack.model_fields
-            if name not in ("metadata", "created_at", "content_url", "verify_url")
-        },
+        **{name: getattr(row, name) for name in EvidencePack.model_fields if name not in derived},
         metadata=row.client_metadata,
         created_at=rfc3339(row.created_at),
+        log_leaf_hash=None if hashed is None else hashed.hex(),
+        receipt=None if hashed is None else receipt_path(hashed),
         content_url=f"{base}/content",
         verify_url=f"{base}/verify",
     )
@@ -285,8 +298,9 @@ async def get_content(
 async def verify_evidence(
     evidence_id: str, service: Service, _principal: CurrentPrincipal
 ) -> VerifyResult:
-    """Re-hash the pack's content and check its record and both chain links."""
-    return await integrity.verify_pack(service.engine, service.blobs, evidence_id)
+    """Re-hash the pack's content; check a logged pack's entry and inclusion against the log
+    ``packs``, a pack stored before the log its record and both chain links."""
+    return await integrity.verify_pack(service.engine, service.blobs, evidence_id, service.pack_log)
 
 
 @router.get(
@@ -301,7 +315,8 @@ async def verify_chain(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     content: Annotated[bool, Query(description="Also re-hash every blob (slow).")] = False,
 ) -> ChainVerifyResult:
-    """Walk the hash chain from a position; report gaps, broken links and modified records."""
+    """Walk the hash chain of the packs stored before the log ``packs`` from a position; report
+    gaps, broken links and modified records."""
     return await integrity.verify_chain(
         service.engine, service.blobs, after_seq=after_seq, limit=limit, content=content
     )

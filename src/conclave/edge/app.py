@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
@@ -13,10 +13,15 @@ from conclave import __version__
 from conclave.edge.api import router
 from conclave.edge.blobs import BlobStore
 from conclave.edge.metrics import EdgeMetrics
+from conclave.edge.pack_log import PACKS_LOG, may_read_pack
 from conclave.edge.parsing import ParserPool
 from conclave.edge.service import IntakeService
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.runtime import Platform
+from conclave.platform.tlog.api import tlog_router
+from conclave.platform.tlog.integrator import LogIntegrator
+from conclave.platform.tlog.log import TransparencyLog, open_log
+from conclave.platform.tlog.published import PublishedLogs
 from conclave.settings import EdgeSettings
 
 
@@ -25,9 +30,27 @@ def create_app(settings: EdgeSettings, *, platform: Platform | None = None) -> F
     metrics = EdgeMetrics()
     blobs = BlobStore(settings.resolved_blob_dir(), fsync=settings.fsync_blobs)
 
-    def setup(app: FastAPI, runtime: Platform) -> None:
+    @asynccontextmanager
+    async def setup(app: FastAPI, runtime: Platform) -> AsyncIterator[None]:
         blobs.open()
-        app.state.edge = IntakeService(settings, runtime, blobs, app.state.parsers, metrics)
+        async with AsyncExitStack() as stack:
+            logs: list[TransparencyLog] = []
+            if settings.pack_log:
+                logs.append(await open_log(runtime.engine, settings, PACKS_LOG))
+                # In every replica: one integrates at a time, the others find its lock taken.
+                integrator = LogIntegrator(logs, poll_seconds=settings.tlog_poll_seconds)
+                await integrator.start()
+                stack.push_async_callback(integrator.stop)
+            app.state.tlogs = PublishedLogs(logs, {PACKS_LOG: may_read_pack})
+            app.state.edge = IntakeService(
+                settings,
+                runtime,
+                blobs,
+                app.state.parsers,
+                metrics,
+                pack_log=logs[0] if logs else None,
+            )
+            yield
 
     platform_span = platform_lifespan(settings, platform, setup)
 
@@ -63,4 +86,5 @@ def create_app(settings: EdgeSettings, *, platform: Platform | None = None) -> F
     )
     app.state.settings = settings
     app.include_router(router)
+    app.include_router(tlog_router)
     return app

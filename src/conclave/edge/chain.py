@@ -1,4 +1,5 @@
-"""The hash chain over Evidence Packs.
+"""The hash chain over the Evidence Packs stored before the transparency log ``packs`` replaced it
+(migration 0012): those packs keep their links, and this module still checks them.
 
 Each pack's ``chain_hash`` is ``sha256(prev_chain_hash + ":" + sha256(canonical record))`` where the
 record is every stored field of the pack except ``chain_hash`` itself. Changing any stored field,
@@ -59,6 +60,7 @@ def chain_hash(record: Mapping[Any, Any]) -> str:
 
 
 def link(pack: NewEvidencePack, chain_seq: int, prev_chain_hash: str) -> EvidencePack:
-    """``pack`` chained at position ``chain_seq``, after the pack hashed ``prev_chain_hash``."""
+    """``pack`` chained at position ``chain_seq``, after the pack hashed ``prev_chain_hash``, as
+    packs were stored before the log (the migration's tests write such packs)."""
     columns = {**pack.columns(), "chain_seq": chain_seq, "prev_chain_hash": prev_chain_hash}
-    return EvidencePack(**columns, chain_hash=chain_hash(columns))
+    return EvidencePack(**columns, chain_hash=chain_hash(columns), log_leaf_hash=None)

@@ -1,4 +1,6 @@
-"""Integrity checks of Evidence Packs: re-hash the content, recompute the chain."""
+"""Integrity checks of Evidence Packs: re-hash the content; for a pack stored before the log
+``packs``, recompute its chain links; for a logged pack, check it against the log
+(:mod:`conclave.edge.pack_check`)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ from conclave.edge import store
 from conclave.edge.blobs import BlobStore
 from conclave.edge.chain import GENESIS, chain_hash
 from conclave.edge.models import ChainVerifyResult, VerifyResult
+from conclave.edge.pack_check import check_logged
 from conclave.edge.records import EvidencePack
 from conclave.platform.errors import NotFound
 from conclave.platform.inputs import UnsafeInput, UnsafeValue, text_problem
 from conclave.platform.problem_types import ProblemCode
+from conclave.platform.tlog.log import TransparencyLog
 
 # Evidence ids are the UUIDs this service issues: anything else cannot name a pack, and is not
 # sent to the store (PostgreSQL refuses NUL in a query parameter with an error, not a miss).
@@ -50,10 +54,24 @@ async def _content(blobs: BlobStore, row: EvidencePack) -> dict[str, Any]:
     }
 
 
-async def verify_pack(engine: AsyncEngine, blobs: BlobStore, evidence_id: str) -> VerifyResult:
-    """Re-hash one pack's content, recompute its chain hash and check both of its links."""
+async def verify_pack(
+    engine: AsyncEngine, blobs: BlobStore, evidence_id: str, pack_log: TransparencyLog | None
+) -> VerifyResult:
+    """Re-hash one pack's content; check a chained pack's record hash and both of its links, a
+    logged pack's entry, content and inclusion against the log ``pack_log``."""
     row = await pack_or_404(engine, evidence_id)
     content = await _content(blobs, row)
+    if not row.chained:
+        logged = await check_logged(pack_log, row, content)
+        valid = bool(content["ok"]) and logged["ok"] is not False
+        return VerifyResult(
+            evidence_id=row.evidence_id,
+            valid=valid,
+            content=content,
+            record=None,
+            links=None,
+            log=logged,
+        )
     recomputed = chain_hash(row.columns())
     record_ok = recomputed == row.chain_hash
     record = {
@@ -70,16 +88,22 @@ async def verify_pack(engine: AsyncEngine, blobs: BlobStore, evidence_id: str) -
     links = {"previous_ok": previous_ok, "next_ok": next_ok, "chain_seq": row.chain_seq}
     valid = bool(content["ok"]) and record_ok and previous_ok and next_ok
     return VerifyResult(
-        evidence_id=row.evidence_id, valid=valid, content=content, record=record, links=links
+        evidence_id=row.evidence_id,
+        valid=valid,
+        content=content,
+        record=record,
+        links=links,
+        log=None,
     )
 
 
 async def verify_chain(
     engine: AsyncEngine, blobs: BlobStore, *, after_seq: int, limit: int, content: bool
 ) -> ChainVerifyResult:
-    """Walk ``limit`` packs of the chain after position ``after_seq``; list every problem."""
-    rows = await store.packs_by_seq(engine, max(0, after_seq - 1), limit + 1)
-    previous = GENESIS
+    """Walk ``limit`` packs of the chain (the packs stored before the log ``packs``) after
+    position ``after_seq``; list every problem."""
+    rows = await store.chained_packs(engine, max(0, after_seq - 1), limit + 1)
+    previous: str | None = GENESIS
     if after_seq > 0:
         if not rows or rows[0].chain_seq != after_seq:
             raise NotFound(

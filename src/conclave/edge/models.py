@@ -7,12 +7,28 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 
+class PackReceipt(BaseModel):
+    """Where the receipt of one Evidence Pack's leaf in the log ``packs`` is served."""
+
+    evidence_id: str
+    log_leaf_hash: str = Field(description="The RFC 9162 leaf hash of the pack's entry (hex).")
+    receipt: str = Field(
+        description="`/logs/packs/receipt/by-hash/{log_leaf_hash}`: 404 LEAF_NOT_FOUND until the "
+        "checkpoint covering the leaf is signed (about a second), then the receipt."
+    )
+
+
 class UploadResponse(BaseModel):
-    """The outcome of an upload (the spec's three fields)."""
+    """The outcome of an upload (the spec's three fields, and the packs' receipts)."""
 
     status: Literal["created", "duplicate"]
     message: str = Field(description="Says how many Evidence Packs were created.")
     evidence_ids: list[str]
+    receipts: list[PackReceipt] = Field(
+        default_factory=list,
+        description="One per logged pack, in the order of `evidence_ids` (none with the log off, "
+        "or for a duplicate of packs stored before the log).",
+    )
 
 
 class EvidencePack(BaseModel):
@@ -34,9 +50,15 @@ class EvidencePack(BaseModel):
     sampling_policy_ref: str | None
     event_id: str
     created_at: str
-    chain_seq: int
-    prev_chain_hash: str
-    chain_hash: str
+    chain_seq: int = Field(description="The pack's position: listings page in this order.")
+    prev_chain_hash: str | None = Field(
+        description="The hash chain's link, for packs stored before the log `packs` (else null)."
+    )
+    chain_hash: str | None
+    log_leaf_hash: str | None = Field(
+        description="The leaf hash of the pack's entry in the log `packs` (hex), or null."
+    )
+    receipt: str | None = Field(description="Where the leaf's receipt is served, or null.")
     content_url: str
     verify_url: str
 
@@ -74,13 +96,26 @@ class EventPage(BaseModel):
 
 
 class VerifyResult(BaseModel):
-    """Integrity of one Evidence Pack."""
+    """Integrity of one Evidence Pack: its content, and either its chain links (a pack stored
+    before the log ``packs``) or its leaf in the log."""
 
     evidence_id: str
     valid: bool
     content: dict[str, Any]
-    record: dict[str, Any]
-    links: dict[str, Any]
+    record: dict[str, Any] | None = Field(
+        description="A chained pack's record hash, recomputed (null for a logged pack)."
+    )
+    links: dict[str, Any] | None = Field(
+        description="A chained pack's links to its neighbours (null for a logged pack)."
+    )
+    log: dict[str, Any] | None = Field(
+        description="A logged pack against the log `packs`: `state` (included, pending, "
+        "not_found, not_logged, unchecked, log_corrupted), `entry_ok` (the entry rebuilt from the "
+        "row is the leaf's data), `content_ok` (the stored bytes hash to the entry's sha256), "
+        "`included` (the leaf is under the latest checkpoint, proven with the log's keys), "
+        "`index`, `checkpoint_size`, `leaf_hash`, `receipt`, `ok` (null while nothing could be "
+        "checked yet); null for a chained pack."
+    )
 
 
 class ChainVerifyResult(BaseModel):

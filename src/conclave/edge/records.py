@@ -14,7 +14,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class NewEvidencePack:
-    """An Evidence Pack as the service builds it, before the store gives it its chain link."""
+    """An Evidence Pack as the service builds it, before the store gives it its position."""
 
     evidence_id: str
     media_type: str
@@ -40,11 +40,28 @@ class NewEvidencePack:
 
 @dataclass(frozen=True)
 class EvidencePack(NewEvidencePack):
-    """A stored Evidence Pack: every column of its row, its link in the chain included."""
+    """A stored Evidence Pack: every column of its row. A pack stored before the log ``packs``
+    (migration 0012) has its link in the hash chain and no leaf hash; a pack stored since has
+    the leaf hash of its entry in the log (``None`` with ``EDGE_PACK_LOG`` off) and no link."""
 
     chain_seq: int
-    prev_chain_hash: str
-    chain_hash: str
+    prev_chain_hash: str | None
+    chain_hash: str | None
+    log_leaf_hash: bytes | None
+
+    @property
+    def chained(self) -> bool:
+        """Whether the pack is a link of the hash chain (stored before the log ``packs``)."""
+        return self.chain_hash is not None
+
+
+@dataclass(frozen=True)
+class PackLeaf:
+    """An Evidence Pack's id and the leaf hash of its entry in the log ``packs`` (``None`` for a
+    pack not logged: chained before the log, or stored with the log off)."""
+
+    evidence_id: str
+    log_leaf_hash: bytes | None
 
 
 @dataclass(frozen=True)

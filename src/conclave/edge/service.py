@@ -26,8 +26,9 @@ from conclave.edge.guardrails import (
 from conclave.edge.media import media_type_or_404, upload_limits
 from conclave.edge.metrics import EdgeMetrics
 from conclave.edge.multipart import MAX_FIELD_BYTES, Upload, boundary_of, read_upload
+from conclave.edge.pack_log import pack_entry
 from conclave.edge.parsing import ParserPool
-from conclave.edge.records import IntakeError, NewEvidencePack
+from conclave.edge.records import IntakeError, NewEvidencePack, PackLeaf
 from conclave.edge.sniff import Sniffed, is_built_in, sniff
 from conclave.platform import signing
 from conclave.platform.auth import Principal
@@ -37,6 +38,7 @@ from conclave.platform.errors import ConclaveError, PayloadTooLarge, Unauthorize
 from conclave.platform.media_types import registered_media_types
 from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
+from conclave.platform.tlog.log import TransparencyLog
 from conclave.settings import EdgeSettings
 
 RATE_WINDOW = timedelta(minutes=5)
@@ -76,10 +78,16 @@ class Signature:
 
 @dataclass(frozen=True)
 class UploadResult:
-    """``created`` with the new ids, or ``duplicate`` with the ids of the original upload."""
+    """``created`` with the new packs, or ``duplicate`` with the packs of the original upload;
+    each with the leaf hash of its entry in the log ``packs`` (if logged)."""
 
     status: str
-    evidence_ids: list[str]
+    packs: list[PackLeaf]
+
+    @property
+    def evidence_ids(self) -> list[str]:
+        """The packs' ids, in part order."""
+        return [pack.evidence_id for pack in self.packs]
 
     @property
     def message(self) -> str:
@@ -101,12 +109,15 @@ class IntakeService:
         blobs: BlobStore,
         parsers: ParserPool,
         metrics: EdgeMetrics,
+        pack_log: TransparencyLog | None = None,
     ) -> None:
         self.settings = settings
         self.platform = platform
         self.blobs = blobs
         self.parsers = parsers
         self.metrics = metrics
+        self.pack_log = pack_log
+        """The log ``packs`` every new pack is queued for (``None`` with ``EDGE_PACK_LOG`` off)."""
         # The types are fixed for the life of the process: plug-ins are looked up once, here.
         self.media_types = registered_media_types()
         self.limits = upload_limits(self.media_types, settings.max_upload_bytes)
@@ -179,7 +190,7 @@ class IntakeService:
         if key is not None and not signed:
             # Fast path: a retry of a completed upload is answered before its body is read.
             with store_errors():
-                earlier = await store.idempotent_ids(self.engine, device, key)
+                earlier = await store.idempotent_packs(self.engine, device, key)
             if earlier:
                 return UploadResult("duplicate", earlier)
         boundary = boundary_of(command.content_type)
@@ -240,7 +251,9 @@ class IntakeService:
         policy = optional_id(fields.get("sampling_policy_ref"), "sampling_policy_ref")
         if key is None and (key := idempotency_key(fields.get("idempotency_key"))) is not None:
             with store_errors():
-                earlier: list[str] | None = await store.idempotent_ids(self.engine, device, key)
+                earlier: list[PackLeaf] | None = await store.idempotent_packs(
+                    self.engine, device, key
+                )
             if earlier:
                 return UploadResult("duplicate", earlier)
         analysed = []
@@ -305,18 +318,31 @@ class IntakeService:
             for index, (part, fmt, mime, extracted) in enumerate(analysed)
         ]
         events = [evidence_created(pack) for pack in packs]
+        # Queued in the packs' own transaction: no lock and no commit of their own on the upload's
+        # path (the log's integrator gives them their indices within about a second).
+        log = self.pack_log
+        leaves = [log.queued(pack_entry(pack)) for pack in packs] if log is not None else []
         with store_errors():
             earlier = await store.append_packs(
-                self.engine, packs, events, device_id=device, idempotency_key=key
+                self.engine, packs, events, leaves, device_id=device, idempotency_key=key
             )
         if earlier:
             return UploadResult("duplicate", earlier)
         self.platform.relay.wake()
+        if log is not None:
+            log.notify_queued()
         for pack in packs:
             self.metrics.packs.labels(media_type).inc()
             self.metrics.bytes.labels(media_type).inc(pack.size_bytes)
             self.metrics.file_size.labels(media_type).observe(pack.size_bytes)
-        return UploadResult("created", [pack.evidence_id for pack in packs])
+        hashes: list[bytes | None] = [leaf.leaf_hash for leaf in leaves] or [None] * len(packs)
+        return UploadResult(
+            "created",
+            [
+                PackLeaf(pack.evidence_id, hashed)
+                for pack, hashed in zip(packs, hashes, strict=True)
+            ],
+        )
 
     async def _use_signature(self, device: str, signature: str) -> None:
         # Keyed on the canonical signature, which covers body, timestamp and nonce: every spelling

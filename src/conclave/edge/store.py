@@ -1,9 +1,12 @@
 """The edge service's tables and all of its SQL.
 
 ``edge_evidence_packs`` is append-only: triggers created by the migration refuse UPDATE and DELETE.
-Appends are serialised on the single ``edge_chain_head`` row so concurrent uploads, from any number
-of replicas, extend one chain and never fork it (a unique index on ``prev_chain_hash`` makes a fork
-impossible even for a writer that skips the lock).
+A pack is stored with its outbox event and its queued leaf of the log ``packs`` in one
+transaction that waits for no other upload: its position (``chain_seq``, which listings page by)
+comes from a sequence on PostgreSQL, and an upload's device and idempotency key are made unique
+by an index rather than checked under a lock. Packs stored before the log (migration 0012) are
+links of a hash chain, whose last link ``edge_chain_head`` still records for the chain's
+verification; nothing extends the chain any more.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from sqlalchemy import (
     DateTime,
     Index,
     Integer,
+    LargeBinary,
     PrimaryKeyConstraint,
     String,
     Table,
@@ -27,13 +31,12 @@ from sqlalchemy import (
     and_,
     func,
     select,
-    update,
 )
+from sqlalchemy import Sequence as SqlSequence
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from conclave.edge.chain import link
 from conclave.edge.events import CHANNEL
 from conclave.edge.records import (
     ChainHead,
@@ -43,6 +46,7 @@ from conclave.edge.records import (
     NewEvidencePack,
     OutboxState,
     PackEvent,
+    PackLeaf,
     PipelineFigures,
 )
 from conclave.platform.bus.base import Event
@@ -50,6 +54,7 @@ from conclave.platform.clock import utc_now
 from conclave.platform.db.engine import is_sqlite
 from conclave.platform.db.schema import metadata, outbox_events
 from conclave.platform.outbox import add_event
+from conclave.platform.tlog.records import QueuedLeaf
 
 evidence_packs = Table(
     "edge_evidence_packs",
@@ -71,8 +76,11 @@ evidence_packs = Table(
     Column("sampling_policy_ref", String(256), nullable=True),
     Column("event_id", String(36), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("prev_chain_hash", String(64), nullable=False),
-    Column("chain_hash", String(64), nullable=False),
+    # NULL for the packs stored since the log ``packs`` (migration 0012): unique indexes let
+    # any number of NULLs through, so the index below still forbids a fork of the old chain.
+    Column("prev_chain_hash", String(64), nullable=True),
+    Column("chain_hash", String(64), nullable=True),
+    Column("log_leaf_hash", LargeBinary, nullable=True),
     Index("uq_edge_evidence_packs_chain_seq", "chain_seq", unique=True),
     Index("uq_edge_evidence_packs_prev_chain_hash", "prev_chain_hash", unique=True),
     Index("ix_edge_evidence_packs_media_type_chain_seq", "media_type", "chain_seq"),
@@ -89,7 +97,12 @@ evidence_packs = Table(
     ),
 )
 
-# One row (id 1): the newest pack's position and chain hash. Locking it serialises appends.
+PACK_ORDER = SqlSequence("edge_evidence_packs_order")
+"""Where a new pack's ``chain_seq`` comes from on PostgreSQL (created by migration 0012 after the
+last chained pack). Drawn without waiting for other uploads, so positions follow the order in
+which inserts ran, not exactly the order in which they committed."""
+
+# One row (id 1): the last chained pack's position and chain hash, as the chain left it.
 chain_head = Table(
     "edge_chain_head",
     metadata,
@@ -126,68 +139,75 @@ request_nonces = Table(
 )
 
 
-async def idempotent_ids(
+async def idempotent_packs(
     connection: AsyncConnection | AsyncEngine, device_id: str, key: str
-) -> list[str]:
-    """The evidence ids an earlier upload with this device's idempotency key created."""
+) -> list[PackLeaf]:
+    """The packs an earlier upload with this device's idempotency key created, in part order."""
     query = (
-        select(evidence_packs.c.evidence_id)
+        select(evidence_packs.c.evidence_id, evidence_packs.c.log_leaf_hash)
         .where(evidence_packs.c.device_id == device_id, evidence_packs.c.idempotency_key == key)
         .order_by(evidence_packs.c.part_index)
     )
     if isinstance(connection, AsyncEngine):
         async with connection.connect() as own:
-            return list((await own.execute(query)).scalars())
-    return list((await connection.execute(query)).scalars())
-
-
-async def _lock_head(connection: AsyncConnection) -> Row[Any]:
-    if is_sqlite(connection.engine):
-        # The first statement writes, so SQLite takes its single write lock now, before the read:
-        # a read-then-write transaction could fail with SQLITE_BUSY_SNAPSHOT instead of waiting.
-        await connection.execute(
-            update(chain_head).where(chain_head.c.id == 1).values(updated_at=utc_now())
-        )
-        query = select(chain_head).where(chain_head.c.id == 1)
+            rows = (await own.execute(query)).all()
     else:
-        query = select(chain_head).where(chain_head.c.id == 1).with_for_update()
-    return (await connection.execute(query)).one()
+        rows = (await connection.execute(query)).all()
+    return [PackLeaf(row.evidence_id, row.log_leaf_hash) for row in rows]
+
+
+async def _insert_packs(connection: AsyncConnection, rows: list[dict[str, Any]]) -> None:
+    """Insert new packs, each taking the next position."""
+    if not is_sqlite(connection.engine):
+        await connection.execute(
+            evidence_packs.insert().values(chain_seq=PACK_ORDER.next_value()), rows
+        )
+        return
+    # SQLite has one writer at a time: the insert that reads the largest position holds the
+    # write lock until it commits. One statement per pack, each reading the one before.
+    following = select(func.coalesce(func.max(evidence_packs.c.chain_seq), 0) + 1)
+    statement = evidence_packs.insert().values(chain_seq=following.scalar_subquery())
+    for row in rows:
+        await connection.execute(statement, row)
 
 
 async def append_packs(
     engine: AsyncEngine,
     packs: Sequence[NewEvidencePack],
     events: Sequence[Event],
+    leaves: Sequence[QueuedLeaf],
     *,
     device_id: str,
     idempotency_key: str | None,
-) -> list[str] | None:
-    """Chain and insert ``packs`` with their outbox ``events`` in one transaction.
+) -> list[PackLeaf] | None:
+    """Insert ``packs`` with their outbox ``events`` and their queued ``leaves`` of the log
+    ``packs`` (one per pack, in order; none with the log off) in one transaction.
 
-    Returns ``None`` when created, or the ids of the earlier upload when ``idempotency_key`` turned
-    out to be taken (then nothing is written).
+    Returns ``None`` when created, or the packs of the earlier upload when ``idempotency_key``
+    turned out to be taken: the unique index on device, key and part refused this upload's
+    first part because a concurrent upload of the same key committed first (PostgreSQL makes the
+    second insert wait for the first's commit); then nothing is written.
     """
-    async with engine.begin() as connection:
-        head = await _lock_head(connection)
-        if idempotency_key is not None:
-            earlier = await idempotent_ids(connection, device_id, idempotency_key)
-            if earlier:
-                return earlier
-        previous, seq = head.chain_hash, head.chain_seq
-        rows = []
-        for new in packs:
-            seq += 1
-            pack = link(new, seq, previous)
-            previous = pack.chain_hash
-            rows.append(pack.columns())
-        await connection.execute(evidence_packs.insert(), rows)
-        for event in events:
-            await add_event(connection, event)
-        await connection.execute(
-            update(chain_head)
-            .where(chain_head.c.id == 1)
-            .values(chain_seq=seq, chain_hash=previous, updated_at=utc_now())
-        )
+    hashes: list[bytes | None] = [leaf.leaf_hash for leaf in leaves] or [None] * len(packs)
+    rows = [
+        {**pack.columns(), "prev_chain_hash": None, "chain_hash": None, "log_leaf_hash": hashed}
+        for pack, hashed in zip(packs, hashes, strict=True)
+    ]
+    try:
+        async with engine.begin() as connection:
+            await _insert_packs(connection, rows)
+            for event in events:
+                await add_event(connection, event)
+            if leaves:
+                queue = leaves[0].write.table
+                await connection.execute(queue.insert(), [leaf.write.values for leaf in leaves])
+    except IntegrityError:
+        if idempotency_key is None:
+            raise
+        earlier = await idempotent_packs(engine, device_id, idempotency_key)
+        if not earlier:
+            raise
+        return earlier
     return None
 
 
@@ -206,12 +226,13 @@ async def get_pack(engine: AsyncEngine, evidence_id: str) -> EvidencePack | None
     return None if row is None else _pack(row)
 
 
-async def packs_by_seq(engine: AsyncEngine, after_seq: int, limit: int) -> list[EvidencePack]:
-    """Packs in chain order after position ``after_seq``."""
+async def chained_packs(engine: AsyncEngine, after_seq: int, limit: int) -> list[EvidencePack]:
+    """Chained packs (stored before the log ``packs``) in chain order after position
+    ``after_seq``."""
     async with engine.connect() as connection:
         query = (
             select(evidence_packs)
-            .where(evidence_packs.c.chain_seq > after_seq)
+            .where(evidence_packs.c.chain_seq > after_seq, evidence_packs.c.chain_hash.is_not(None))
             .order_by(evidence_packs.c.chain_seq)
             .limit(limit)
         )
@@ -219,13 +240,17 @@ async def packs_by_seq(engine: AsyncEngine, after_seq: int, limit: int) -> list[
 
 
 async def neighbours(engine: AsyncEngine, seq: int) -> dict[int, ChainLink]:
-    """The packs just before and after chain position ``seq``, by position."""
+    """The chained packs just before and after chain position ``seq``, by position (the pack
+    after the last link, logged instead of chained, is none)."""
     async with engine.connect() as connection:
         query = select(
             evidence_packs.c.chain_seq,
             evidence_packs.c.chain_hash,
             evidence_packs.c.prev_chain_hash,
-        ).where(evidence_packs.c.chain_seq.in_([seq - 1, seq + 1]))
+        ).where(
+            evidence_packs.c.chain_seq.in_([seq - 1, seq + 1]),
+            evidence_packs.c.chain_hash.is_not(None),
+        )
         return {
             row.chain_seq: ChainLink(row.chain_seq, row.chain_hash, row.prev_chain_hash)
             for row in await connection.execute(query)

@@ -1,7 +1,7 @@
 """Edge client: upload media to the edge intake service, with an offline outbox (spec 002)."""
 
 from conclave.edge_client import envelope
-from conclave.edge_client.client import EdgeClient, UploadResult
+from conclave.edge_client.client import EdgeClient, ReceiptLink, UploadResult
 from conclave.edge_client.daemon import SyncDaemon
 from conclave.edge_client.device import DeviceIdentity
 from conclave.edge_client.envelope import Envelope
@@ -9,11 +9,13 @@ from conclave.edge_client.errors import (
     EdgeClientError,
     InvalidEnvelope,
     OutboxCorrupt,
+    ReceiptUnavailable,
     UploadFailed,
 )
+from conclave.edge_client.kept_receipts import ReceiptCheck
 from conclave.edge_client.outbox import Outbox, SyncReport, default_outbox_path
 from conclave.edge_client.retry import RetryPolicy
-from conclave.edge_client.store import OutboxItem
+from conclave.edge_client.store import OutboxItem, StoredReceipt
 
 
 def __getattr__(name: str) -> object:
@@ -34,7 +36,11 @@ __all__ = [
     "Outbox",
     "OutboxCorrupt",
     "OutboxItem",
+    "ReceiptCheck",
+    "ReceiptLink",
+    "ReceiptUnavailable",
     "RetryPolicy",
+    "StoredReceipt",
     "SyncDaemon",
     "SyncReport",
     "UploadFailed",

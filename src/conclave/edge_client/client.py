@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -16,7 +17,7 @@ from pydantic import SecretStr
 
 from conclave import __version__
 from conclave.edge_client.envelope import check_metadata, check_source_type
-from conclave.edge_client.errors import UploadFailed
+from conclave.edge_client.errors import ReceiptUnavailable, UploadFailed
 from conclave.edge_client.multipart import MultipartFileBody
 from conclave.platform.signing import sign
 
@@ -26,13 +27,32 @@ UPLOAD_PATH = "/api/edge-intake/{source_type}"
 _TRANSIENT_STATUSES = frozenset({408, 425, 429})
 
 
+RECEIPT_PATH = re.compile(r"/logs/[a-z0-9][a-z0-9_-]{0,63}/receipt/by-hash/([0-9a-f]{64})")
+"""What a receipt link in an upload's answer may be: the client fetches nothing else."""
+# Not yet under a signed checkpoint (about a second after the upload): asked again shortly.
+_NOT_YET = frozenset({"LEAF_NOT_FOUND", "BEYOND_LOG"})
+
+
+@dataclass(frozen=True)
+class ReceiptLink:
+    """Where the receipt of one Evidence Pack's leaf in the server's log ``packs`` is served."""
+
+    evidence_id: str
+    log_leaf_hash: str
+    """The leaf hash of the pack's entry (64 hex digits): the receipt must be of this leaf."""
+    path: str
+    """``/logs/packs/receipt/by-hash/<log_leaf_hash>``, relative to the server."""
+
+
 @dataclass(frozen=True)
 class UploadResult:
-    """The server's answer to an accepted upload (``status`` is ``created`` or ``duplicate``)."""
+    """The server's answer to an accepted upload (``status`` is ``created`` or ``duplicate``),
+    with the links to its packs' receipts (none from a server without the log)."""
 
     status: str
     evidence_ids: list[str]
     message: str = ""
+    receipts: list[ReceiptLink] = field(default_factory=list)
 
 
 def _secret(value: str | SecretStr | None) -> str | None:
@@ -149,6 +169,36 @@ class EdgeClient:
             raise UploadFailed(f"Local file unusable: {exc}", transient=False) from exc
         return _result(response)
 
+    async def receipt(self, path: str) -> bytes | None:
+        """The receipt served at ``path`` (a :class:`ReceiptLink`'s), or ``None`` while the
+        checkpoint covering its leaf is not signed yet (404 ``LEAF_NOT_FOUND`` or
+        ``BEYOND_LOG``: ask again in a moment). :class:`ReceiptUnavailable` otherwise."""
+        if not RECEIPT_PATH.fullmatch(path):
+            raise ReceiptUnavailable(f"not a receipt path of the server: {path[:100]!r}")
+        response = await self._get(path)
+        if response.status_code == 200:
+            return response.content
+        code = _code(response)
+        if response.status_code == 404 and code in _NOT_YET:
+            return None
+        raise ReceiptUnavailable(f"HTTP {response.status_code} {code or ''}".strip())
+
+    async def log_keys(self, name: str = "packs") -> str:
+        """The JSON document of ``GET /logs/{name}/keys``: the log's verifier keys as the server
+        publishes them (:func:`conclave.edge_client.receipts.verifier_keys` reads it)."""
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,63}", name):
+            raise ReceiptUnavailable(f"not a log name: {name[:100]!r}")
+        response = await self._get(f"/logs/{name}/keys")
+        if response.status_code != 200:
+            raise ReceiptUnavailable(f"HTTP {response.status_code} {_code(response) or ''}")
+        return response.text
+
+    async def _get(self, path: str) -> httpx.Response:
+        try:
+            return await self._http.get(self.base_url + path, headers=self._headers())
+        except httpx.HTTPError as exc:
+            raise ReceiptUnavailable(f"Connection failed: {type(exc).__name__}") from exc
+
     def _signature(self, body_sha256: str) -> dict[str, str]:
         timestamp = str(int(self._clock()))
         # A fresh nonce per attempt: the server refuses a nonce (or signature) it has seen, and a
@@ -169,10 +219,12 @@ def _result(response: httpx.Response) -> UploadResult:
     except ValueError:
         body = None
     if status == 200 and isinstance(body, dict) and isinstance(body.get("evidence_ids"), list):
+        ids = [str(i) for i in body["evidence_ids"]]
         return UploadResult(
             status=str(body.get("status", "")),
-            evidence_ids=[str(i) for i in body["evidence_ids"]],
+            evidence_ids=ids,
             message=str(body.get("message", "")),
+            receipts=_receipt_links(body.get("receipts"), ids),
         )
     code = body.get("code") if isinstance(body, dict) else None
     detail = body.get("detail") if isinstance(body, dict) else None
@@ -188,6 +240,33 @@ def _result(response: httpx.Response) -> UploadResult:
         code=code,
         retry_after=_retry_after(response.headers.get("Retry-After")),
     )
+
+
+def _receipt_links(found: Any, evidence_ids: list[str]) -> list[ReceiptLink]:
+    """The answer's receipt links that are what the server promises (a link of one of the
+    upload's packs, to the receipt of the leaf hash it names); anything else is left out."""
+    links = []
+    for entry in found if isinstance(found, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        evidence_id, hashed, path = (
+            entry.get(k) for k in ("evidence_id", "log_leaf_hash", "receipt")
+        )
+        if evidence_id not in evidence_ids or not isinstance(path, str):
+            continue
+        match = RECEIPT_PATH.fullmatch(path)
+        if match is not None and match.group(1) == hashed:
+            links.append(ReceiptLink(str(evidence_id), match.group(1), path))
+    return links
+
+
+def _code(response: httpx.Response) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    code = body.get("code") if isinstance(body, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def _retry_after(value: str | None) -> float | None:

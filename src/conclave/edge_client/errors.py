@@ -44,3 +44,8 @@ class UploadFailed(EdgeClientError):
         """True when the server as a whole cannot take uploads now (not this item's fault), so a
         sync run should stop instead of trying every other item too."""
         return self.transient and (self.status is None or self.status in (429, 502, 503, 504))
+
+
+class ReceiptUnavailable(EdgeClientError):
+    """A receipt the server did not hand over for a reason waiting will not cure (not one of its
+    receipt paths, an error answer, the server unreachable); the outbox keeps asking later."""

@@ -25,8 +25,11 @@ from conclave.edge_client.client import EdgeClient, UploadResult
 from conclave.edge_client.device import DeviceIdentity
 from conclave.edge_client.envelope import Envelope, utc_timestamp
 from conclave.edge_client.errors import InvalidEnvelope, UploadFailed
+from conclave.edge_client.kept_receipts import ReceiptCheck, ReceiptCollector, check_kept
+from conclave.edge_client.receipts import verifier_keys
 from conclave.edge_client.retry import RetryPolicy
-from conclave.edge_client.store import OutboxItem, OutboxStore
+from conclave.edge_client.store import OutboxItem, OutboxStore, StoredReceipt
+from conclave.platform.transparency.note import VerifierSet
 
 Outcome = Literal["sent", "retrying", "failed", "unsent"]
 
@@ -45,6 +48,8 @@ class SyncReport:
     failed: list[int] = field(default_factory=list)
     duplicates: int = 0
     stopped: str | None = None
+    receipts: int = 0
+    """Receipts of the packs sent in this run fetched and kept before the run ended."""
 
     @property
     def attempted(self) -> int:
@@ -57,7 +62,9 @@ class Outbox:
 
     Local operations are synchronous (short SQLite transactions); :meth:`sync` is a coroutine.
     Not thread-safe: open one ``Outbox`` per thread or process (they may share the file).
-    ``clock`` (Unix seconds) and ``retry_policy`` are there for tests and tuning.
+    ``clock`` (Unix seconds) and ``retry_policy`` are there for tests and tuning;
+    ``receipt_wait_seconds`` is how long a sync run keeps asking for a sent pack's receipt
+    (:mod:`conclave.edge_client.kept_receipts`).
     """
 
     def __init__(
@@ -67,10 +74,12 @@ class Outbox:
         retry_policy: RetryPolicy | None = None,
         lease_seconds: float = 120.0,
         clock: Callable[[], float] = time.time,
+        receipt_wait_seconds: float = 5.0,
     ) -> None:
         self.path = Path(path) if path is not None else default_outbox_path()
         self.retry_policy = retry_policy or RetryPolicy()
         self.lease_seconds = lease_seconds
+        self.receipt_wait_seconds = receipt_wait_seconds
         self._clock = clock
         self._store = OutboxStore.open(self.path, utc_timestamp())
         self.device: DeviceIdentity = self._store.device()
@@ -151,8 +160,31 @@ class Outbox:
         return self._store.requeue(chosen, self._clock())
 
     def cleanup(self) -> int:
-        """Remove ``SENT`` items; return how many."""
+        """Remove ``SENT`` items (their receipts are kept); return how many."""
         return self._store.delete_sent()
+
+    def receipts(self, *, missing_only: bool = False) -> list[StoredReceipt]:
+        """The receipts of the packs this device sent, by item: each fetched one's
+        ``conclave.receipt/v1`` document, or ``None`` while not fetched yet."""
+        return self._store.receipts(missing_only=missing_only)
+
+    async def fetch_receipts(self, client: EdgeClient, *, wait_seconds: float | None = None) -> int:
+        """Ask the server again for every receipt not kept yet, each for at most
+        ``wait_seconds`` (default ``receipt_wait_seconds``); how many were kept."""
+        wait = self.receipt_wait_seconds if wait_seconds is None else wait_seconds
+        collector = ReceiptCollector(client, self._store, wait_seconds=wait, clock=self._clock)
+        collector.collect(self._store.receipts(missing_only=True))
+        try:
+            return await collector.finish()
+        finally:
+            self._store.flush()
+
+    def check_receipts(self, keys: str | list[str] | VerifierSet) -> list[ReceiptCheck]:
+        """Check every kept receipt on the device with the log's verifier keys (key texts, or
+        the JSON of ``GET /logs/packs/keys``); no server is asked. :class:`MalformedInput` for
+        keys of the wrong shape."""
+        verifiers = keys if isinstance(keys, VerifierSet) else verifier_keys(keys)
+        return [check_kept(kept, verifiers) for kept in self._store.receipts()]
 
     async def sync(
         self,
@@ -171,6 +203,9 @@ class Outbox:
         started = self._clock()
         report = SyncReport()
         seen: set[int] = set()
+        collector = ReceiptCollector(
+            client, self._store, wait_seconds=self.receipt_wait_seconds, clock=self._clock
+        )
 
         async def worker() -> None:
             while report.stopped is None:
@@ -183,13 +218,17 @@ class Outbox:
                     self._store.release(item.id, runner)
                     return
                 seen.add(item.id)
-                outcome = await self._send_claimed(client, item, runner, report)
+                outcome = await self._send_claimed(client, item, runner, report, collector)
                 if on_item is not None:
                     on_item(item, outcome)
 
         try:
             await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+            # The receipts were asked for while the other items went out; the last ones are
+            # signed about a second after their upload.
+            report.receipts = await collector.finish()
         finally:
+            collector.cancel()
             # Claims and outcomes are committed without an fsync each (see store.py): one for
             # the whole run, so a finished run's SENT and FAILED survive a power cut.
             self._store.flush()
@@ -200,7 +239,12 @@ class Outbox:
         return self._store.due_count(self._clock())
 
     async def _send_claimed(
-        self, client: EdgeClient, item: OutboxItem, runner: str, report: SyncReport
+        self,
+        client: EdgeClient,
+        item: OutboxItem,
+        runner: str,
+        report: SyncReport,
+        collector: ReceiptCollector,
     ) -> Outcome:
         heartbeat = asyncio.create_task(self._keep_lease(item.id, runner))
         try:
@@ -222,7 +266,15 @@ class Outbox:
             raise
         finally:
             heartbeat.cancel()
-        self._store.mark_sent(item.id, result.evidence_ids, self._clock())
+        links = [(link.evidence_id, link.log_leaf_hash, link.path) for link in result.receipts]
+        self._store.mark_sent(item.id, result.evidence_ids, self._clock(), links)
+        # Asked for in the background: the item is SENT already, nothing waits for its receipt.
+        collector.collect(
+            [
+                StoredReceipt(link.evidence_id, item.id, link.log_leaf_hash, link.path, None, None)
+                for link in result.receipts
+            ]
+        )
         report.sent.append(item.id)
         report.duplicates += result.status == "duplicate"
         return "sent"

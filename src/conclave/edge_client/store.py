@@ -30,7 +30,9 @@ from conclave.edge_client.device import DeviceIdentity, new_identity
 from conclave.edge_client.envelope import Envelope
 from conclave.edge_client.errors import OutboxCorrupt
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 2 added ``receipts``; a version-1 outbox gets the table when it is opened (the
+# statements below create only what is missing).
 # ``queued`` = 1 for what sync sends without being asked: PENDING items and FAILED ones whose
 # failure was transient. The partial index holds only those, so finding the next due item stays
 # cheap however many SENT or permanently FAILED rows pile up.
@@ -58,6 +60,15 @@ CREATE INDEX IF NOT EXISTS outbox_items_due
     ON outbox_items (next_attempt_at, id) WHERE queued = 1;
 CREATE INDEX IF NOT EXISTS outbox_items_state ON outbox_items (state, id);
 CREATE INDEX IF NOT EXISTS outbox_items_changed ON outbox_items (state, updated_at);
+CREATE TABLE IF NOT EXISTS receipts (
+    evidence_id TEXT PRIMARY KEY,
+    item_id INTEGER NOT NULL,
+    log_leaf_hash TEXT NOT NULL,
+    receipt_path TEXT NOT NULL,
+    receipt TEXT,
+    fetched_at REAL
+);
+CREATE INDEX IF NOT EXISTS receipts_missing ON receipts (item_id) WHERE receipt IS NULL;
 CREATE TABLE IF NOT EXISTS device (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     device_id TEXT NOT NULL,
@@ -84,6 +95,19 @@ class OutboxItem:
     evidence_ids: list[str]
     updated_at: float
     sending: bool
+
+
+@dataclass(frozen=True)
+class StoredReceipt:
+    """The receipt of one Evidence Pack the device sent, as the server linked it: ``receipt``
+    (the ``conclave.receipt/v1`` document) once fetched, else ``None``."""
+
+    evidence_id: str
+    item_id: int
+    log_leaf_hash: str
+    receipt_path: str
+    receipt: str | None
+    fetched_at: float | None
 
 
 class OutboxStore:
@@ -225,14 +249,43 @@ class OutboxStore:
                 (item_id, runner),
             )
 
-    def mark_sent(self, item_id: int, evidence_ids: list[str], now: float) -> None:
-        """Record the server's evidence ids; the item is done whoever held it."""
+    def mark_sent(
+        self,
+        item_id: int,
+        evidence_ids: list[str],
+        now: float,
+        receipts: Sequence[tuple[str, str, str]] = (),
+    ) -> None:
+        """Record the server's evidence ids and its receipt links (``(evidence id, leaf hash,
+        path)``, fetched later); the item is done whoever held it."""
         with self._write(durable=False) as db:
             db.execute(
                 "UPDATE outbox_items SET state = 'SENT', queued = 0, evidence_ids = ?,"
                 " claimed_by = NULL, lease_until = NULL, updated_at = ? WHERE id = ?",
                 (json.dumps(evidence_ids), now, item_id),
             )
+            db.executemany(
+                "INSERT OR IGNORE INTO receipts (evidence_id, item_id, log_leaf_hash,"
+                " receipt_path) VALUES (?, ?, ?, ?)",
+                [(evidence_id, item_id, hashed, path) for evidence_id, hashed, path in receipts],
+            )
+
+    def save_receipt(self, evidence_id: str, receipt: str, now: float) -> None:
+        """Keep a fetched receipt (committed as a sync run's bookkeeping is: see above)."""
+        with self._write(durable=False) as db:
+            db.execute(
+                "UPDATE receipts SET receipt = ?, fetched_at = ? WHERE evidence_id = ?",
+                (receipt, now, evidence_id),
+            )
+
+    def receipts(self, *, missing_only: bool = False) -> list[StoredReceipt]:
+        """The receipts of what was sent, by item (only those not fetched yet, if asked)."""
+        where = " WHERE receipt IS NULL" if missing_only else ""
+        rows = self._db.execute(
+            "SELECT evidence_id, item_id, log_leaf_hash, receipt_path, receipt, fetched_at"
+            f" FROM receipts{where} ORDER BY item_id, evidence_id"
+        ).fetchall()
+        return [StoredReceipt(*row) for row in rows]
 
     def mark_failed(
         self, item_id: int, runner: str, error: str, *, retry_at: float | None, now: float
@@ -264,7 +317,8 @@ class OutboxStore:
             )
 
     def delete_sent(self) -> int:
-        """Remove every SENT item; return how many."""
+        """Remove every SENT item; return how many. Their receipts stay: they are the device's
+        proof of what the server logged."""
         with self._write() as db:
             return db.execute("DELETE FROM outbox_items WHERE state = 'SENT'").rowcount
 

@@ -15,8 +15,8 @@ escapes), holding
     status, orthodoxy_status, http_status, error_code   how it ended
     args_sha256        SHA-256 (hex) of the canonical JSON of the arguments as audited (redacted)
     result_sha256      SHA-256 (hex) of the canonical JSON of the result as audited, or null
-    canonical_args_sha256, error_message_sha256, warnings_sha256, correlation_id_sha256
-                       the same of the other fields the caller is shown, or null
+    canonical_args_sha256, warnings_sha256   the same of those fields, or null
+    error_message_sha256, correlation_id_sha256   SHA-256 (hex) of the text in UTF-8, or null
     duration_ms        how long the call took, as audited
 
 Every field of the audit row the caller is shown is covered, so changing any of them in the store
@@ -33,13 +33,19 @@ without the entry.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from typing import Any
 
 from conclave.gateway.records import AuditRow
 from conclave.platform.auth import Principal
 from conclave.platform.clock import rfc3339
+from conclave.platform.tlog import entries
+from conclave.platform.tlog.entries import (
+    canonical_json,
+    json_sha256,
+    optional_json_sha256,
+    optional_text_sha256,
+    text_sha256,
+)
 
 CALLS_LOG = "calls"
 """The name of the log (its origin is ``<CONCLAVE_TLOG_ORIGIN>/calls``)."""
@@ -48,28 +54,7 @@ CALL_FORMAT = "conclave.call/v1"
 """The version of the entry's serialisation."""
 
 
-def canonical_json(value: Any) -> bytes:
-    """``value`` as canonical JSON: sorted keys, no white space, ASCII only. Values JSON cannot
-    hold (the audit row never stores one) are written as their ``str``."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
-    ).encode("ascii")
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _stored_form(value: Any) -> Any:
-    """``value`` as the store keeps it and hands it back: through JSON, so keys are strings (a
-    result ``{2: "a", 10: "b"}`` is stored, and read back, as ``{"2": "a", "10": "b"}``, which
-    sorts otherwise) and a mapping with keys of mixed types can still be sorted."""
-    return json.loads(json.dumps(value, default=str))
-
-
-def _hashed(value: Any) -> str | None:
-    """SHA-256 (hex) of the canonical JSON of ``value`` as stored; None for None."""
-    return None if value is None else _sha256(canonical_json(_stored_form(value)))
+__all__ = ["CALLS_LOG", "CALL_FORMAT", "call_entry", "canonical_json", "receipt_path"]
 
 
 def call_entry(row: AuditRow) -> bytes:
@@ -82,19 +67,19 @@ def call_entry(row: AuditRow) -> bytes:
             "conclave_id": row.conclave_id,
             "tool": row.tool_name,
             "requested_tool": row.requested_tool,
-            "user_sha256": _sha256(row.user_id.encode("utf-8", "surrogatepass")),
+            "user_sha256": text_sha256(row.user_id),
             "created_at": rfc3339(row.created_at),
             "completed_at": rfc3339(row.completed_at) if row.completed_at else None,
             "status": row.status,
             "orthodoxy_status": row.orthodoxy_status,
             "http_status": row.http_status,
             "error_code": row.error_code,
-            "args_sha256": _sha256(canonical_json(_stored_form(row.args))),
-            "result_sha256": _hashed(row.result),
-            "canonical_args_sha256": _hashed(row.canonical_args),
-            "error_message_sha256": _hashed(row.error_message),
-            "warnings_sha256": _hashed(row.warnings),
-            "correlation_id_sha256": _hashed(row.correlation_id),
+            "args_sha256": json_sha256(row.args),
+            "result_sha256": optional_json_sha256(row.result),
+            "canonical_args_sha256": optional_json_sha256(row.canonical_args),
+            "error_message_sha256": optional_text_sha256(row.error_message),
+            "warnings_sha256": optional_json_sha256(row.warnings),
+            "correlation_id_sha256": optional_text_sha256(row.correlation_id),
             "duration_ms": row.duration_ms,
         }
     )
@@ -109,11 +94,11 @@ def may_read_call(principal: Principal, data: bytes) -> bool:
         entry = json.loads(data)
     except ValueError:
         return False
-    mine = _sha256(principal.user_id.encode("utf-8", "surrogatepass"))
+    mine = text_sha256(principal.user_id)
     return isinstance(entry, dict) and entry.get("user_sha256") == mine
 
 
 def receipt_path(hashed: bytes) -> str:
     """Where the receipt of the call whose leaf hash is ``hashed`` is served (relative to the
     gateway)."""
-    return f"/logs/{CALLS_LOG}/receipt/by-hash/{hashed.hex()}"
+    return entries.receipt_path(CALLS_LOG, hashed)

@@ -456,6 +456,11 @@ class CommonSettings(BaseSettings):
         """Where embedded mode keeps the transparency log keys it generated."""
         return self.data_dir / "tlog-keys"
 
+    def transparency_logs(self) -> dict[str, str]:
+        """The transparency logs this service keeps, by name, each with the setting that turns
+        it off (``conclave serve`` checks their signer keys before starting). None by default."""
+        return {}
+
     def resolved_bus_url(self) -> str:
         """The bus URL: explicit URL, else Redis from BUS_HOST/BUS_PORT, else in-process."""
         if self.bus_url:

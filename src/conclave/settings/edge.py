@@ -85,6 +85,19 @@ class EdgeSettings(CommonSettings):
         description="Flush each blob to disk before its Evidence Pack commits.",
     )
 
+    pack_log: bool = Field(
+        True,
+        alias="EDGE_PACK_LOG",
+        description="Queue every new Evidence Pack for the transparency log 'packs' in the "
+        "transaction that stores it and publish the log under /logs/packs (docs/transparency.md). "
+        "On PostgreSQL the log's signer key must be in CONCLAVE_TLOG_SIGNER_KEYS (the edge does "
+        "not start without it); embedded, a key is generated in the data folder.",
+    )
+
+    def transparency_logs(self) -> dict[str, str]:
+        """The log of Evidence Packs, ``packs``, unless ``EDGE_PACK_LOG`` is off."""
+        return {"packs": "EDGE_PACK_LOG"} if self.pack_log else {}
+
     def resolved_blob_dir(self) -> Path:
         """Where blobs live: ``EDGE_BLOB_DIR`` or ``<data_dir>/blobs``."""
         return self.blob_dir if self.blob_dir is not None else self.data_dir / "blobs"

@@ -131,6 +131,10 @@ class GatewaySettings(CommonSettings):
             self.allowed_hosts = list(dict.fromkeys(merged))
         return self
 
+    def transparency_logs(self) -> dict[str, str]:
+        """The log of governed calls, ``calls``, unless ``GATEWAY_CALL_LOG`` is off."""
+        return {"calls": "GATEWAY_CALL_LOG"} if self.call_log else {}
+
     def backend_urls(self) -> dict[str, str | None]:
         """Base URL of each named backend (``None`` when its variable is unset)."""
         orchestrator = None

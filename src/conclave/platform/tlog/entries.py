@@ -1,0 +1,62 @@
+"""What the services that log their records share about an entry: the canonical JSON every
+versioned entry format is written in, the hashes that stand in for values a reader must not see,
+and where a leaf's receipt is served.
+
+A service's entry (the gateway's ``conclave.call/v1``, the edge's ``conclave.pack/v1``) is
+rebuilt from its stored row to be checked against the log, so its serialisation must have exactly
+one spelling: sorted keys, no white space, ASCII only (``\\uXXXX`` escapes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(value: Any) -> bytes:
+    """``value`` as canonical JSON: sorted keys, no white space, ASCII only. Values JSON cannot
+    hold (the stored rows never hold one) are written as their ``str``."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+    ).encode("ascii")
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of ``data``, as 64 lowercase hexadecimal digits."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def text_sha256(text: str) -> str:
+    """SHA-256 (hex) of ``text`` in UTF-8; a lone surrogate is encoded as is rather than
+    refused, so every stored string has a hash (an id, a key)."""
+    return sha256_hex(text.encode("utf-8", "surrogatepass"))
+
+
+def stored_form(value: Any) -> Any:
+    """``value`` as a JSON column keeps it and hands it back: mapping keys are strings there (a
+    mapping ``{2: "a", 10: "b"}`` is read back as ``{"2": "a", "10": "b"}``, which sorts the
+    other way), so a mapping with keys of mixed types can be sorted too."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def optional_text_sha256(text: str | None) -> str | None:
+    """:func:`text_sha256` of ``text``, or None for None (a field left empty)."""
+    return None if text is None else text_sha256(text)
+
+
+def optional_json_sha256(value: Any) -> str | None:
+    """:func:`json_sha256` of ``value``, or None for None."""
+    return None if value is None else json_sha256(value)
+
+
+def json_sha256(value: Any) -> str:
+    """SHA-256 (hex) of the canonical JSON of ``value`` as a JSON column keeps it
+    (:func:`stored_form`): the hash of a row's value is the same before and after storing it."""
+    return sha256_hex(canonical_json(stored_form(value)))
+
+
+def receipt_path(log_name: str, hashed: bytes) -> str:
+    """Where the receipt of the leaf whose leaf hash is ``hashed`` is served, relative to the
+    service that publishes the log ``log_name`` (``tlog_router``)."""
+    return f"/logs/{log_name}/receipt/by-hash/{hashed.hex()}"
