@@ -124,18 +124,22 @@ async def test_verify_detects_a_modified_blob_and_a_modified_row(
         assert (await _verdict(client, third))["valid"]
 
 
+@pytest.mark.parametrize(
+    "moved", [timedelta(minutes=-5), timedelta(days=365)], ids=["back-dated", "future-dated"]
+)
 async def test_a_row_rewritten_with_a_leaf_hash_of_its_own_is_found_missing_from_the_log(
-    backend: Backend, tmp_path
+    backend: Backend, tmp_path, moved: timedelta
 ) -> None:
     """A forger who edits a pack's row and records the leaf hash of the edited entry (so the row
     agrees with itself) cannot put that leaf into the signed log: once the pack is older than a
-    leaf takes to be signed, its verification reports the leaf not found."""
+    leaf takes to be signed, its verification reports the leaf not found. A row dated in the
+    future (where "not yet signed" would last until that date) is no record's either."""
     async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
         [evidence_id] = await _upload_pngs(client, 1)
         assert (await _verdict(client, evidence_id))["valid"]
         row = await store.get_pack(backend.engine, evidence_id)
         assert row is not None
-        earlier = row.created_at - timedelta(minutes=5)
+        earlier = row.created_at + moved
         forged = replace(row, filename="forged.png", created_at=earlier)
         async with backend.engine.begin() as connection:
             await _drop_immutability(backend, connection)
@@ -179,3 +183,22 @@ def test_a_part_written_back_as_it_arrives_is_stored_whole(tmp_path) -> None:
     with (tmp_path / "part").open("rb") as stream:
         assert hashlib.file_digest(stream, "sha256").hexdigest() == expected.hexdigest()
     assert blob.sha256 == expected.hexdigest()
+
+
+async def test_a_pack_row_written_by_hand_without_a_leaf_is_not_valid(
+    backend: Backend, tmp_path
+) -> None:
+    """An INSERT (no trigger refuses one) of a pack neither chained nor logged: its bytes may be
+    intact, but nothing shows the edge accepted it, so it does not verify."""
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        [evidence_id] = await _upload_pngs(client, 1)
+        row = await store.get_pack(backend.engine, evidence_id)
+        assert row is not None
+        made_up = replace(row, evidence_id="00000000-0000-4000-8000-00000000cafe")
+        values = {**made_up.columns(), "log_leaf_hash": None, "chain_seq": row.chain_seq + 1000}
+        values["event_id"] = "00000000-0000-4000-8000-00000000cafe"
+        async with backend.engine.begin() as connection:
+            await connection.execute(store.evidence_packs.insert(), [values])
+        verdict = await _verdict(client, made_up.evidence_id)
+        assert verdict["content"]["ok"] and not verdict["valid"]
+        assert verdict["log"]["state"] == "not_logged"

@@ -126,6 +126,22 @@ async def test_a_duplicate_upload_answers_the_first_uploads_receipts(
         assert again["receipts"] == first["receipts"] and len(first["receipts"]) == 1
 
 
+async def test_with_auth_off_one_key_of_two_devices_is_two_uploads(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """With auth off the device is named in the body: a key already used by another device (or
+    by an upload naming none) must not answer this device's upload with that one's packs."""
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        headers = {"Idempotency-Key": "k1"}
+        route = "/api/edge-intake/image"
+        first = (await client.post(route, **form(("a.png", samples.png())), headers=headers)).json()
+        mine = form(("b.png", samples.png(65, 33)), {"device_id": "phone-y"})
+        second = await client.post(route, **mine, headers=headers)
+        assert second.status_code == 200, second.text
+        assert second.json()["status"] == "created"
+        assert second.json()["evidence_ids"] != first["evidence_ids"]
+
+
 class _WithoutTheEarlyCheck:
     """The edge's store as the service sees it, but with the early idempotency check (before the
     body is read) finding nothing: every upload of the key then reaches the insert, as uploads
@@ -230,7 +246,9 @@ async def test_without_the_log_packs_carry_no_receipt(backend: Backend, tmp_path
         shown = (await client.get(f"/api/edge-intake/evidence/{evidence_id}")).json()
         assert shown["log_leaf_hash"] is None and shown["receipt"] is None
         verdict = (await client.get(f"/api/edge-intake/evidence/{evidence_id}/verify")).json()
-        assert verdict["valid"] and verdict["log"]["state"] == "not_logged"
+        # Stored bytes intact, but nothing (no chain, no log) proves the pack was accepted so.
+        assert verdict["content"]["ok"] is True
+        assert not verdict["valid"] and verdict["log"]["state"] == "not_logged"
         assert (await client.get("/logs/packs/checkpoint")).json()["code"] == "LOG_NOT_FOUND"
 
 

@@ -5,9 +5,14 @@ for again later."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import httpx
 from typer.testing import CliRunner
 
 from conclave.cli.main import app as cli
@@ -16,6 +21,7 @@ from conclave.edge.pack_log import pack_entry
 from conclave.edge_client import Envelope, Outbox
 from conclave.edge_client.receipts import check_receipt
 from conclave.platform.transparency import generate_key
+from conclave.platform.transparency.receipt import MAX_DOCUMENT_BYTES
 from tests.conftest import Backend
 from tests.edge_client.conftest import edge_server, in_process_client, media_files
 
@@ -147,3 +153,70 @@ async def test_the_command_checks_kept_receipts_with_a_given_key(
         bad = runner.invoke(cli, ["edge", "receipts", "--check", "--key", key], env=environment)
         assert bad.exit_code == 2, bad.output
         assert "no usable verifier key" in " ".join(bad.output.split())
+
+
+def answering_receipts_with(app: Any, answer: Callable[[Any], Awaitable[None]]) -> Any:
+    """``app`` behind something else answering its receipt paths (a captive portal, a proxy
+    gone wrong, a server that stalls): every other request reaches the real app."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and "/receipt/by-hash/" in scope["path"]:
+            await answer(send)
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+def page(body: bytes, content_type: bytes = b"text/html") -> Callable[[Any], Awaitable[None]]:
+    async def answer(send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", content_type)]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
+
+    return answer
+
+
+async def test_what_is_not_the_named_receipt_is_not_kept(backend: Backend, tmp_path: Path) -> None:
+    """A portal's page, a body larger than a receipt can be, another leaf's receipt: none is
+    kept (each stays missing, asked for again later), and the real one is kept then."""
+    outbox = Outbox(tmp_path / "outbox.sqlite3", receipt_wait_seconds=1.0)
+    outbox.enqueue_many(envelopes(media_files(tmp_path / "media", 1)))
+    async with edge_server(backend, tmp_path / "server") as app:
+        for answer in (
+            page(b"<html>Please sign in to the hotel network</html>"),
+            page(b" " * (MAX_DOCUMENT_BYTES + 1), b"application/json"),
+        ):
+            transport = httpx.ASGITransport(app=answering_receipts_with(app, answer))
+            async with in_process_client(app, transport=transport) as client:
+                if not outbox.sent():
+                    assert len((await outbox.sync(client)).sent) == 1
+                else:
+                    assert await outbox.fetch_receipts(client, wait_seconds=0.5) == 0
+            assert len(outbox.receipts(missing_only=True)) == 1
+            listed = runner.invoke(
+                cli, ["edge", "receipts", "--outbox", str(outbox.path), "--json"]
+            )
+            assert listed.exit_code == 0, listed.output
+        async with in_process_client(app) as client:
+            assert await outbox.fetch_receipts(client, wait_seconds=8.0) == 1
+    assert not outbox.receipts(missing_only=True)
+    outbox.close()
+
+
+async def test_a_server_that_stalls_does_not_hold_the_run(backend: Backend, tmp_path: Path) -> None:
+    async def stall(_send: Any) -> None:
+        await asyncio.sleep(30)
+
+    outbox = Outbox(tmp_path / "outbox.sqlite3", receipt_wait_seconds=0.5)
+    outbox.enqueue_many(envelopes(media_files(tmp_path / "media", 4)))
+    async with edge_server(backend, tmp_path / "server") as app:
+        transport = httpx.ASGITransport(app=answering_receipts_with(app, stall))
+        async with in_process_client(app, transport=transport) as client:
+            started = time.monotonic()
+            report = await outbox.sync(client)
+            took = time.monotonic() - started
+    assert len(report.sent) == 4 and report.receipts == 0
+    assert took < 10, f"the run took {took:.1f} s"  # not 4 stalled requests of 30 s
+    assert len(outbox.receipts(missing_only=True)) == 4
+    outbox.close()

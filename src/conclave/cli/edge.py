@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import SecretStr
@@ -305,7 +305,7 @@ def receipts(
                 "item_id": found.item_id,
                 "evidence_id": found.evidence_id,
                 "log_leaf_hash": found.log_leaf_hash,
-                "receipt": json.loads(found.receipt) if found.receipt else None,
+                "receipt": _as_json(found.receipt),
                 **(
                     {"check": checks[found.evidence_id].status}
                     if found.evidence_id in checks
@@ -366,3 +366,13 @@ def device(outbox: OutboxOption = None) -> None:
 if __name__ == "__main__":
     # `python -m conclave.cli.edge` skips importing every service, which `conclave` does.
     edge_app()
+
+
+def _as_json(kept: str | None) -> Any:
+    """A kept receipt as JSON, or its text where it is none (an outbox edited by hand)."""
+    if kept is None:
+        return None
+    try:
+        return json.loads(kept)
+    except ValueError:
+        return kept

@@ -63,7 +63,9 @@ async def verify_pack(
     content = await _content(blobs, row)
     if not row.chained:
         logged = await check_logged(pack_log, row, content)
-        valid = bool(content["ok"]) and logged["ok"] is not False
+        # Neither chained nor proven by the log (not logged, pending, checked with the log off):
+        # nothing shows the pack is what was accepted, so it is not valid.
+        valid = bool(content["ok"]) and logged["ok"] is True
         return VerifyResult(
             evidence_id=row.evidence_id,
             valid=valid,

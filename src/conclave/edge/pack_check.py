@@ -5,12 +5,11 @@ latest checkpoint, proven with the log's own verifier keys as any reader would p
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 
 from conclave.edge.pack_log import pack_entry, receipt_path
 from conclave.edge.records import EvidencePack
-from conclave.platform.clock import as_utc, utc_now
+from conclave.platform.clock import as_utc
 from conclave.platform.tlog.errors import LogCorrupted
 from conclave.platform.tlog.log import TransparencyLog
 from conclave.platform.transparency.errors import TransparencyError
@@ -18,16 +17,13 @@ from conclave.platform.transparency.hashing import leaf_hash
 from conclave.platform.transparency.note import VerifierSet
 from conclave.platform.transparency.receipt import verify_receipt
 
-PENDING_GRACE = timedelta(seconds=60)
-"""How long after its pack a leaf may still be waiting for its checkpoint (normally about one
-checkpoint interval); a leaf still not found after that is reported ``not_found``."""
-
 
 async def check_logged(
     log: TransparencyLog | None, row: EvidencePack, content: dict[str, Any]
 ) -> dict[str, Any]:
-    """The log's part of a pack's verification: ``state`` and the checks (below); ``ok`` is
-    ``False`` when a check failed, ``None`` while nothing could be checked yet.
+    """The log's part of a pack's verification: ``state`` and the checks (below); ``ok`` only
+    when the pack is proven by the log (a pack not logged, not yet under a checkpoint, or
+    checked by a process with the log off is not).
 
     - ``entry_ok``: the entry rebuilt from the stored row is the leaf's data (before the leaf is
       integrated: hashes to the leaf hash the row recorded);
@@ -35,21 +31,21 @@ async def check_logged(
     - ``included``: the leaf is under the latest checkpoint, which opens with the log's keys.
     """
     if row.log_leaf_hash is None:
-        return {"state": "not_logged", "ok": None}
+        return {"state": "not_logged", "ok": False}
     found: dict[str, Any] = {
         "leaf_hash": row.log_leaf_hash.hex(),
         "receipt": receipt_path(row.log_leaf_hash),
     }
     if log is None:  # EDGE_PACK_LOG is off in this process: nothing to check against
-        return {**found, "state": "unchecked", "ok": None}
+        return {**found, "state": "unchecked", "ok": False}
     rebuilt = pack_entry(row)
     where = await log.locate(row.log_leaf_hash)
     if where.index is None or not where.integrated:
         entry_ok = leaf_hash(rebuilt) == row.log_leaf_hash
-        late = utc_now() - as_utc(row.created_at) > PENDING_GRACE
-        state = "not_found" if late and where.index is None else "pending"
-        ok = False if not entry_ok or state == "not_found" else None
-        return {**found, "state": state, "ok": ok, "entry_ok": entry_ok}
+        coming = where.index is not None or await log.may_still_come(as_utc(row.created_at))
+        state = "pending" if coming else "not_found"
+        # Pending is not valid yet: nothing proves the pack until its checkpoint is signed.
+        return {**found, "state": state, "ok": False, "entry_ok": entry_ok}
     try:
         leaf = await log.leaf(where.index)
     except LogCorrupted:

@@ -32,11 +32,9 @@ nothing without the entry.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from conclave.edge.records import NewEvidencePack
-from conclave.platform.auth import Principal
 from conclave.platform.clock import rfc3339
 from conclave.platform.tlog import entries
 from conclave.platform.tlog.entries import (
@@ -82,17 +80,9 @@ def pack_entry(pack: NewEvidencePack) -> bytes:
     return canonical_json(pack_facts(pack))
 
 
-def may_read_pack(principal: Principal, data: bytes) -> bool:
-    """Whether ``principal`` may read the leaf ``data`` of a pack: operators, and the device
-    that uploaded it (the entry's device hash is theirs)."""
-    if principal.is_operator:
-        return True
-    try:
-        entry = json.loads(data)
-    except ValueError:
-        return False
-    mine = text_sha256(principal.user_id)
-    return isinstance(entry, dict) and entry.get("device_sha256") == mine
+may_read_pack = entries.owner_reads("device_sha256")
+"""Operators, and the device whose pack it is, read a leaf's data (its ``device_sha256`` is
+theirs)."""
 
 
 def receipt_path(hashed: bytes) -> str:

@@ -17,9 +17,11 @@ from pydantic import SecretStr
 
 from conclave import __version__
 from conclave.edge_client.envelope import check_metadata, check_source_type
-from conclave.edge_client.errors import ReceiptUnavailable, UploadFailed
+from conclave.edge_client.errors import ReceiptUnavailable, ServerUnreachable, UploadFailed
 from conclave.edge_client.multipart import MultipartFileBody
+from conclave.platform.problem_types import ProblemCode
 from conclave.platform.signing import sign
+from conclave.platform.transparency.receipt import MAX_DOCUMENT_BYTES
 
 UPLOAD_PATH = "/api/edge-intake/{source_type}"
 # 408, 425 and 429 say "not now", and 5xx is the server's own trouble: the same request may
@@ -30,7 +32,7 @@ _TRANSIENT_STATUSES = frozenset({408, 425, 429})
 RECEIPT_PATH = re.compile(r"/logs/[a-z0-9][a-z0-9_-]{0,63}/receipt/by-hash/([0-9a-f]{64})")
 """What a receipt link in an upload's answer may be: the client fetches nothing else."""
 # Not yet under a signed checkpoint (about a second after the upload): asked again shortly.
-_NOT_YET = frozenset({"LEAF_NOT_FOUND", "BEYOND_LOG"})
+_NOT_YET = frozenset({ProblemCode.LEAF_NOT_FOUND.value, ProblemCode.BEYOND_LOG.value})
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,9 @@ class EdgeClient:
     async def receipt(self, path: str) -> bytes | None:
         """The receipt served at ``path`` (a :class:`ReceiptLink`'s), or ``None`` while the
         checkpoint covering its leaf is not signed yet (404 ``LEAF_NOT_FOUND`` or
-        ``BEYOND_LOG``: ask again in a moment). :class:`ReceiptUnavailable` otherwise."""
+        ``BEYOND_LOG``: ask again in a moment). :class:`ReceiptUnavailable` otherwise, also for
+        an answer larger than a receipt can be (read no further), :class:`ServerUnreachable`
+        when no answer came."""
         if not RECEIPT_PATH.fullmatch(path):
             raise ReceiptUnavailable(f"not a receipt path of the server: {path[:100]!r}")
         response = await self._get(path)
@@ -193,11 +197,23 @@ class EdgeClient:
             raise ReceiptUnavailable(f"HTTP {response.status_code} {_code(response) or ''}")
         return response.text
 
-    async def _get(self, path: str) -> httpx.Response:
+    async def _get(self, path: str, limit: int = MAX_DOCUMENT_BYTES) -> httpx.Response:
+        """The answer to ``GET path``, its body read up to ``limit`` bytes (a server, or whatever
+        answers in its place, may send any amount)."""
         try:
-            return await self._http.get(self.base_url + path, headers=self._headers())
+            async with self._http.stream(
+                "GET", self.base_url + path, headers=self._headers()
+            ) as response:
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > limit:
+                        raise ReceiptUnavailable(f"an answer larger than {limit} bytes")
         except httpx.HTTPError as exc:
-            raise ReceiptUnavailable(f"Connection failed: {type(exc).__name__}") from exc
+            raise ServerUnreachable(f"Connection failed: {type(exc).__name__}") from exc
+        # The body as read (decoded): only the headers that still describe it are kept.
+        kept = {"content-type": response.headers.get("content-type", "")}
+        return httpx.Response(response.status_code, headers=kept, content=bytes(body))
 
     def _signature(self, body_sha256: str) -> dict[str, str]:
         timestamp = str(int(self._clock()))

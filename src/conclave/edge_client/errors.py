@@ -49,3 +49,8 @@ class UploadFailed(EdgeClientError):
 class ReceiptUnavailable(EdgeClientError):
     """A receipt the server did not hand over for a reason waiting will not cure (not one of its
     receipt paths, an error answer, the server unreachable); the outbox keeps asking later."""
+
+
+class ServerUnreachable(ReceiptUnavailable):
+    """The server did not answer at all (connection refused, a time-out): asking for the next
+    receipt now would fail the same way."""

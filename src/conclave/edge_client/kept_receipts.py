@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from conclave.edge_client.client import EdgeClient
-from conclave.edge_client.errors import ReceiptUnavailable
+from conclave.edge_client.errors import ReceiptUnavailable, ServerUnreachable
 from conclave.edge_client.receipts import check_receipt
 from conclave.edge_client.store import OutboxStore, StoredReceipt
 from conclave.platform.transparency.errors import TransparencyError
@@ -81,22 +81,45 @@ class ReceiptCollector:
         while self._wanted:
             for wanted in list(self._wanted):
                 receipt, deadline = wanted
-                if await self._fetch(receipt) or loop.time() >= deadline:
+                if loop.time() >= deadline:
+                    self._wanted.remove(wanted)
+                    continue
+                kept = False
+                try:
+                    # No request outlives its receipt's deadline: a server that stalls cannot
+                    # hold the run for a time-out per receipt.
+                    async with asyncio.timeout_at(deadline):
+                        kept = await self._fetch(receipt)
+                except (ServerUnreachable, TimeoutError):
+                    self._wanted = []  # the next receipts would wait the same way: ask later
+                    return
+                if kept or loop.time() >= deadline:
                     self._wanted.remove(wanted)
             if self._wanted:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_DELAY)
 
     async def _fetch(self, receipt: StoredReceipt) -> bool:
-        """Ask once; whether the receipt is now kept."""
-        with contextlib.suppress(ReceiptUnavailable):
+        """Ask once; whether the receipt is now kept. Only a receipt of the leaf the upload's
+        answer named is kept: anything else answered in its place (a proxy's page, another
+        leaf's receipt) stays missing, and is asked for again later."""
+        try:
             found = await self._client.receipt(receipt.receipt_path)
-            if found is not None:
-                text = found.decode("utf-8", "replace")
-                self._store.save_receipt(receipt.evidence_id, text, self._clock())
-                self.kept += 1
-                return True
-        return False
+        except ServerUnreachable:
+            raise
+        except ReceiptUnavailable:
+            return False
+        if found is None:
+            return False
+        try:
+            parsed = Receipt.parse(found)
+        except TransparencyError:
+            return False
+        if parsed.leaf_hash.hex() != receipt.log_leaf_hash:
+            return False
+        self._store.save_receipt(receipt.evidence_id, found.decode("utf-8"), self._clock())
+        self.kept += 1
+        return True
 
 
 @dataclass(frozen=True)

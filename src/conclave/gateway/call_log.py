@@ -33,10 +33,7 @@ without the entry.
 
 from __future__ import annotations
 
-import json
-
 from conclave.gateway.records import AuditRow
-from conclave.platform.auth import Principal
 from conclave.platform.clock import rfc3339
 from conclave.platform.tlog import entries
 from conclave.platform.tlog.entries import (
@@ -85,17 +82,9 @@ def call_entry(row: AuditRow) -> bytes:
     )
 
 
-def may_read_call(principal: Principal, data: bytes) -> bool:
-    """Whether ``principal`` may read the leaf ``data`` of a call: operators, and the caller
-    whose call it is (the entry's user hash is theirs)."""
-    if principal.is_operator:
-        return True
-    try:
-        entry = json.loads(data)
-    except ValueError:
-        return False
-    mine = text_sha256(principal.user_id)
-    return isinstance(entry, dict) and entry.get("user_sha256") == mine
+may_read_call = entries.owner_reads("user_sha256")
+"""Operators, and the caller whose call it is, read a leaf's data (its ``user_sha256`` is
+theirs)."""
 
 
 def receipt_path(hashed: bytes) -> str:

@@ -11,12 +11,11 @@ failure means is in :class:`CallProblem`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from enum import StrEnum
 
 from conclave.gateway.call_log import call_entry
 from conclave.gateway.records import AuditRow
-from conclave.platform.clock import as_utc, utc_now
+from conclave.platform.clock import as_utc
 from conclave.platform.tlog import LogCorrupted, TransparencyLog
 from conclave.platform.tlog.published import PublishedLogs
 from conclave.platform.transparency import TransparencyError, VerifierSet, leaf_hash
@@ -51,31 +50,6 @@ class CallVerification:
     checkpoint_size: int | None = None
 
 
-GRACE = timedelta(seconds=30)
-"""How long after a call ends a missing leaf is "not yet" rather than missing: the checkpoint
-interval and a pass, with room for a slow integrator."""
-
-SKEW = timedelta(minutes=5)
-"""How far in the future a call's end may lie (another replica's clock) before a row dated there
-counts as written by hand."""
-
-
-async def _not_in_log_yet_or_missing(row: AuditRow, log: TransparencyLog) -> CallProblem:
-    """No leaf of the row's hash is under a checkpoint: moments after the call, or while the
-    integrator has not reached the call's time (an outage's backlog), it is not yet; otherwise
-    it is missing."""
-    ended = as_utc(row.completed_at or row.created_at)
-    now = utc_now()
-    if ended > now + SKEW:
-        return CallProblem.MISSING_FROM_LOG
-    if now - ended < GRACE + timedelta(seconds=log.checkpoint_interval):
-        return CallProblem.NOT_YET_LOGGED
-    behind = await log.oldest_queued_at()
-    if behind is not None and behind <= ended + GRACE:
-        return CallProblem.NOT_YET_LOGGED
-    return CallProblem.MISSING_FROM_LOG
-
-
 async def verify_call(row: AuditRow, logs: PublishedLogs, log: TransparencyLog) -> CallVerification:
     """Check ``row`` against the log ``log`` (published in ``logs``)."""
     if row.log_leaf_hash is None:
@@ -85,7 +59,10 @@ async def verify_call(row: AuditRow, logs: PublishedLogs, log: TransparencyLog) 
         return CallVerification(False, CallProblem.ROW_MODIFIED)
     where = await log.locate(rebuilt)
     if where.index is None or not where.integrated:
-        return CallVerification(False, await _not_in_log_yet_or_missing(row, log))
+        coming = await log.may_still_come(as_utc(row.completed_at or row.created_at))
+        return CallVerification(
+            False, CallProblem.NOT_YET_LOGGED if coming else CallProblem.MISSING_FROM_LOG
+        )
     try:
         receipt = await logs.receipt(log.name, where.index)
         opened = verify_receipt(receipt, VerifierSet(log.keys.verifiers), call_entry(row))

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
+
+from conclave.platform.auth import Principal
 
 
 def canonical_json(value: Any) -> bytes:
@@ -54,6 +57,24 @@ def json_sha256(value: Any) -> str:
     """SHA-256 (hex) of the canonical JSON of ``value`` as a JSON column keeps it
     (:func:`stored_form`): the hash of a row's value is the same before and after storing it."""
     return sha256_hex(canonical_json(stored_form(value)))
+
+
+def owner_reads(owner_field: str) -> Callable[[Principal, bytes], bool]:
+    """A leaf policy (:class:`~conclave.platform.tlog.published.PublishedLogs`): operators read
+    every leaf's data, and a caller the leaves whose ``owner_field`` is the SHA-256 of their own
+    id (:func:`text_sha256`), as the gateway's calls and the edge's packs record their user and
+    device."""
+
+    def may_read(principal: Principal, data: bytes) -> bool:
+        if principal.is_operator:
+            return True
+        try:
+            entry = json.loads(data)
+        except ValueError:
+            return False
+        return isinstance(entry, dict) and entry.get(owner_field) == text_sha256(principal.user_id)
+
+    return may_read
 
 
 def receipt_path(log_name: str, hashed: bytes) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypedDict, Unpack
 
 from sqlalchemy.exc import IntegrityError
@@ -74,6 +74,14 @@ MAX_LEAVES_PER_CHECKPOINT = 1 << 16
 checkpoints, one per interval."""
 
 _FOLD_SLICE = 2048
+
+ARRIVAL_GRACE = timedelta(seconds=30)
+"""How long after its record a queued leaf may still be missing from the log's checkpoints (the
+checkpoint interval and a pass, with room for a slow integrator)."""
+
+CLOCK_SKEW = timedelta(minutes=5)
+"""How far in the future a record's time may lie (another replica's clock) before it counts as
+written by hand."""
 
 
 class LogOptions(TypedDict, total=False):
@@ -353,6 +361,20 @@ class TransparencyLog:
         with store_errors():
             async with self._engine.connect() as connection:
                 return await store.oldest_queued_at(connection, self._log_id)
+
+    async def may_still_come(self, written_at: datetime) -> bool:
+        """Whether a leaf queued when its record was written at ``written_at``, and not found
+        under a checkpoint, may still be on its way rather than missing: moments after (within
+        :data:`ARRIVAL_GRACE` and a checkpoint interval), or while the queue still holds leaves
+        queued before then (the integrator behind after an outage). A time more than
+        :data:`CLOCK_SKEW` in the future is no record's: it was written by hand."""
+        now = self._clock()
+        if written_at > now + CLOCK_SKEW:
+            return False
+        if now - written_at < ARRIVAL_GRACE + timedelta(seconds=self._interval):
+            return True
+        behind = await self.oldest_queued_at()
+        return behind is not None and behind <= written_at + ARRIVAL_GRACE
 
     def _is_leaf(self, data: bytes) -> bool:
         return len(data) <= self._sequencer.limits.leaf_bytes
