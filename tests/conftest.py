@@ -13,10 +13,12 @@ import io
 import json
 import logging
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -49,11 +51,29 @@ def missing_service(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite store migrated to head once for the session, which ``sqlite_engine`` copies:
+    running the migrations for every test cost more than the copy of the file they make."""
+    path = tmp_path_factory.mktemp("migrated") / "conclave.db"
+
+    async def _migrate() -> None:
+        engine = create_engine(f"sqlite+aiosqlite:///{path}")
+        try:
+            await migrate(engine)
+        finally:
+            await engine.dispose()  # the last connection closed: the WAL is folded into the file
+
+    asyncio.run(_migrate())
+    return path
+
+
 @pytest.fixture
-async def sqlite_engine(tmp_path: Any) -> AsyncIterator[AsyncEngine]:
-    """A migrated SQLite store in a temporary folder."""
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'conclave.db'}")
-    await migrate(engine)
+async def sqlite_engine(tmp_path: Any, migrated_sqlite: Path) -> AsyncIterator[AsyncEngine]:
+    """A migrated SQLite store in a temporary folder (a copy of ``migrated_sqlite``)."""
+    path = tmp_path / "conclave.db"
+    await asyncio.to_thread(shutil.copyfile, migrated_sqlite, path)
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
     yield engine
     await engine.dispose()
 

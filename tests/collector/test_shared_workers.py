@@ -7,7 +7,7 @@ import os
 import random
 import sys
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -30,44 +30,51 @@ RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 
 
 @asynccontextmanager
-async def worker_process(
-    backend: Backend, prefix: str, folder: Path, **env: str
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    """A `conclave worker collector` process on this test's schema and stream prefix."""
+async def worker_processes(
+    backend: Backend, prefix: str, folders: list[Path], **env: str
+) -> AsyncIterator[list[asyncio.subprocess.Process]]:
+    """`conclave worker collector` processes on this test's schema and stream prefix, one per data
+    folder in ``folders``, stopped together at the end."""
     async with backend.engine.connect() as connection:
         schema = await connection.scalar(text("SELECT current_schema()"))
-    await asyncio.to_thread(folder.mkdir)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "conclave.cli.main",
-        "worker",
-        "collector",
-        env={
-            **os.environ,
-            "CONCLAVE_DATABASE_URL": POSTGRES_URL,
-            "CONCLAVE_DATABASE_SCHEMA": schema,
-            "CONCLAVE_BUS_URL": REDIS_URL,
-            "BUS_STREAM_PREFIX": prefix,
-            "CONCLAVE_DATA_DIR": str(folder),
-            "CONCLAVE_AUTO_MIGRATE": "false",
-            "CONCLAVE_LOG_LEVEL": "WARNING",
-            "CONCLAVE_OUTBOX_POLL_SECONDS": "0.05",
-            "COLLECTOR_WORKER_CONCURRENCY": "1",
-            "COLLECTOR_LEASE_SECONDS": "3",
-            "COLLECTOR_BRIDGE_CHANNELS": "{}",
-            "COLLECTOR_LOAD_ENTRY_POINTS": "false",
-            **env,
-        },
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    processes = []
     try:
-        yield process
+        for folder in folders:
+            await asyncio.to_thread(folder.mkdir)
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "conclave.cli.main",
+                "worker",
+                "collector",
+                env={
+                    **os.environ,
+                    "CONCLAVE_DATABASE_URL": POSTGRES_URL,
+                    "CONCLAVE_DATABASE_SCHEMA": schema,
+                    "CONCLAVE_BUS_URL": REDIS_URL,
+                    "BUS_STREAM_PREFIX": prefix,
+                    "CONCLAVE_DATA_DIR": str(folder),
+                    "CONCLAVE_AUTO_MIGRATE": "false",
+                    "CONCLAVE_LOG_LEVEL": "WARNING",
+                    "CONCLAVE_OUTBOX_POLL_SECONDS": "0.05",
+                    "COLLECTOR_WORKER_CONCURRENCY": "1",
+                    "COLLECTOR_LEASE_SECONDS": "3",
+                    "COLLECTOR_BRIDGE_CHANNELS": "{}",
+                    "COLLECTOR_LOAD_ENTRY_POINTS": "false",
+                    **env,
+                },
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            processes.append(process)
+        yield processes
     finally:
-        if process.returncode is None:
-            process.terminate()  # graceful: unfinished runs go back to the queue
-            await process.wait()
+        # Graceful (unfinished runs go back to the queue), and all at once: each process takes
+        # seconds to stop, which one after another would add up.
+        running = [process for process in processes if process.returncode is None]
+        for process in running:
+            process.terminate()
+        await asyncio.gather(*(process.wait() for process in running))
 
 
 async def wait_listening(redis_client, prefix: str, count: int) -> None:
@@ -98,15 +105,13 @@ async def test_two_worker_processes_share_20_expeditions(
 ) -> None:
     backend = Backend("production", postgres_engine, redis_bus)
     quiet = collector_settings(tmp_path, run_workers=False)
+    folders = [tmp_path / "w1", tmp_path / "w2"]
+    # The worker processes first: they start while this process starts the collector.
     async with (
+        worker_processes(backend, redis_prefix, folders, **LOCAL_API_ENV),
         JsonApi([[{"id": f"r{i}"} for i in range(3)]], delay=0.3) as api,
         collector_app(backend, quiet) as (client, _app),
-        AsyncExitStack() as workers,
     ):
-        for name in ("w1", "w2"):
-            await workers.enter_async_context(
-                worker_process(backend, redis_prefix, tmp_path / name, **LOCAL_API_ENV)
-            )
         await wait_listening(redis_client, redis_prefix, 2)
         # Keep both workers busy while the 20 are queued, so claims follow priority, not arrival.
         blockers = []
@@ -161,8 +166,8 @@ async def test_another_process_starts_a_queued_expedition_at_once(
     quiet = collector_settings(tmp_path, run_workers=False)
     # The worker polls every 30 s: starting sooner proves the bus wake-up reached it.
     async with (
+        worker_processes(backend, redis_prefix, [tmp_path / "w"], COLLECTOR_POLL_SECONDS="30"),
         collector_app(backend, quiet) as (client, _app),
-        worker_process(backend, redis_prefix, tmp_path / "w", COLLECTOR_POLL_SECONDS="30"),
     ):
         await wait_listening(redis_client, redis_prefix, 1)
         waits = []

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -80,9 +81,14 @@ def main() -> int:
     """Install both; a client that cannot be installed is reported, and fails the command only
     under ``CONCLAVE_REQUIRE_SERVICES=1`` (CI). Elsewhere its tests skip and say why."""
     status = 0
-    for install in (install_node_clients, install_python_clients):
+    # Both at once: each spends its time in its own subprocess (npm, pip) and on its registry.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        installs = [
+            pool.submit(install) for install in (install_node_clients, install_python_clients)
+        ]
+    for install in installs:
         try:
-            install()
+            install.result()
         except ClientUnavailable as exc:
             print(f"interop clients: {exc}", file=sys.stderr)
             if os.environ.get("CONCLAVE_REQUIRE_SERVICES") == "1":

@@ -12,7 +12,9 @@ A corpus file is named by the archive that carries it and its path inside:
 A path may go through a nested archive with ``!`` (``data/samples.zip!photo.jpg``). Every file is
 then checked against the SHA-256 in the manifest and kept content-addressed in the cache
 (``CONCLAVE_CORPUS_CACHE``, default ``.corpus-cache`` at the repository root), so a second run
-downloads nothing. Nothing from the corpus is committed; the manifests are.
+downloads nothing. Nothing from the corpus is committed; the manifests are. :func:`obtain_all`
+fills the cache for many files at once: one registry request, download and opening per archive,
+several archives at a time.
 
 ``python -m tests.edge.corpus.sources list <source> [--artifact F] [--grep RE]`` lists an
 archive's members (with sizes), ``... get <source> <path> <out>`` copies one out: what a
@@ -23,8 +25,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import bz2
+import contextlib
+import gzip
 import hashlib
 import io
+import lzma
 import os
 import re
 import subprocess
@@ -32,7 +38,9 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -165,14 +173,26 @@ def archive_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
+_DECOMPRESS = {
+    b"\x1f\x8b": gzip.decompress,
+    b"BZh": bz2.decompress,
+    b"\xfd7zXZ\x00": lzma.decompress,
+}
+
+
 def open_archive(data: bytes) -> Archive:
     """A zip (sdists, wheels, office files) or tar (sdists, npm, Debian) read from memory."""
-    stream = io.BytesIO(data)
     # Judged by the first bytes: zipfile.is_zipfile looks for an end record anywhere near the
     # end, so a Debian package's tar whose last member is a stored zip (an EPUB) passes as a zip.
     if data[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
-        return zipfile.ZipFile(stream)
-    return tarfile.open(fileobj=stream)
+        return zipfile.ZipFile(io.BytesIO(data))
+    # A compressed tar is decompressed here, once: tarfile seeks in it for each member read, and
+    # a backward seek in a compressed stream decompresses it again from the start.
+    for magic, decompress in _DECOMPRESS.items():
+        if data.startswith(magic):
+            data = decompress(data)
+            break
+    return tarfile.open(fileobj=io.BytesIO(data))
 
 
 def members(archive: Archive) -> Iterator[tuple[str, int]]:
@@ -209,21 +229,59 @@ def read_member(archive: Archive, path: str) -> bytes:
         return read_member(inner, rest)
 
 
-def obtain(source: str, path: str, sha256: str, artifact: str | None = None) -> Path:
-    """The cached copy of one corpus file, taken from its archive and checked on first use."""
-    target = CACHE / "files" / sha256[:2] / sha256
-    if target.exists():
-        return target
-    with open_archive(archive_bytes(archive_of(source, artifact))) as archive:
-        data = read_member(archive, path)
+def _cached(sha256: str) -> Path:
+    return CACHE / "files" / sha256[:2] / sha256
+
+
+def _keep(archive: Archive, source: str, path: str, sha256: str) -> Path:
+    """Take ``path`` out of ``archive`` into the cache, once it matches the manifest's SHA-256."""
+    data = read_member(archive, path)
     actual = hashlib.sha256(data).hexdigest()
     if actual != sha256:
         raise CorpusMismatch(f"{source} {path}: SHA-256 {actual}, manifest says {sha256}")
+    target = _cached(sha256)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as out:
         out.write(data)
     Path(out.name).replace(target)
     return target
+
+
+def obtain(source: str, path: str, sha256: str, artifact: str | None = None) -> Path:
+    """The cached copy of one corpus file, taken from its archive and checked on first use."""
+    target = _cached(sha256)
+    if target.exists():
+        return target
+    with open_archive(archive_bytes(archive_of(source, artifact))) as archive:
+        return _keep(archive, source, path, sha256)
+
+
+def _fill(source: str, artifact: str | None, files: list[tuple[str, str]]) -> None:
+    """Cache every ``(path, sha256)`` of one archive, fetched and opened once for all of them.
+
+    A file (or the archive) that cannot be had is left out: :func:`obtain` meets the same error
+    in the test that asks for that file, and reports it there."""
+    unavailable = (CorpusUnavailable, CorpusMismatch, subprocess.CalledProcessError)
+    with (
+        contextlib.suppress(*unavailable),
+        open_archive(archive_bytes(archive_of(source, artifact))) as archive,
+    ):
+        for path, sha256 in files:
+            with contextlib.suppress(KeyError, CorpusMismatch):
+                _keep(archive, source, path, sha256)
+
+
+def obtain_all(files: Iterable[tuple[str, str, str, str | None]], workers: int = 8) -> None:
+    """Put every ``(source, path, sha256, artifact)`` not cached yet in the cache, as
+    :func:`obtain` would (each file checked against its SHA-256), with one registry request,
+    download and opening per archive instead of one per file, ``workers`` archives at a time."""
+    by_archive: defaultdict[tuple[str, str | None], list[tuple[str, str]]] = defaultdict(list)
+    for source, path, sha256, artifact in files:
+        if not _cached(sha256).exists():
+            by_archive[source, artifact].append((path, sha256))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for done in [pool.submit(_fill, *key, paths) for key, paths in by_archive.items()]:
+            done.result()
 
 
 def _main(argv: list[str]) -> int:
