@@ -19,9 +19,8 @@ from conclave.edge.service import IntakeService
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.runtime import Platform
 from conclave.platform.tlog.api import tlog_router
-from conclave.platform.tlog.integrator import LogIntegrator
-from conclave.platform.tlog.log import TransparencyLog, open_log
 from conclave.platform.tlog.published import PublishedLogs
+from conclave.platform.tlog.serving import serve_log
 from conclave.settings import EdgeSettings
 
 
@@ -34,21 +33,18 @@ def create_app(settings: EdgeSettings, *, platform: Platform | None = None) -> F
     async def setup(app: FastAPI, runtime: Platform) -> AsyncIterator[None]:
         blobs.open()
         async with AsyncExitStack() as stack:
-            logs: list[TransparencyLog] = []
+            app.state.tlogs = PublishedLogs()
+            pack_log = None
             if settings.pack_log:
-                logs.append(await open_log(runtime.engine, settings, PACKS_LOG))
-                # In every replica: one integrates at a time, the others find its lock taken.
-                integrator = LogIntegrator(logs, poll_seconds=settings.tlog_poll_seconds)
-                await integrator.start()
-                stack.push_async_callback(integrator.stop)
-            app.state.tlogs = PublishedLogs(logs, {PACKS_LOG: may_read_pack})
+                engine = runtime.engine
+                pack_log = await serve_log(app, stack, engine, settings, PACKS_LOG, may_read_pack)
             app.state.edge = IntakeService(
                 settings,
                 runtime,
                 blobs,
                 app.state.parsers,
                 metrics,
-                pack_log=logs[0] if logs else None,
+                pack_log=pack_log,
             )
             yield
 

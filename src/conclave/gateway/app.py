@@ -36,9 +36,8 @@ from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.ratelimit import MemoryRateLimiter, Rate, RateLimiter, RedisRateLimiter
 from conclave.platform.runtime import Platform
 from conclave.platform.tlog.api import tlog_router
-from conclave.platform.tlog.integrator import LogIntegrator
-from conclave.platform.tlog.log import TransparencyLog, open_log
 from conclave.platform.tlog.published import PublishedLogs
+from conclave.platform.tlog.serving import serve_log
 from conclave.settings import GatewaySettings
 
 
@@ -113,13 +112,11 @@ def create_app(
                 settings.tool_workers, max_reply_bytes=2 * settings.max_result_bytes + 65_536
             )
             stack.push_async_callback(workers.close)
-            logs: list[TransparencyLog] = []
+            app.state.tlogs = PublishedLogs()
+            call_log = None
             if settings.call_log:
-                logs.append(await open_log(runtime.engine, settings, CALLS_LOG))
-                integrator = LogIntegrator(logs, poll_seconds=settings.tlog_poll_seconds)
-                await integrator.start()
-                stack.push_async_callback(integrator.stop)
-            app.state.tlogs = PublishedLogs(logs, {CALLS_LOG: may_read_call})
+                engine = runtime.engine
+                call_log = await serve_log(app, stack, engine, settings, CALLS_LOG, may_read_call)
             service = GatewayService(
                 registry,
                 runtime,
@@ -129,7 +126,7 @@ def create_app(
                 default_timeout=settings.tool_timeout_seconds,
                 max_depth=settings.max_json_depth,
                 max_result_bytes=settings.max_result_bytes,
-                call_log=logs[0] if logs else None,
+                call_log=call_log,
             )
             app.state.gateway = service
             authenticator = app.state.authenticator
