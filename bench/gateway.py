@@ -114,22 +114,27 @@ async def main(seconds: float, concurrency: int) -> None:
                 process.wait(timeout=10)
 
     ratio = governed.throughput / baseline.throughput if baseline.throughput else 0.0
+    # The gateway as deployed by default (GATEWAY_CALL_LOG off) holds the gateway's own target;
+    # the one with every call in the log, issue 20's.
+    default_ratio = without_log.throughput / baseline.throughput if baseline.throughput else 0.0
     print(f"gateway benchmark: {seconds:g} s per run, {concurrency} connections, "
           f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}")  # fmt: skip
     print("| endpoint | req/s | p50 ms | p99 ms | server CPU ms/req | errors |")
     print("|---|---:|---:|---:|---:|---:|")
     print(_row("bare FastAPI /execute (baseline)", baseline, baseline_cpu))
     print(_row("governed /execute (Postgres + Redis, calls log)", governed, governed_cpu))
-    print(_row("governed /execute, calls log off", without_log, without_log_cpu))
+    print(_row("governed /execute, calls log off (the default)", without_log, without_log_cpu))
     print(_row("MCP tools/call (Postgres + Redis)", mcp, mcp_cpu))
-    print(f"ratio governed/bare: {ratio:.2f} (target >= 0.50); CPU per request "
+    print(f"ratio governed/bare: {default_ratio:.2f} (target >= 0.50), with the calls log "
+          f"{ratio:.2f} (target >= 0.55); CPU per request "
           f"{baseline_cpu / governed_cpu:.2f} (server process only: PostgreSQL and Redis "
           "work on the other core)")  # fmt: skip
     mcp_ratio = mcp.throughput / governed.throughput if governed.throughput else 0.0
     print(f"ratio MCP/execute: {mcp_ratio:.2f} (target >= 0.70)")
     log_cost = governed.throughput / without_log.throughput if without_log.throughput else 0.0
     print(f"ratio with the calls log / without: {log_cost:.2f}")
-    target("gateway: governed /execute / bare FastAPI", f"{ratio:.2f}", ">= 0.50", ratio >= 0.5)
+    ok = default_ratio >= 0.5
+    target("gateway: governed /execute / bare FastAPI", f"{default_ratio:.2f}", ">= 0.50", ok)
     target(
         "gateway: governed /execute, every call in the log / bare",
         f"{ratio:.2f}",

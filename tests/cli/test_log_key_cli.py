@@ -44,6 +44,7 @@ def test_a_production_gateway_without_its_calls_log_key_refuses_to_start(
 ) -> None:
     monkeypatch.setenv("CONCLAVE_AUTH", "disabled")
     monkeypatch.setenv("CONCLAVE_DATABASE_URL", POSTGRES_URL)
+    monkeypatch.setenv("GATEWAY_CALL_LOG", "true")
     monkeypatch.delenv("CONCLAVE_TLOG_SIGNER_KEYS", raising=False)
     result = runner.invoke(app, ["serve", "gateway"])
     assert result.exit_code == 2
