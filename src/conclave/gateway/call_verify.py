@@ -32,7 +32,8 @@ class CallProblem(StrEnum):
     """The row as stored no longer rebuilds the entry it recorded: a field was changed after the
     call answered (or the recorded leaf hash was)."""
     NOT_YET_LOGGED = "not_yet_logged"
-    """No leaf of the row's hash yet, and the call ended moments ago: its checkpoint is due."""
+    """No leaf of the row's hash yet, but one may still come: the call ended moments ago, or the
+    log's queue still holds leaves queued before it ended (the integrator behind)."""
     MISSING_FROM_LOG = "missing_from_log"
     """No leaf of the row's hash, long after the call ended: the row was inserted or edited in
     the store, or its leaf never committed."""
