@@ -15,7 +15,7 @@ from conclave.platform.tlog.errors import (
 )
 from conclave.platform.tlog.integrator import LogIntegrator
 from conclave.platform.tlog.keys import LogKeys, check_log_name, log_keys, log_origin
-from conclave.platform.tlog.log import TransparencyLog, open_log
+from conclave.platform.tlog.log import TransparencyLog
 from conclave.platform.tlog.records import (
     Integration,
     IntegrationOutcome,
@@ -24,6 +24,7 @@ from conclave.platform.tlog.records import (
     QueuedLeaf,
     StoredLeaf,
 )
+from conclave.platform.tlog.serving import open_log
 
 __all__ = [
     "BeyondIntegrated",

@@ -30,7 +30,7 @@ from enum import StrEnum
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from conclave.platform.tlog import store
+from conclave.platform.tlog import audit_store, store
 from conclave.platform.tlog.records import LogState
 from conclave.platform.transparency.checkpoint import Checkpoint, open_checkpoint
 from conclave.platform.transparency.errors import TransparencyError
@@ -226,7 +226,7 @@ async def audit_log(
     published keys); see the module's docstring. Reads every leaf, in one read transaction held
     for the whole audit: an offline check, not for a request path."""
     async with engine.connect() as connection:
-        await store.read_snapshot(connection)
+        await audit_store.read_snapshot(connection)
         state = await store.log_state(connection, name)
         if state is None:
             raise LookupError(f"no transparency log {name!r}")
@@ -236,7 +236,9 @@ async def audit_log(
         else:
             # Nothing signed bounds the tree: the log's row (one UPDATE away from 2^62) is
             # bounded by the leaf hashes actually stored, so the walk's work is too.
-            size = min(state.integrated_size, await store.leaf_hash_count(connection, state.log_id))
+            size = min(
+                state.integrated_size, await audit_store.leaf_hash_count(connection, state.log_id)
+            )
         audit = _Audit(state, verifiers, size)
         if size < state.integrated_size:
             audit.add(
@@ -266,10 +268,10 @@ async def _trusted_latest(
 ) -> Checkpoint | None:
     """The latest checkpoint row's, if it opens and matches its row; else the one at the log's
     integrated size. The rows beyond it are reported by :func:`_extras`."""
-    latest = await store.latest_checkpoint_row(connection, state.log_id)
+    latest = await audit_store.latest_checkpoint_row(connection, state.log_id)
     candidates = [latest] if latest is not None else []
     if latest is None or latest[0] != state.integrated_size:
-        candidates += await store.checkpoints_between(
+        candidates += await audit_store.checkpoints_between(
             connection, state.log_id, state.integrated_size - 1, state.integrated_size
         )
     for size, root_hash, note in candidates:
@@ -298,7 +300,7 @@ async def _hashed(
         ranges.append((first, last + 1))
     hashes: dict[int, _Hashes] = {}
     for start, end in ranges:
-        for row in await store.leaves_between(connection, log_id, start, end):
+        for row in await audit_store.leaves_between(connection, log_id, start, end):
             hashes[row.index] = (leaf_hash(row.data), row.leaf_hash)
     return hashes
 
@@ -312,15 +314,15 @@ async def _walk(connection: AsyncConnection, audit: _Audit, slice_size: int) -> 
     start = 0
     while True:
         end = min(start + slice_size, size)
-        sizes = await store.leaf_sizes(connection, log_id, start, end, end - start)
+        sizes = await audit_store.leaf_sizes(connection, log_id, start, end, end - start)
         rows = await _hashed(connection, log_id, sizes)
         tree = (
-            await store.subtrees_completed_between(connection, log_id, start, end)
+            await audit_store.subtrees_completed_between(connection, log_id, start, end)
             if start < end
             else {}
         )
         position = start
-        for checkpoint_size, root_hash, note in await store.checkpoints_between(
+        for checkpoint_size, root_hash, note in await audit_store.checkpoints_between(
             connection, log_id, after, end
         ):
             if checkpoint_size > position:
@@ -341,7 +343,7 @@ async def _pending(connection: AsyncConnection, audit: _Audit, slice_size: int) 
     bounded by them, not by the sequenced size in the log's row."""
     log_id, position, end = audit.state.log_id, audit.size, audit.state.sequenced_size
     while position < end:
-        sizes = await store.leaf_sizes(connection, log_id, position, end, slice_size)
+        sizes = await audit_store.leaf_sizes(connection, log_id, position, end, slice_size)
         stop = sizes[-1][0] + 1 if len(sizes) == slice_size else end
         audit.pending(position, stop, await _hashed(connection, log_id, sizes))
         position = stop
@@ -351,7 +353,7 @@ async def _extras(connection: AsyncConnection, audit: _Audit) -> None:
     """Leaves outside the sequenced range, checkpoint rows beyond the trusted one, and subtree
     hashes beyond the integrated tree."""
     log_id = audit.state.log_id
-    for index in await store.leaf_indices_outside(
+    for index in await audit_store.leaf_indices_outside(
         connection, log_id, 0, audit.state.sequenced_size, _LISTED
     ):
         if index >= 0:
@@ -359,10 +361,12 @@ async def _extras(connection: AsyncConnection, audit: _Audit) -> None:
         else:
             detail = f"leaf {index} has a negative index"
         audit.add(FindingKind.UNEXPECTED_LEAF, index, detail)
-    for size in await store.checkpoint_sizes_outside(connection, log_id, 0, audit.size, _LISTED):
+    for size in await audit_store.checkpoint_sizes_outside(
+        connection, log_id, 0, audit.size, _LISTED
+    ):
         where = "below size 0" if size < 0 else f"beyond the latest trusted one ({audit.size})"
         audit.add(FindingKind.CHECKPOINT_INVALID, size, f"a checkpoint row of size {size} {where}")
     expected = sum(audit.size >> level for level in range(audit.size.bit_length()))
-    extra = await store.subtree_count(connection, log_id) - expected
+    extra = await audit_store.subtree_count(connection, log_id) - expected
     if extra > 0:
         audit.add(FindingKind.UNEXPECTED_SUBTREES, extra, f"{extra} subtree hashes beyond the tree")

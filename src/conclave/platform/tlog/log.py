@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -29,13 +28,14 @@ from conclave.platform.clock import utc_now
 from conclave.platform.db.batch import Insert
 from conclave.platform.db.engine import store_errors
 from conclave.platform.db.schema import tlog_queue
-from conclave.platform.tlog import store
+from conclave.platform.tlog import queue, store
 from conclave.platform.tlog.errors import (
     BeyondIntegrated,
     CheckpointNotFound,
     LogCorrupted,
 )
-from conclave.platform.tlog.keys import LogKeys, check_log_name, log_keys
+from conclave.platform.tlog.folding import fold, sign
+from conclave.platform.tlog.keys import LogKeys, check_log_name
 from conclave.platform.tlog.records import (
     Integration,
     IntegrationOutcome,
@@ -52,36 +52,24 @@ from conclave.platform.tlog.sequencer import (
     Limits,
     LogSequencer,
 )
-from conclave.platform.transparency.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
+from conclave.platform.transparency.checkpoint import Checkpoint, open_checkpoint
 from conclave.platform.transparency.errors import (
     SubtreeNotStored,
     TransparencyError,
     UnexpectedOrigin,
 )
-from conclave.platform.transparency.frontier import AppendedBatch, AppendFrontier
+from conclave.platform.transparency.frontier import AppendFrontier
 from conclave.platform.transparency.hashing import EMPTY_ROOT, check_tree_size, leaf_hash
 from conclave.platform.transparency.note import VerifierSet
 from conclave.platform.transparency.proofs import consistency_plan, inclusion_plan
 from conclave.platform.transparency.receipt import Receipt
-from conclave.platform.transparency.records import NoteSignature
-from conclave.platform.transparency.subtrees import ProofPlan, SubtreeHash
-from conclave.settings import CommonSettings
+from conclave.platform.transparency.subtrees import ProofPlan
 
 log = logging.getLogger(__name__)
 
 MAX_LEAVES_PER_CHECKPOINT = 1 << 16
 """The most leaves one integration folds in by default: a larger backlog takes several
 checkpoints, one per interval."""
-
-_FOLD_SLICE = 2048
-
-ARRIVAL_GRACE = timedelta(seconds=30)
-"""How long after its record a queued leaf may still be missing from the log's checkpoints (the
-checkpoint interval and a pass, with room for a slow integrator)."""
-
-CLOCK_SKEW = timedelta(minutes=5)
-"""How far in the future a record's time may lie (another replica's clock) before it counts as
-written by hand."""
 
 
 class LogOptions(TypedDict, total=False):
@@ -157,7 +145,7 @@ class TransparencyLog:
                 now = options.get("clock", utc_now)()
                 if await store.create_log(connection, name, keys.origin, EMPTY_ROOT, now):
                     created = await _state_of(connection, name)
-                    note = _sign(Checkpoint(keys.origin, 0, EMPTY_ROOT), keys)
+                    note = sign(Checkpoint(keys.origin, 0, EMPTY_ROOT), keys)
                     await store.insert_checkpoint(
                         connection, created.log_id, 0, EMPTY_ROOT, note, now
                     )
@@ -266,7 +254,7 @@ class TransparencyLog:
                 sequenced = state.sequenced_size - state.integrated_size
                 room = max(0, self._max_per_checkpoint - sequenced)
                 # Counted one past what this pass takes: enough to know whether more waits.
-                queued = await store.queued_count(connection, self._log_id, room + 1)
+                queued = await queue.queued_count(connection, self._log_id, room + 1)
                 waiting = sequenced + queued
                 if waiting == 0:
                     return Integration(IntegrationOutcome.UP_TO_DATE)
@@ -280,7 +268,13 @@ class TransparencyLog:
                         IntegrationOutcome.TOO_SOON, pending=waiting, wait_seconds=wait
                     )
                 frontier = await self._current_frontier(connection, state)
-                taken = await self._sequence_queued(connection, room) if queued and room else 0
+                taken = (
+                    await queue.sequence_queued(
+                        connection, self._log_id, self._name, room, self._sequencer.limits
+                    )
+                    if queued and room
+                    else 0
+                )
                 # What this pass folds: the leaves sequenced before it, then those it just took.
                 start, count = (
                     state.integrated_size,
@@ -292,9 +286,9 @@ class TransparencyLog:
                         f"the log {self._name!r} misses leaves in [{start}, {start + count}) "
                         "below its sequenced size"
                     )
-                batch = await _fold(frontier, [h for _, h in rows])
+                batch = await fold(frontier, [h for _, h in rows])
                 checkpoint = Checkpoint(self.origin, batch.frontier.size, batch.root)
-                note = _sign(checkpoint, self._keys)
+                note = sign(checkpoint, self._keys)
                 try:
                     await store.insert_subtrees(connection, self._log_id, batch.stored)
                     await store.insert_checkpoint(
@@ -321,63 +315,26 @@ class TransparencyLog:
             IntegrationOutcome.INTEGRATED, checkpoint, note, pending=max(0, waiting - count)
         )
 
-    async def _sequence_queued(self, connection: AsyncConnection, room: int) -> int:
-        """Give up to ``room`` queued leaves the next indices, in queue order, and move them to
-        the log's leaves: how many it took. The allocation's row lock lasts until this pass
-        commits: a direct append waits for the pass, which is short and at most one per
-        checkpoint interval. The leaf hash is computed again from the data: what the tree
-        commits to is the data."""
-        # A pass holds what it takes in memory: as many leaves as fit the batch byte limit (16 MiB
-        # by default, at least one), not 65,536 leaves of up to 1 MiB each.
-        sizes = await store.queued_sizes(connection, self._log_id, room)
-        count, total = 0, 0
-        for size in sizes:
-            total += size
-            if count and total > self._sequencer.limits.batch_bytes:
-                break
-            count += 1
-        taken = await store.take_queued(connection, self._log_id, count) if count else []
-        entries = [data for _, data in taken if data is not None and self._is_leaf(data)]
-        if len(entries) < len(taken):
-            # Only a hand-written row can be one (the writers' API checks what they queue): it
-            # must not stop every later pass, so it is dropped, and said so.
-            dropped = [
-                queue_id for queue_id, data in taken if data is None or not self._is_leaf(data)
-            ]
-            log.error(
-                "queued rows that hold no leaf were dropped from a transparency log's queue",
-                extra={"log": self._name, "queue_ids": dropped[:20], "count": len(dropped)},
-            )
-        if not entries:
-            return 0
-        first = await store.allocate(connection, self._log_id, len(entries))
-        hashes = [leaf_hash(entry) for entry in entries]
-        await store.insert_leaves(connection, self._log_id, first, hashes, entries)
-        return len(entries)
-
     async def oldest_queued_at(self) -> datetime | None:
         """When the oldest leaf still queued was queued (None: none waits): how far behind the
         integrator is."""
         with store_errors():
             async with self._engine.connect() as connection:
-                return await store.oldest_queued_at(connection, self._log_id)
+                return await queue.oldest_queued_at(connection, self._log_id)
 
     async def may_still_come(self, written_at: datetime) -> bool:
         """Whether a leaf queued when its record was written at ``written_at``, and not found
         under a checkpoint, may still be on its way rather than missing: moments after (within
-        :data:`ARRIVAL_GRACE` and a checkpoint interval), or while the queue still holds leaves
-        queued before then (the integrator behind after an outage). A time more than
-        :data:`CLOCK_SKEW` in the future is no record's: it was written by hand."""
+        :data:`.queue.ARRIVAL_GRACE` and a checkpoint interval), or while the queue still holds
+        leaves queued before then (the integrator behind after an outage). A time more than
+        :data:`.queue.CLOCK_SKEW` in the future is no record's: it was written by hand."""
         now = self._clock()
-        if written_at > now + CLOCK_SKEW:
+        if written_at > now + queue.CLOCK_SKEW:
             return False
-        if now - written_at < ARRIVAL_GRACE + timedelta(seconds=self._interval):
+        if now - written_at < queue.ARRIVAL_GRACE + timedelta(seconds=self._interval):
             return True
         behind = await self.oldest_queued_at()
-        return behind is not None and behind <= written_at + ARRIVAL_GRACE
-
-    def _is_leaf(self, data: bytes) -> bool:
-        return len(data) <= self._sequencer.limits.leaf_bytes
+        return behind is not None and behind <= written_at + queue.ARRIVAL_GRACE
 
     async def locate(self, hashed: bytes) -> LeafLocation:
         """Where the leaf of this leaf hash is: the smallest index of a leaf of that hash, and
@@ -531,40 +488,8 @@ class TransparencyLog:
         return plan.assemble([found[subtree] for subtree in plan.subtrees])
 
 
-async def open_log(engine: AsyncEngine, settings: CommonSettings, name: str) -> TransparencyLog:
-    """The log ``name`` with its keys and checkpoint interval from ``settings`` (created if
-    new; a key generated on first start in embedded mode, see :mod:`.keys`)."""
-    return await TransparencyLog.open(
-        engine,
-        name,
-        log_keys(settings, name),
-        checkpoint_interval=settings.tlog_checkpoint_interval_seconds,
-    )
-
-
-async def _fold(frontier: AppendFrontier, leaf_hashes: list[bytes]) -> AppendedBatch:
-    """``frontier.append(leaf_hashes)``, letting the event loop run between slices: a pass of
-    65,536 leaves is about 130,000 SHA-256, too long to hold the loop in one go."""
-    stored: list[SubtreeHash] = []
-    batch = frontier.append(())
-    for start in range(0, len(leaf_hashes), _FOLD_SLICE):
-        batch = batch.frontier.append(leaf_hashes[start : start + _FOLD_SLICE])
-        stored += batch.stored
-        await asyncio.sleep(0)
-    return AppendedBatch(batch.frontier, frontier.size, stored, batch.root)
-
-
 async def _state_of(connection: AsyncConnection, name: str) -> LogState:
     state = await store.log_state(connection, name)
     if state is None:
         raise LookupError(f"no transparency log {name!r}")
     return state
-
-
-def _sign(checkpoint: Checkpoint, keys: LogKeys) -> str:
-    """The checkpoint's signed note, signed by every signing key of the log (two during a key
-    rotation's change-over)."""
-    first, *others = keys.signers
-    message = checkpoint.text().encode("utf-8")
-    also = [NoteSignature(key.name, key.key_id, key.sign(message)) for key in others]
-    return sign_checkpoint(checkpoint, first, keep=also).decode("utf-8")

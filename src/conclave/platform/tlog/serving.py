@@ -10,9 +10,21 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conclave.platform.tlog.integrator import LogIntegrator
-from conclave.platform.tlog.log import TransparencyLog, open_log
+from conclave.platform.tlog.keys import log_keys
+from conclave.platform.tlog.log import TransparencyLog
 from conclave.platform.tlog.published import LeafReaders, PublishedLogs
 from conclave.settings import CommonSettings
+
+
+async def open_log(engine: AsyncEngine, settings: CommonSettings, name: str) -> TransparencyLog:
+    """The log ``name`` with its keys and checkpoint interval from ``settings`` (created if
+    new; a key generated on first start in embedded mode, see :mod:`.keys`)."""
+    return await TransparencyLog.open(
+        engine,
+        name,
+        log_keys(settings, name),
+        checkpoint_interval=settings.tlog_checkpoint_interval_seconds,
+    )
 
 
 async def serve_log(

@@ -20,7 +20,6 @@ from conclave.platform.db.schema import (
     tlog_checkpoints,
     tlog_leaves,
     tlog_logs,
-    tlog_queue,
     tlog_subtrees,
 )
 from conclave.platform.tlog.records import LogState, StoredLeaf
@@ -61,7 +60,8 @@ def _is_sqlite(connection: AsyncConnection) -> bool:
     return connection.dialect.name == "sqlite"
 
 
-def _bytes(value: Any) -> bytes:
+def stored_bytes(value: Any) -> bytes:
+    """A stored hash or leaf as bytes, whatever a hand-written row holds (see below)."""
     # A row INSERTed by hand may hold text where the log writes bytes (SQLite keeps what it is
     # given): read as its UTF-8 bytes, which then fail the hash checks, instead of a TypeError.
     if isinstance(value, str):
@@ -148,63 +148,6 @@ async def insert_leaves(
         for offset, (h, data) in enumerate(zip(leaf_hashes, entries, strict=True))
     ]
     await connection.execute(insert(tlog_leaves), rows)
-
-
-async def take_queued(
-    connection: AsyncConnection, log_id: int, limit: int
-) -> list[tuple[int, bytes | None]]:
-    """Delete the first ``limit`` leaves queued for the log and return ``(queue id, data)`` of
-    each, in queue order: exactly the rows taken, in one statement (a leaf whose writer commits
-    meanwhile is neither taken nor deleted: it waits for the next pass)."""
-    first = (
-        select(tlog_queue.c.queue_id)
-        .where(tlog_queue.c.log_id == log_id)
-        .order_by(tlog_queue.c.queue_id)
-        .limit(limit)
-    )
-    rows = await connection.execute(
-        tlog_queue.delete()
-        .where(tlog_queue.c.queue_id.in_(first.scalar_subquery()))
-        .returning(tlog_queue.c.queue_id, tlog_queue.c.data)
-    )
-    return sorted((row.queue_id, _queued_data(row.data)) for row in rows)
-
-
-def _queued_data(value: Any) -> bytes | None:
-    """A queued row's data, or None when it holds no blob (a hand-written row on SQLite, whose
-    columns keep any type): such a row is no leaf."""
-    return bytes(value) if isinstance(value, bytes | bytearray | memoryview) else None
-
-
-async def queued_sizes(connection: AsyncConnection, log_id: int, limit: int) -> list[int]:
-    """The byte sizes of the first ``limit`` leaves queued for the log, in queue order."""
-    rows = await connection.execute(
-        select(func.length(tlog_queue.c.data))
-        .where(tlog_queue.c.log_id == log_id)
-        .order_by(tlog_queue.c.queue_id)
-        .limit(limit)
-    )
-    return [int(size or 0) for size in rows.scalars()]
-
-
-async def oldest_queued_at(connection: AsyncConnection, log_id: int) -> datetime | None:
-    """When the log's oldest queued leaf was queued (None: its queue is empty)."""
-    moment = await connection.scalar(
-        select(tlog_queue.c.queued_at)
-        .where(tlog_queue.c.log_id == log_id)
-        .order_by(tlog_queue.c.queue_id)
-        .limit(1)
-    )
-    return None if moment is None else as_utc(moment)
-
-
-async def queued_count(connection: AsyncConnection, log_id: int, at_most: int) -> int:
-    """How many leaves are queued for the log, counted up to ``at_most`` (an index range scan
-    that stops there, however long the queue)."""
-    first = (
-        select(tlog_queue.c.queue_id).where(tlog_queue.c.log_id == log_id).limit(at_most).subquery()
-    )
-    return int(await connection.scalar(select(func.count()).select_from(first)) or 0)
 
 
 async def first_index_of(connection: AsyncConnection, log_id: int, leaf_hash: bytes) -> int | None:
@@ -380,169 +323,4 @@ async def leaf(connection: AsyncConnection, log_id: int, index: int) -> StoredLe
     ).first()
     if row is None:
         return None
-    return StoredLeaf(index, _bytes(row.data), _bytes(row.leaf_hash))
-
-
-# The audit's reads (conclave.platform.tlog.audit): the whole log, a slice at a time.
-
-
-async def read_snapshot(connection: AsyncConnection) -> None:
-    """Make every read of ``connection`` until its transaction ends see one snapshot of the
-    store; call it before any statement. PostgreSQL: a REPEATABLE READ transaction. SQLite: an
-    explicit read transaction (the driver begins one only before a write), which in WAL mode sees
-    the database as of its first read."""
-    if _is_sqlite(connection):
-        await connection.execute(text("BEGIN"))
-    else:
-        await connection.execution_options(isolation_level="REPEATABLE READ")
-
-
-async def latest_checkpoint_row(
-    connection: AsyncConnection, log_id: int
-) -> tuple[int, bytes, str] | None:
-    """``(size, root hash, note)`` of the log's largest checkpoint row."""
-    row = (
-        await connection.execute(
-            select(
-                tlog_checkpoints.c.tree_size, tlog_checkpoints.c.root_hash, tlog_checkpoints.c.note
-            )
-            .where(tlog_checkpoints.c.log_id == log_id)
-            .order_by(tlog_checkpoints.c.tree_size.desc())
-            .limit(1)
-        )
-    ).first()
-    return None if row is None else (row.tree_size, _bytes(row.root_hash), str(row.note))
-
-
-async def checkpoint_sizes_outside(
-    connection: AsyncConnection, log_id: int, first: int, last: int, limit: int
-) -> list[int]:
-    """The sizes of the log's checkpoint rows below ``first`` or above ``last`` (at most
-    ``limit``, smallest first)."""
-    rows = await connection.execute(
-        select(tlog_checkpoints.c.tree_size)
-        .where(
-            tlog_checkpoints.c.log_id == log_id,
-            or_(tlog_checkpoints.c.tree_size < first, tlog_checkpoints.c.tree_size > last),
-        )
-        .order_by(tlog_checkpoints.c.tree_size)
-        .limit(limit)
-    )
-    return [row.tree_size for row in rows]
-
-
-async def leaf_sizes(
-    connection: AsyncConnection, log_id: int, start: int, end: int, limit: int
-) -> list[tuple[int, int]]:
-    """``(index, data length)`` of the first ``limit`` stored leaves in ``[start, end)``, in
-    index order (the data itself is not read)."""
-    rows = await connection.execute(
-        select(tlog_leaves.c.leaf_index, func.length(tlog_leaves.c.data).label("length"))
-        .where(
-            tlog_leaves.c.log_id == log_id,
-            tlog_leaves.c.leaf_index >= start,
-            tlog_leaves.c.leaf_index < end,
-        )
-        .order_by(tlog_leaves.c.leaf_index)
-        .limit(limit)
-    )
-    return [(row.leaf_index, int(row.length or 0)) for row in rows]
-
-
-async def leaves_between(
-    connection: AsyncConnection, log_id: int, start: int, end: int
-) -> list[StoredLeaf]:
-    """The stored leaves in ``[start, end)``, in index order."""
-    rows = await connection.execute(
-        select(tlog_leaves.c.leaf_index, tlog_leaves.c.data, tlog_leaves.c.leaf_hash)
-        .where(
-            tlog_leaves.c.log_id == log_id,
-            tlog_leaves.c.leaf_index >= start,
-            tlog_leaves.c.leaf_index < end,
-        )
-        .order_by(tlog_leaves.c.leaf_index)
-    )
-    return [StoredLeaf(row.leaf_index, _bytes(row.data), _bytes(row.leaf_hash)) for row in rows]
-
-
-async def leaf_indices_outside(
-    connection: AsyncConnection, log_id: int, start: int, end: int, limit: int
-) -> list[int]:
-    """The indices of stored leaves below ``start`` or at or beyond ``end`` (at most ``limit``,
-    in order)."""
-    rows = await connection.execute(
-        select(tlog_leaves.c.leaf_index)
-        .where(
-            tlog_leaves.c.log_id == log_id,
-            or_(tlog_leaves.c.leaf_index < start, tlog_leaves.c.leaf_index >= end),
-        )
-        .order_by(tlog_leaves.c.leaf_index)
-        .limit(limit)
-    )
-    return [row.leaf_index for row in rows]
-
-
-async def subtrees_completed_between(
-    connection: AsyncConnection, log_id: int, start: int, end: int
-) -> dict[Subtree, bytes]:
-    """The stored subtrees whose last leaf is in ``[start, end)``, every level (one statement)."""
-    ranges = []
-    for level in range(end.bit_length()):
-        # A subtree of this level ends at (index + 1) << level, which must be in (start, end].
-        first, last = start >> level, (end >> level) - 1
-        if first <= last:
-            ranges.append(
-                and_(
-                    tlog_subtrees.c.level == level,
-                    tlog_subtrees.c.subtree_index >= first,
-                    tlog_subtrees.c.subtree_index <= last,
-                )
-            )
-    if not ranges:
-        return {}
-    rows = await connection.execute(
-        select(tlog_subtrees.c.level, tlog_subtrees.c.subtree_index, tlog_subtrees.c.hash).where(
-            tlog_subtrees.c.log_id == log_id, or_(*ranges)
-        )
-    )
-    return {Subtree(row.level, row.subtree_index): bytes(row.hash) for row in rows}
-
-
-async def subtree_count(connection: AsyncConnection, log_id: int) -> int:
-    """How many subtree hashes the log stores."""
-    count = await connection.scalar(
-        select(func.count()).select_from(tlog_subtrees).where(tlog_subtrees.c.log_id == log_id)
-    )
-    return int(count or 0)
-
-
-async def leaf_hash_count(connection: AsyncConnection, log_id: int) -> int:
-    """How many level-0 subtree hashes (the tree's leaf hashes) the log stores at indices from 0:
-    a bound on its integrated size that no single row can raise."""
-    count = await connection.scalar(
-        select(func.count())
-        .select_from(tlog_subtrees)
-        .where(
-            tlog_subtrees.c.log_id == log_id,
-            tlog_subtrees.c.level == 0,
-            tlog_subtrees.c.subtree_index >= 0,
-        )
-    )
-    return int(count or 0)
-
-
-async def checkpoints_between(
-    connection: AsyncConnection, log_id: int, after: int, upto: int
-) -> list[tuple[int, bytes, str]]:
-    """``(size, root hash, note)`` of the checkpoints of sizes in ``(after, upto]``, smallest
-    first."""
-    rows = await connection.execute(
-        select(tlog_checkpoints.c.tree_size, tlog_checkpoints.c.root_hash, tlog_checkpoints.c.note)
-        .where(
-            tlog_checkpoints.c.log_id == log_id,
-            tlog_checkpoints.c.tree_size > after,
-            tlog_checkpoints.c.tree_size <= upto,
-        )
-        .order_by(tlog_checkpoints.c.tree_size)
-    )
-    return [(row.tree_size, _bytes(row.root_hash), str(row.note)) for row in rows]
+    return StoredLeaf(index, stored_bytes(row.data), stored_bytes(row.leaf_hash))
