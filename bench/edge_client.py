@@ -16,7 +16,10 @@ For each concurrency level, in the same run and against the same server:
 - direct: ``items`` files sent with ``EdgeClient.upload`` (a fresh idempotency key each, the
   outbox's ``metadata.device_id``), ``concurrency`` uploads in flight, from a shared work list;
 - outbox: ``items`` other files queued with ``Outbox.enqueue_many`` (one transaction, not timed,
-  shown apart), then timed: ``Outbox.sync(client, concurrency=concurrency)``.
+  shown apart), then timed: ``Outbox.sync(client, concurrency=concurrency, receipts=False)``,
+  the delivery; then, timed apart and printed on its own line, ``Outbox.fetch_receipts``: what a
+  sync run with receipts (the default) does once its items are sent (issue 20's receipts are not
+  part of issue 4's delivery target, and direct uploads fetch none).
 
 ``Outbox.sync`` runs ``concurrency`` workers that each claim an item (one SQLite transaction),
 upload it, and mark it SENT (another transaction). The outbox is in WAL mode; enqueue commits with
@@ -238,9 +241,17 @@ def direct_evidence(answers: list[UploadResult]) -> list[list[str]]:
 async def sync_outbox(
     base_url: str, outbox: Outbox, concurrency: int, reports: list[SyncReport]
 ) -> None:
-    """``Outbox.sync`` of everything queued."""
+    """``Outbox.sync`` of everything queued (the delivery; receipts are fetched apart)."""
     async with EdgeClient(base_url) as client:
-        reports.append(await outbox.sync(client, concurrency=concurrency))
+        reports.append(await outbox.sync(client, concurrency=concurrency, receipts=False))
+
+
+async def fetch_receipts(base_url: str, outbox: Outbox, kept: list[tuple[int, float]]) -> None:
+    """What a sync run with receipts does once its items are sent, timed apart."""
+    started = time.perf_counter()
+    async with EdgeClient(base_url) as client:
+        count = await outbox.fetch_receipts(client)
+    kept.append((count, time.perf_counter() - started))
 
 
 def outbox_evidence(outbox: Outbox, report: SyncReport) -> list[list[str]]:
@@ -261,6 +272,7 @@ async def main(items: int, levels: list[int], rounds: int) -> None:
     numbers = iter(range(0, 10**9, items))
     runs: list[Run] = []
     enqueue_seconds: list[float] = []
+    receipts: list[tuple[int, float]] = []
     try:
         await wait_ready(port, "/health")
         warm = write_files(work / "warm-up", base, next(numbers), WARM_UP)
@@ -298,6 +310,7 @@ async def main(items: int, levels: list[int], rounds: int) -> None:
                                 mode, concurrency, items, base_url, server.pid, send, collect
                             )
                         )
+                    await fetch_receipts(base_url, outbox, receipts)
                 for folder in (direct_files[0].parent, outbox_files[0].parent):
                     shutil.rmtree(folder)
     finally:
@@ -340,6 +353,11 @@ async def main(items: int, levels: list[int], rounds: int) -> None:
             f"(outbox costs {100 * (1 - ratio):.1f} %; target >= {TARGET:.2f}, i.e. under "
             f"15 %: {verdict})"
         )
+    print(
+        "receipts and log entries fetched after each outbox run (Outbox.fetch_receipts, what "
+        "sync(receipts=True) does once its items are sent; not timed above): "
+        + ", ".join(f"{count:,} in {seconds:.1f} s" for count, seconds in receipts)
+    )
     print(
         f"enqueue_many of {items:,} items (not timed above): median "
         f"{1000 * statistics.median(enqueue_seconds):.0f} ms; every run checked: one 'created' "
