@@ -8,9 +8,11 @@ bytes), and checks:
   and agrees with the log's row; if it does not, the checkpoint at the log's integrated size is
   trusted instead;
 - every index below the sequenced size has a leaf, and no leaf lies beyond it or below 0;
-- each leaf's data hashes to the leaf hash the tree was built from (the stored level-0 subtree)
-  and to the leaf hash stored beside it;
-- every stored subtree hash is what the tree's leaves make, and none is missing or extra;
+- each leaf's data hashes to the leaf hash stored beside it; where they differ, the block of
+  ``2^TILE_LEVEL`` leaves around it says which one the tree holds: the one whose block makes the
+  block's stored subtree hash (or, in the last, partial block, the trusted checkpoint's root);
+- every stored subtree hash (levels ``TILE_LEVEL`` and up) is what the tree's leaves make, and
+  none is missing or extra; rows below ``TILE_LEVEL`` (kept from earlier versions) are not read;
 - every stored checkpoint opens, matches its row, and its root is the stored tree's at its size
   (a checkpoint edited in the store, or a second history, is a fork); none lies beyond the
   trusted latest one (a row there is what readers would be served, or jams the next integration);
@@ -32,10 +34,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.tlog import audit_store, store
 from conclave.platform.tlog.records import LogState
+from conclave.platform.tlog.tiles import TILE_LEVEL, TILE_SIZE, subtree_of_leaves
 from conclave.platform.transparency.checkpoint import Checkpoint, open_checkpoint
 from conclave.platform.transparency.errors import TransparencyError
 from conclave.platform.transparency.frontier import AppendFrontier
-from conclave.platform.transparency.hashing import leaf_hash
+from conclave.platform.transparency.hashing import HASH_SIZE, leaf_hash
 from conclave.platform.transparency.note import VerifierSet
 from conclave.platform.transparency.subtrees import Subtree
 
@@ -112,13 +115,18 @@ class LogAudit:
 class _Audit:
     """The state of one audit as it walks the log from index 0."""
 
-    def __init__(self, state: LogState, verifiers: VerifierSet, size: int) -> None:
+    def __init__(
+        self, state: LogState, verifiers: VerifierSet, size: int, root: bytes | None
+    ) -> None:
         self.state = state
         self.verifiers = verifiers
         self.size = size
+        self.root = root
         self.findings: list[Finding] = []
-        # The tree as stored (folded from its own level-0 hashes), and as the data makes it.
+        # The tree as stored (folded from the leaf hashes it holds), and as the data makes it.
         self.tree: AppendFrontier | None = AppendFrontier()
+        self.data_is_tree = False  # in the block being walked: see _data_is_tree
+        self.block_base: AppendFrontier | None = None  # the tree where that block starts
         self.data: AppendFrontier | None = AppendFrontier()
         self.missing_listed = 0
         self.missing_unlisted: tuple[int, int] | None = None  # (first index, how many)
@@ -140,40 +148,97 @@ class _Audit:
     def leaves(
         self, start: int, end: int, rows: dict[int, _Hashes], tree: dict[Subtree, bytes]
     ) -> None:
-        """The integrated leaves ``[start, end)``, folded into both trees."""
+        """The integrated leaves ``[start, end)``, folded into both trees. ``rows`` holds every
+        leaf of the blocks of ``2^TILE_LEVEL`` leaves the range touches (slices are aligned)."""
+        index = start
+        while index < end:
+            block = index >> TILE_LEVEL
+            first = block << TILE_LEVEL
+            if index == first:
+                self.block_base = self.tree
+                self.data_is_tree = self._data_is_tree(block, rows, tree)
+            stop = min(end, first + TILE_SIZE)
+            self._fold(index, stop, rows, tree)
+            if stop == first + TILE_SIZE and self.tree is None:
+                self._resume(block, tree)
+            index = stop
+
+    def _resume(self, block: int, tree: dict[Subtree, bytes]) -> None:
+        """Go on with the tree past a complete block that misses a leaf: from its stored subtree
+        hash, so the subtrees and checkpoints beyond are still checked."""
+        base, tile = self.block_base, tree.get(Subtree(TILE_LEVEL, block))
+        if base is None or tile is None:
+            return
+        # Above TILE_LEVEL, a tree is the tree whose leaves are its blocks' hashes.
+        blocks = AppendFrontier(base.size >> TILE_LEVEL, [h for _, h in base.subtrees])
+        batch = blocks.append([tile])
+        self.tree = AppendFrontier(
+            batch.frontier.size << TILE_LEVEL, [h for _, h in batch.frontier.subtrees]
+        )
+        above = [(Subtree(s.level + TILE_LEVEL, s.index), h) for s, h in batch.stored[1:]]
+        self._compare(above, tree)
+
+    def _compare(self, computed: list[tuple[Subtree, bytes]], tree: dict[Subtree, bytes]) -> None:
+        """Each stored subtree hash (``TILE_LEVEL`` and up) against the one the tree makes."""
+        for subtree, made in computed:
+            if subtree.level < TILE_LEVEL:
+                continue
+            kept = tree.get(subtree)
+            if kept is None:
+                self.add(FindingKind.MISSING_SUBTREE, subtree.start, f"no stored {subtree}")
+            elif kept != made:
+                self.add(FindingKind.SUBTREE_ALTERED, subtree.start, f"{subtree} changed")
+
+    def _data_is_tree(
+        self, block: int, rows: dict[int, _Hashes], tree: dict[Subtree, bytes]
+    ) -> bool:
+        """Whether the tree holds the leaves' data hashes in ``block`` where they differ from the
+        stored leaf hashes (the one copy of each leaf hash below ``TILE_LEVEL``): the data when it
+        makes the block's stored subtree hash and the stored leaf hashes do not, or, in a last,
+        partial block, when it makes the trusted checkpoint's root and they do not."""
+        first = block << TILE_LEVEL
+        found = [rows.get(index) for index in range(first, min(first + TILE_SIZE, self.size))]
+        held = [hashes for hashes in found if hashes is not None]
+        if len(held) < len(found) or all(computed == stored for computed, stored in held):
+            return False
+        data = [computed for computed, _ in held]
+        stored = [stored for _, stored in held]
+        if any(len(h) != HASH_SIZE for h in stored):
+            return True  # a stored leaf hash that is no hash at all is not the tree's
+        if len(found) == TILE_SIZE:
+            tile = tree.get(Subtree(TILE_LEVEL, block))
+            return tile is not None and _block_hash(stored) != tile and _block_hash(data) == tile
+        if self.root is None or self.tree is None:
+            return False
+        made = self.tree.append(data).root
+        return made == self.root and self.tree.append(stored).root != self.root
+
+    def _fold(
+        self, start: int, end: int, rows: dict[int, _Hashes], tree: dict[Subtree, bytes]
+    ) -> None:
+        """The leaves ``[start, end)`` of one block, folded into both trees."""
         tree_hashes: list[bytes] = []
         data_hashes: list[bytes] = []
         for index in range(start, end):
-            held = tree.get(Subtree(0, index))
-            if held is None:
-                self.add(FindingKind.MISSING_SUBTREE, index, f"no stored leaf hash {index}")
-                self.tree = None
-            else:
-                tree_hashes.append(held)
             hashes = rows.get(index)
             if hashes is None:
                 self.missing(index, index + 1)
-                self.data = None
+                self.data = self.tree = None
                 continue
             computed, stored = hashes
-            if held is not None and computed != held:
+            held = computed if self.data_is_tree else stored
+            if computed != held:
                 self.add(FindingKind.LEAF_DATA_ALTERED, index, f"leaf {index}'s data changed")
             elif stored != computed:
                 self.add(FindingKind.LEAF_HASH_ALTERED, index, f"leaf {index}'s hash changed")
+            tree_hashes.append(held)
             data_hashes.append(computed)
         if self.data is not None:
             self.data = self.data.append(data_hashes).frontier
         if self.tree is not None:
             batch = self.tree.append(tree_hashes)
             self.tree = batch.frontier
-            for subtree, computed in batch.stored:
-                if subtree.level == 0:
-                    continue
-                held = tree.get(subtree)
-                if held is None:
-                    self.add(FindingKind.MISSING_SUBTREE, subtree.start, f"no stored {subtree}")
-                elif held != computed:
-                    self.add(FindingKind.SUBTREE_ALTERED, subtree.start, f"{subtree} changed")
+            self._compare(list(batch.stored), tree)
 
     def pending(self, start: int, end: int, rows: dict[int, _Hashes]) -> None:
         """The stored leaves of ``[start, end)``, sequenced but beyond the trusted checkpoint:
@@ -219,6 +284,11 @@ class _Audit:
             )
 
 
+def _block_hash(leaf_hashes: list[bytes]) -> bytes | None:
+    """The hash of a complete block of ``2^TILE_LEVEL`` leaf hashes."""
+    return subtree_of_leaves(Subtree(TILE_LEVEL, 0), dict(enumerate(leaf_hashes)))
+
+
 async def audit_log(
     engine: AsyncEngine, name: str, verifiers: VerifierSet, *, slice_size: int = AUDIT_SLICE
 ) -> LogAudit:
@@ -239,7 +309,8 @@ async def audit_log(
             size = min(
                 state.integrated_size, await audit_store.leaf_hash_count(connection, state.log_id)
             )
-        audit = _Audit(state, verifiers, size)
+        root = checkpoint.root_hash if checkpoint is not None else None
+        audit = _Audit(state, verifiers, size, root)
         if size < state.integrated_size:
             audit.add(
                 FindingKind.MISSING_SUBTREE,
@@ -310,6 +381,8 @@ async def _walk(connection: AsyncConnection, audit: _Audit, slice_size: int) -> 
     a time; within a slice the trees are folded up to each checkpoint's size, to compare its root
     there."""
     log_id, size = audit.state.log_id, audit.size
+    # Whole blocks per slice: a leaf's block decides which of its two hashes the tree holds.
+    slice_size = -(-max(slice_size, 1) // TILE_SIZE) * TILE_SIZE
     after = -1  # checkpoints of sizes up to here are checked (the first one has size 0)
     start = 0
     while True:
@@ -366,7 +439,7 @@ async def _extras(connection: AsyncConnection, audit: _Audit) -> None:
     ):
         where = "below size 0" if size < 0 else f"beyond the latest trusted one ({audit.size})"
         audit.add(FindingKind.CHECKPOINT_INVALID, size, f"a checkpoint row of size {size} {where}")
-    expected = sum(audit.size >> level for level in range(audit.size.bit_length()))
-    extra = await audit_store.subtree_count(connection, log_id) - expected
+    expected = sum(audit.size >> level for level in range(TILE_LEVEL, audit.size.bit_length()))
+    extra = await audit_store.subtree_count(connection, log_id, TILE_LEVEL) - expected
     if extra > 0:
         audit.add(FindingKind.UNEXPECTED_SUBTREES, extra, f"{extra} subtree hashes beyond the tree")
