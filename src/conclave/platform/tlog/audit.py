@@ -11,6 +11,8 @@ bytes), and checks:
 - each leaf's data hashes to the leaf hash stored beside it; where they differ, the block of
   ``2^TILE_LEVEL`` leaves around it says which one the tree holds: the one whose block makes the
   block's stored subtree hash (or, in the last, partial block, the trusted checkpoint's root);
+  a block whose leaves make neither, though the checkpoint proves its stored hash, had leaves
+  moved or rewritten with their hashes (:mod:`.audit_blocks`);
 - every stored subtree hash (levels ``TILE_LEVEL`` and up) is what the tree's leaves make, and
   none is missing or extra; rows below ``TILE_LEVEL`` (kept from earlier versions) are not read;
 - every stored checkpoint opens, matches its row, and its root is the stored tree's at its size
@@ -18,8 +20,9 @@ bytes), and checks:
   trusted latest one (a row there is what readers would be served, or jams the next integration);
 - the leaves' data make the latest checkpoint's root.
 
-Only the signed checkpoint is trusted: a leaf edited in the store, deleted, inserted or moved
-shows as a finding at its index, and as a root that the data no longer makes. The work beyond the
+Only the signed checkpoint is trusted: a leaf edited in the store or deleted shows as a finding at
+its index, one moved or inserted with its hash as a finding at its block, and each as a root that
+the data no longer makes. The work beyond the
 trusted checkpoint follows the rows stored, not the log's (mutable) sequenced size, and at most
 1000 missing and 1000 unexpected leaves are listed one by one.
 """
@@ -33,8 +36,15 @@ from enum import StrEnum
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.tlog import audit_store, store
+from conclave.platform.tlog.audit_blocks import (
+    BlockHolds,
+    Hashes,
+    block_rows,
+    complete_blocks,
+    last_block,
+)
 from conclave.platform.tlog.records import LogState
-from conclave.platform.tlog.tiles import TILE_LEVEL, TILE_SIZE, subtree_of_leaves
+from conclave.platform.tlog.tiles import TILE_LEVEL, TILE_SIZE
 from conclave.platform.transparency.checkpoint import Checkpoint, open_checkpoint
 from conclave.platform.transparency.errors import TransparencyError
 from conclave.platform.transparency.frontier import AppendFrontier
@@ -50,9 +60,6 @@ AUDIT_SLICE_BYTES = 4 << 20
 
 _LISTED = 1000
 """At most this many missing, and this many unexpected, leaves are listed one by one."""
-
-_Hashes = tuple[bytes, bytes]
-"""A stored leaf as the audit keeps it: its data's leaf hash, and the leaf hash stored beside."""
 
 
 class FindingKind(StrEnum):
@@ -71,6 +78,12 @@ class FindingKind(StrEnum):
     """A leaf whose data does not hash to the leaf hash the tree holds at its index."""
     LEAF_HASH_ALTERED = "leaf_hash_altered"
     """A leaf whose data is the tree's, but whose stored leaf hash is not its data's."""
+    BLOCK_ALTERED = "block_altered"
+    """A block of ``2^TILE_LEVEL`` leaves whose leaves, data and leaf hashes alike, do not make
+    the tree: not its stored subtree hash, which the signed checkpoint proves, or (in the last,
+    partial block) not the checkpoint's root. Leaves moved, inserted or rewritten with their leaf
+    hashes: which of them, one copy of the leaf hashes cannot tell. ``position``: its first
+    leaf."""
     SUBTREE_ALTERED = "subtree_altered"
     """A stored subtree hash that is not what the tree's leaves make. ``detail`` names it."""
     MISSING_SUBTREE = "missing_subtree"
@@ -125,8 +138,9 @@ class _Audit:
         self.findings: list[Finding] = []
         # The tree as stored (folded from the leaf hashes it holds), and as the data makes it.
         self.tree: AppendFrontier | None = AppendFrontier()
-        self.data_is_tree = False  # in the block being walked: see _data_is_tree
-        self.block_base: AppendFrontier | None = None  # the tree where that block starts
+        # The block being walked: what the tree holds there, and the tree where it starts.
+        self.holds = BlockHolds.STORED
+        self.block_base: AppendFrontier | None = None
         self.data: AppendFrontier | None = AppendFrontier()
         self.missing_listed = 0
         self.missing_unlisted: tuple[int, int] | None = None  # (first index, how many)
@@ -146,26 +160,48 @@ class _Audit:
             self.missing_unlisted = (first, count + end - start - listed)
 
     def leaves(
-        self, start: int, end: int, rows: dict[int, _Hashes], tree: dict[Subtree, bytes]
+        self,
+        start: int,
+        end: int,
+        rows: dict[int, Hashes],
+        tree: dict[Subtree, bytes],
+        holds: dict[int, BlockHolds],
     ) -> None:
         """The integrated leaves ``[start, end)``, folded into both trees. ``rows`` holds every
-        leaf of the blocks of ``2^TILE_LEVEL`` leaves the range touches (slices are aligned)."""
+        leaf of the blocks the range touches (slices are whole blocks), ``holds`` what the tree
+        holds in each complete one (:mod:`.audit_blocks`)."""
         index = start
         while index < end:
             block = index >> TILE_LEVEL
             first = block << TILE_LEVEL
             if index == first:
-                self.block_base = self.tree
-                self.data_is_tree = self._data_is_tree(block, rows, tree)
+                self._enter(block, rows, holds)
             stop = min(end, first + TILE_SIZE)
             self._fold(index, stop, rows, tree)
             if stop == first + TILE_SIZE and self.tree is None:
                 self._resume(block, tree)
             index = stop
 
+    def _enter(self, block: int, rows: dict[int, Hashes], holds: dict[int, BlockHolds]) -> None:
+        first = block << TILE_LEVEL
+        self.block_base = self.tree
+        if block in holds:
+            self.holds = holds[block]
+        else:
+            found = block_rows(rows, first, min(first + TILE_SIZE, self.size))
+            self.holds = last_block(self.tree, found, self.root)
+        if self.holds in (BlockHolds.TILE, BlockHolds.UNKNOWN):
+            self.add(
+                FindingKind.BLOCK_ALTERED,
+                first,
+                f"the leaves from {first} do not make the tree ({self.holds.value})",
+            )
+            self.tree = None
+
     def _resume(self, block: int, tree: dict[Subtree, bytes]) -> None:
-        """Go on with the tree past a complete block that misses a leaf: from its stored subtree
-        hash, so the subtrees and checkpoints beyond are still checked."""
+        """Go on with the tree past a complete block that misses a leaf, or whose leaves do not
+        make it: from its stored subtree hash, so the subtrees and checkpoints beyond are still
+        checked."""
         base, tile = self.block_base, tree.get(Subtree(TILE_LEVEL, block))
         if base is None or tile is None:
             return
@@ -189,32 +225,8 @@ class _Audit:
             elif kept != made:
                 self.add(FindingKind.SUBTREE_ALTERED, subtree.start, f"{subtree} changed")
 
-    def _data_is_tree(
-        self, block: int, rows: dict[int, _Hashes], tree: dict[Subtree, bytes]
-    ) -> bool:
-        """Whether the tree holds the leaves' data hashes in ``block`` where they differ from the
-        stored leaf hashes (the one copy of each leaf hash below ``TILE_LEVEL``): the data when it
-        makes the block's stored subtree hash and the stored leaf hashes do not, or, in a last,
-        partial block, when it makes the trusted checkpoint's root and they do not."""
-        first = block << TILE_LEVEL
-        found = [rows.get(index) for index in range(first, min(first + TILE_SIZE, self.size))]
-        held = [hashes for hashes in found if hashes is not None]
-        if len(held) < len(found) or all(computed == stored for computed, stored in held):
-            return False
-        data = [computed for computed, _ in held]
-        stored = [stored for _, stored in held]
-        if any(len(h) != HASH_SIZE for h in stored):
-            return True  # a stored leaf hash that is no hash at all is not the tree's
-        if len(found) == TILE_SIZE:
-            tile = tree.get(Subtree(TILE_LEVEL, block))
-            return tile is not None and _block_hash(stored) != tile and _block_hash(data) == tile
-        if self.root is None or self.tree is None:
-            return False
-        made = self.tree.append(data).root
-        return made == self.root and self.tree.append(stored).root != self.root
-
     def _fold(
-        self, start: int, end: int, rows: dict[int, _Hashes], tree: dict[Subtree, bytes]
+        self, start: int, end: int, rows: dict[int, Hashes], tree: dict[Subtree, bytes]
     ) -> None:
         """The leaves ``[start, end)`` of one block, folded into both trees."""
         tree_hashes: list[bytes] = []
@@ -226,21 +238,23 @@ class _Audit:
                 self.data = self.tree = None
                 continue
             computed, stored = hashes
-            held = computed if self.data_is_tree else stored
+            held = computed if self.holds is BlockHolds.DATA else stored
             if computed != held:
                 self.add(FindingKind.LEAF_DATA_ALTERED, index, f"leaf {index}'s data changed")
             elif stored != computed:
                 self.add(FindingKind.LEAF_HASH_ALTERED, index, f"leaf {index}'s hash changed")
+            if len(held) != HASH_SIZE:
+                self.tree = None  # a stored "hash" that is none: no tree to fold past it
             tree_hashes.append(held)
             data_hashes.append(computed)
         if self.data is not None:
             self.data = self.data.append(data_hashes).frontier
-        if self.tree is not None:
+        if self.tree is not None and self.holds in (BlockHolds.STORED, BlockHolds.DATA):
             batch = self.tree.append(tree_hashes)
             self.tree = batch.frontier
             self._compare(list(batch.stored), tree)
 
-    def pending(self, start: int, end: int, rows: dict[int, _Hashes]) -> None:
+    def pending(self, start: int, end: int, rows: dict[int, Hashes]) -> None:
         """The stored leaves of ``[start, end)``, sequenced but beyond the trusted checkpoint:
         no tree to fold them into, only gaps and hashes to check."""
         expected = start
@@ -282,11 +296,6 @@ class _Audit:
             self.add(
                 FindingKind.ROOT_MISMATCH, self.size, "the leaves do not make the checkpoint's root"
             )
-
-
-def _block_hash(leaf_hashes: list[bytes]) -> bytes | None:
-    """The hash of a complete block of ``2^TILE_LEVEL`` leaf hashes."""
-    return subtree_of_leaves(Subtree(TILE_LEVEL, 0), dict(enumerate(leaf_hashes)))
 
 
 async def audit_log(
@@ -355,7 +364,7 @@ async def _trusted_latest(
 
 async def _hashed(
     connection: AsyncConnection, log_id: int, sizes: list[tuple[int, int]]
-) -> dict[int, _Hashes]:
+) -> dict[int, Hashes]:
     """The hashes of the leaves listed in ``sizes`` (``(index, data length)``, in order), their
     data read in ranges of at most :data:`AUDIT_SLICE_BYTES` and dropped once hashed."""
     ranges: list[tuple[int, int]] = []
@@ -369,7 +378,7 @@ async def _hashed(
         last, held = index, held + length
     if first >= 0:
         ranges.append((first, last + 1))
-    hashes: dict[int, _Hashes] = {}
+    hashes: dict[int, Hashes] = {}
     for start, end in ranges:
         for row in await audit_store.leaves_between(connection, log_id, start, end):
             hashes[row.index] = (leaf_hash(row.data), row.leaf_hash)
@@ -394,17 +403,19 @@ async def _walk(connection: AsyncConnection, audit: _Audit, slice_size: int) -> 
             if start < end
             else {}
         )
+        trusted = (size, audit.root) if audit.root is not None else None
+        holds = await complete_blocks(connection, log_id, (start, end), rows, tree, trusted)
         position = start
         for checkpoint_size, root_hash, note in await audit_store.checkpoints_between(
             connection, log_id, after, end
         ):
             if checkpoint_size > position:
-                audit.leaves(position, checkpoint_size, rows, tree)
+                audit.leaves(position, checkpoint_size, rows, tree, holds)
                 position = checkpoint_size
             tree_root = audit.tree.root() if audit.tree is not None else None
             audit.checkpoint(checkpoint_size, root_hash, note, tree_root)
         if end > position:
-            audit.leaves(position, end, rows, tree)
+            audit.leaves(position, end, rows, tree, holds)
         after = max(after, end)
         if end >= size:
             return
