@@ -51,7 +51,9 @@ _INSERT_SUBTREES = text(
 
 # One statement whatever the number of keys and blocks (prepared once): a nested loop of
 # primary-key lookups for the stored subtrees, and one primary-key range per block of leaf hashes
-# (level -1 marks those rows: tiles.py computes the subtrees below TILE_LEVEL from them).
+# (level -1 marks those rows: tiles.py computes the subtrees below TILE_LEVEL from them). The
+# LIMIT tells the planner what a range holds at most (a block), so that a generic plan never
+# prefers scanning the leaves to the primary key.
 _SUBTREE_HASHES = text(
     "SELECT s.level, s.subtree_index, s.hash "
     "FROM unnest(CAST(:levels AS SMALLINT[]), CAST(:indices AS BIGINT[])) AS k(level, idx) "
@@ -60,7 +62,9 @@ _SUBTREE_HASHES = text(
     "UNION ALL "
     "SELECT CAST(-1 AS SMALLINT), f.leaf_index, f.leaf_hash "
     "FROM unnest(CAST(:starts AS BIGINT[]), CAST(:ends AS BIGINT[])) AS r(lo, hi) "
-    "JOIN tlog_leaves f ON f.log_id = :log_id AND f.leaf_index >= r.lo AND f.leaf_index < r.hi"
+    "CROSS JOIN LATERAL (SELECT b.leaf_index, b.leaf_hash FROM tlog_leaves b "
+    "WHERE b.log_id = :log_id AND b.leaf_index >= r.lo AND b.leaf_index < r.hi "
+    f"ORDER BY b.leaf_index LIMIT {tiles.TILE_SIZE}) AS f"
 )
 _LEAF_ROW = -1
 
