@@ -7,14 +7,15 @@ for it, the audit asks what the tree holds in that block of ``2^TILE_LEVEL`` lea
 - the stored leaf hashes, when they make the block's stored subtree hash (then a leaf whose data
   hashes otherwise had its data changed);
 - the data's leaf hashes, when those make it instead (then the stored leaf hash was changed);
-- the block's stored subtree hash alone, when neither makes it but the signed checkpoint proves
-  it (with the stored hashes above it): the leaves were moved, inserted or rewritten together
-  with their hashes, and which of them cannot be told from one copy;
+- the block's stored subtree hash alone, when neither makes it but the stored hashes above it
+  vouch for it (they make its stored ancestors, or prove it in the signed checkpoint): the leaves
+  were moved, inserted or rewritten together with their hashes, and which of them cannot be told
+  from one copy;
 - in the last, partial block (no stored hash yet), the same question is asked of the trusted
   checkpoint's root.
 
-Otherwise (the block's stored hash is not proven) the stored leaf hashes are taken, and the
-stored subtree hash is what the audit reports as altered.
+Otherwise (nothing vouches for the block's stored hash) the stored leaf hashes are taken, and
+the stored subtree hash is what the audit reports as altered.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from conclave.platform.tlog import store
 from conclave.platform.tlog.tiles import TILE_LEVEL, TILE_SIZE, subtree_of_leaves
 from conclave.platform.transparency.errors import TransparencyError
 from conclave.platform.transparency.frontier import AppendFrontier
-from conclave.platform.transparency.hashing import HASH_SIZE
+from conclave.platform.transparency.hashing import HASH_SIZE, node_hash
 from conclave.platform.transparency.proofs import inclusion_plan
 from conclave.platform.transparency.subtrees import ProofPlan, Subtree
 from conclave.platform.transparency.verify import verify_inclusion
@@ -80,7 +81,9 @@ async def complete_blocks(
             holds[block] = BlockHolds.STORED
         elif block_hash([computed for computed, _ in found]) == tile:
             holds[block] = BlockHolds.DATA
-        elif checkpoint is not None and await _proven(connection, log_id, block, tile, checkpoint):
+        elif checkpoint is None:
+            holds[block] = BlockHolds.STORED
+        elif await _vouched_for(connection, log_id, block, tile, checkpoint):
             holds[block] = BlockHolds.TILE
         else:
             holds[block] = BlockHolds.STORED
@@ -100,6 +103,47 @@ def last_block(
     if base.append([computed for computed, _ in found]).root == root:
         return BlockHolds.DATA
     return BlockHolds.UNKNOWN
+
+
+async def _vouched_for(
+    connection: AsyncConnection,
+    log_id: int,
+    block: int,
+    tile: bytes,
+    checkpoint: tuple[int, bytes],
+) -> bool:
+    """Whether the stored hashes above ``block`` vouch for its stored ``tile`` hash: each stored
+    complete ancestor is what it and its stored neighbours make, or else its inclusion proof in
+    the trusted checkpoint (without the part inside the block) verifies. The first does not
+    depend on the last, partial block, whose leaves may be what was changed."""
+    return await _ancestors_agree(connection, log_id, block, tile, checkpoint[0]) or (
+        await _proven(connection, log_id, block, tile, checkpoint)
+    )
+
+
+async def _ancestors_agree(
+    connection: AsyncConnection, log_id: int, block: int, tile: bytes, size: int
+) -> bool:
+    """Whether ``tile`` and the stored neighbours on its way up make every stored complete
+    ancestor of ``block`` (at least one) in the tree of ``size`` leaves."""
+    steps = []
+    subtree = Subtree(TILE_LEVEL, block)
+    while (parent := Subtree(subtree.level + 1, subtree.index >> 1)).end <= size:
+        steps.append((Subtree(subtree.level, subtree.index ^ 1), parent))
+        subtree = parent
+    if not steps:
+        return False
+    found = await store.subtree_hashes(connection, log_id, [s for step in steps for s in step])
+    made, subtree = tile, Subtree(TILE_LEVEL, block)
+    for neighbour, parent in steps:
+        other = found.get(neighbour)
+        if other is None:
+            return False
+        made = node_hash(made, other) if subtree.index % 2 == 0 else node_hash(other, made)
+        if found.get(parent) != made:
+            return False
+        subtree = parent
+    return True
 
 
 async def _proven(
