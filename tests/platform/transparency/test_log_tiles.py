@@ -15,6 +15,7 @@ from conclave.platform.tlog.tiles import TILE_LEVEL
 from conclave.platform.transparency import (
     InMemoryHashSource,
     RootMismatch,
+    SubtreeNotStored,
     VerifierSet,
     consistency_proof,
     inclusion_proof,
@@ -186,3 +187,22 @@ async def test_a_leaf_hash_edited_in_a_complete_block_is_caught(
     )
     audit = await audit_log(postgres_engine, log.name, VerifierSet(log.keys.verifiers))
     assert [(f.kind, f.position) for f in audit.findings] == [(FindingKind.LEAF_HASH_ALTERED, 20)]
+
+
+async def test_a_leaf_hash_that_is_no_hash_is_a_finding_not_a_crash(
+    postgres_engine: AsyncEngine,
+) -> None:
+    log = await built_log(postgres_engine)
+    await tamper(
+        postgres_engine,
+        "UPDATE tlog_leaves SET leaf_hash = :x WHERE leaf_index IN (20, 35)",
+        x=b"short",
+    )
+    audit = await audit_log(postgres_engine, log.name, VerifierSet(log.keys.verifiers))
+    assert [(f.kind, f.position) for f in audit.findings] == [
+        (FindingKind.LEAF_HASH_ALTERED, 20),
+        (FindingKind.LEAF_HASH_ALTERED, 35),
+    ]
+    # A proof through it is refused by the log, as for a hash it does not hold.
+    with pytest.raises(SubtreeNotStored):
+        await log.inclusion_proof(34, INTEGRATED)
