@@ -1,12 +1,16 @@
-"""The baseline of the edge benchmark: a bare Starlette endpoint that streams a multipart upload to
+"""The baselines of the edge benchmark: a bare Starlette endpoint that streams a multipart upload to
 disk with ``python-multipart``'s streaming parser, and does nothing else (no hashing, no checks,
-no parsing of the media, no database, no fsync).
+no parsing of the media, no database). With ``BENCH_FSYNC=1`` it makes each file durable before
+it answers, as an upload service must: the file's bytes are fsynced (in a thread, off the event
+loop) — the "bare fsync'd upload endpoint" issue 20 compares the edge's small uploads with.
+Without it, nothing is fsynced.
 
 Run by ``bench.edge`` as ``uvicorn bench.bare_upload:app``; files go to ``BENCH_UPLOAD_DIR``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 import uuid
@@ -20,6 +24,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 UPLOAD_DIR = Path(os.environ.get("BENCH_UPLOAD_DIR") or tempfile.gettempdir())
+FSYNC = os.environ.get("BENCH_FSYNC") == "1"
 
 
 class _PartsToFiles:
@@ -27,6 +32,7 @@ class _PartsToFiles:
 
     def __init__(self) -> None:
         self.names: list[str] = []
+        self.unsynced: list[BinaryIO] = []
         self._file: BinaryIO | None = None
 
     def part_begin(self) -> None:
@@ -40,7 +46,17 @@ class _PartsToFiles:
 
     def part_end(self) -> None:
         assert self._file is not None
-        self._file.close()
+        if FSYNC:
+            self._file.flush()
+            self.unsynced.append(self._file)  # fsynced, then closed, by the endpoint
+        else:
+            self._file.close()
+
+
+def _fsync_and_close(files: list[BinaryIO]) -> None:
+    for file in files:
+        os.fsync(file.fileno())
+        file.close()
 
 
 async def upload(request: Request) -> JSONResponse:
@@ -57,6 +73,8 @@ async def upload(request: Request) -> JSONResponse:
     async for chunk in request.stream():
         parser.write(chunk)
     parser.finalize()
+    if receiver.unsynced:
+        await asyncio.to_thread(_fsync_and_close, receiver.unsynced)
     count = len(receiver.names)
     return JSONResponse(
         {"status": "created", "message": f"{count} files stored.", "evidence_ids": receiver.names}

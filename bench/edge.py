@@ -57,7 +57,14 @@ from PIL import Image
 
 from bench.loadgen import LoadResult
 from bench.report import target
-from bench.servers import ROOT, free_port, scratch_stores, start_process, wait_ready
+from bench.servers import (
+    ROOT,
+    cpu_seconds,
+    free_port,
+    scratch_stores,
+    start_process,
+    wait_ready,
+)
 
 HOST = "127.0.0.1"
 BOUNDARY = "conclave-bench-7d1f0b2e"
@@ -443,6 +450,10 @@ class Workload:
     memory: MemoryPeak
     payload_bytes: int
     warm_up: LoadResult = field(default_factory=LoadResult)
+    server_cpu_ms: float = float("nan")
+    """CPU of the server process per answered upload (ms)."""
+    workers_cpu_ms: float = float("nan")
+    """CPU of its child processes (the edge's parser workers) per answered upload (ms)."""
 
     @property
     def mb_per_s(self) -> float:
@@ -456,9 +467,18 @@ async def _small(
         return multipart_body(f"tile-{n}.png", "image/png", png_variant(base, n))
 
     warm_up = await closed_loop(port, path, body, concurrency=concurrency, seconds=1.0)
+    children = _children(pid)
+    server_before = cpu_seconds(pid)
+    workers_before = sum(cpu_seconds(child) for child in children)
     with MemorySampler(pid) as memory:
         result = await closed_loop(port, path, body, concurrency=concurrency, seconds=seconds)
-    return Workload(result, memory.peak, SMALL_BYTES, warm_up)
+    answered = max(1, result.requests)
+    run = Workload(result, memory.peak, SMALL_BYTES, warm_up)
+    run.server_cpu_ms = (cpu_seconds(pid) - server_before) * 1000 / answered
+    if children:
+        workers = sum(cpu_seconds(child) for child in children) - workers_before
+        run.workers_cpu_ms = workers * 1000 / answered
+    return run
 
 
 async def _image(
@@ -518,6 +538,31 @@ def _verdict(met: bool) -> str:
     return "met" if met else "NOT MET"
 
 
+# From a pack's creation (just before its commit) to the signing of the first checkpoint of the log
+# ``packs`` that covers its leaf: the issue's "in a signed checkpoint within 1 s (p99)".
+_SIGNED_AFTER = """
+FROM edge_evidence_packs p
+JOIN tlog_logs g ON g.name = 'packs'
+JOIN tlog_leaves l ON l.log_id = g.log_id AND l.leaf_hash = p.log_leaf_hash
+CROSS JOIN LATERAL (
+    SELECT c.created_at FROM tlog_checkpoints c
+    WHERE c.log_id = g.log_id AND c.tree_size > l.leaf_index ORDER BY c.tree_size LIMIT 1
+) c
+"""
+_SIGNED_P99_MS = (
+    "SELECT coalesce(round(1000 * percentile_cont(0.99) WITHIN GROUP "
+    "(ORDER BY extract(epoch FROM c.created_at - p.created_at))), -1)" + _SIGNED_AFTER
+)
+_UNSIGNED = """
+SELECT count(*) FROM edge_evidence_packs p WHERE p.log_leaf_hash IS NULL OR NOT EXISTS (
+    SELECT 1 FROM tlog_logs g
+    JOIN tlog_leaves l ON l.log_id = g.log_id AND l.leaf_hash = p.log_leaf_hash
+    JOIN tlog_checkpoints c ON c.log_id = g.log_id AND c.tree_size > l.leaf_index
+    WHERE g.name = 'packs'
+)
+"""
+
+
 async def main(options: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="conclave-bench-edge-"))
     print("generating sample files ...", file=sys.stderr)
@@ -552,14 +597,23 @@ async def main(options: argparse.Namespace) -> None:
     edge = start_process(
         [python, "-m", "conclave.cli.main", "serve", "edge", "--port", str(edge_port)], edge_env
     )
+    (work / "bare-fsync").mkdir()
+    synced_port = free_port()
+    synced = start_process(
+        [python, "-m", "uvicorn", "bench.bare_upload:app", "--port", str(synced_port),
+         "--no-access-log", "--log-level", "warning"],
+        {"BENCH_UPLOAD_DIR": str(work / "bare-fsync"), "BENCH_FSYNC": "1"},
+    )  # fmt: skip
     servers = {"bare": (bare_port, "/upload", bare.pid)}
     servers["edge"] = (edge_port, "/api/edge-intake/", edge.pid)
+    small_servers = {**servers, "bare fsync": (synced_port, "/upload", synced.pid)}
     runs: dict[tuple[str, str], Workload] = {}
     try:
         await wait_ready(bare_port, "/")
+        await wait_ready(synced_port, "/")
         await wait_ready(edge_port, "/health")
         print("measuring small files ...", file=sys.stderr)
-        for name, (port, path, pid) in servers.items():
+        for name, (port, path, pid) in small_servers.items():
             await _settle()
             route = path + ("image" if name == "edge" else "")
             runs["small", name] = await _small(
@@ -584,10 +638,12 @@ async def main(options: argparse.Namespace) -> None:
         peaks = await asyncio.to_thread(parser_memory, work, video)
         await asyncio.sleep(2.0)  # let the relay publish the last events
         packs = await stores.count("SELECT count(*) FROM edge_evidence_packs")
+        signed_p99_ms = await stores.count(_SIGNED_P99_MS)
+        unsigned = await stores.count(_UNSIGNED)
         unpublished = await stores.unpublished()
         stream = await stores.stream_length("edge_intake.evidence.created")
     finally:
-        for process in (bare, edge):
+        for process in (bare, synced, edge):
             process.terminate()
             process.wait(timeout=30)
         await cleanup.aclose()
@@ -616,7 +672,7 @@ async def main(options: argparse.Namespace) -> None:
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for kind in ("small", "image", "large"):
-        for name in servers:
+        for name in small_servers if kind == "small" else servers:
             print(_row(kind, name, runs[kind, name]))
     large_edge, large_bare = runs["large", "edge"], runs["large", "bare"]
     speeds = [large_size / seconds / MB for seconds in large_edge.result.latencies]
@@ -630,8 +686,42 @@ async def main(options: argparse.Namespace) -> None:
         f"edge runs {', '.join(f'{s:,.0f}' for s in speeds)} MB/s, "
         f"median {statistics.median(speeds):,.0f}"
     )
+    synced_ratio = (
+        runs["small", "edge"].result.throughput / runs["small", "bare fsync"].result.throughput
+    )
+    small_edge = runs["small", "edge"]
+    small_cpu = small_edge.server_cpu_ms + small_edge.workers_cpu_ms
     print(f"small uploads/s edge/bare: {small_ratio:.2f}; 5 MiB images/s edge/bare: "
           f"{image_ratio:.2f} (no targets)")  # fmt: skip
+    print(
+        f"small uploads/s edge/bare fsync'd: {synced_ratio:.2f} (issue 20's target >= 0.5: "
+        f"{_verdict(synced_ratio >= 0.5)}); CPU per small upload: service "
+        f"{small_edge.server_cpu_ms:.2f} ms + parser workers {small_edge.workers_cpu_ms:.2f} ms "
+        f"= {small_cpu:.2f} ms (target <= 2 ms: {_verdict(small_cpu <= 2)})"
+    )
+    print(
+        f"packs in a signed checkpoint: p99 {signed_p99_ms} ms after creation "
+        f"(target < 1000 ms: {_verdict(0 <= signed_p99_ms < 1000 and not unsigned)}); "
+        f"packs not in any checkpoint: {unsigned}"
+    )
+    target(
+        "edge: small uploads / bare fsync'd upload endpoint",
+        f"{synced_ratio:.2f}",
+        ">= 0.5",
+        synced_ratio >= 0.5,
+    )
+    target(
+        "edge: CPU per small upload, service + parser workers",
+        f"{small_cpu:.2f} ms",
+        "<= 2 ms",
+        small_cpu <= 2,
+    )
+    target(
+        "edge: pack in a signed checkpoint, p99 after creation",
+        f"{signed_p99_ms} ms",
+        "< 1000 ms",
+        0 <= signed_p99_ms < 1000 and not unsigned,
+    )
     print(
         f"edge service peak RSS: {_mb(peak_rss)} MB over all workloads "
         f"(target < 150 MB: {_verdict(peak_rss * 1024 < 150 * MB)}); parser workers apart"

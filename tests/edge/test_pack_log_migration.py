@@ -21,7 +21,7 @@ from conclave.edge.store import chain_head, evidence_packs
 from conclave.platform.bus.memory import MemoryBus
 from conclave.platform.clock import utc_now
 from conclave.platform.db.engine import create_engine
-from conclave.platform.db.migrate import current_revision, migrate
+from conclave.platform.db.migrate import current_revision, head_revision, migrate
 from conclave.platform.outbox import add_event
 from tests.conftest import POSTGRES_URL, Backend, eventually, missing_service
 from tests.edge import samples
@@ -112,7 +112,7 @@ async def test_chained_packs_still_verify_after_the_migration(kind: str, tmp_pat
     async with store_before_the_log(kind, tmp_path) as engine:
         old = await chain_the_old_way(engine, settings.resolved_blob_dir(), 3)
         await migrate(engine)
-        assert await current_revision(engine) == "0012"
+        assert await current_revision(engine) == head_revision()
         backend = Backend("embedded" if kind == "sqlite" else "production", engine, MemoryBus())
         async with edge_app(backend, settings) as (client, _app):
             chain = (await client.get("/api/edge-intake/chain/verify?content=true")).json()

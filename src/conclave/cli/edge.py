@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import SecretStr
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -30,6 +31,7 @@ from conclave.edge_client import (
 from conclave.edge_client.envelope import parse_metadata
 from conclave.edge_client.errors import ReceiptUnavailable
 from conclave.edge_client.kept_receipts import ReceiptCheck
+from conclave.edge_client.pack_entries import entry_document
 from conclave.platform.media_types import media_type_names
 from conclave.settings import EdgeClientSettings
 
@@ -84,6 +86,7 @@ def _client(server: str | None, token: str | None) -> EdgeClient:
         SecretStr(token) if token else settings.api_token,
         settings.timeout_seconds,
         signing_secret=settings.signing_secret,
+        device_id=settings.device_id,
     )
 
 
@@ -306,6 +309,7 @@ def receipts(
                 "evidence_id": found.evidence_id,
                 "log_leaf_hash": found.log_leaf_hash,
                 "receipt": _as_json(found.receipt),
+                "entry": None if found.entry is None else entry_document(found.entry),
                 **(
                     {"check": checks[found.evidence_id].status}
                     if found.evidence_id in checks
@@ -319,8 +323,11 @@ def receipts(
         table = Table("item", "evidence id", "leaf hash", "receipt", "check")
         for found in kept:
             checked = checks.get(found.evidence_id)
-            verdict = f"{checked.status} {checked.detail}".strip() if checked else ""
-            state = "kept" if found.receipt else "not fetched"
+            # The detail may quote what a server sent: never read as markup.
+            verdict = escape(f"{checked.status} {checked.detail}".strip()) if checked else ""
+            state = "not fetched"
+            if found.receipt:
+                state = "kept, with entry" if found.entry is not None else "kept, entry missing"
             table.add_row(
                 str(found.item_id), found.evidence_id, found.log_leaf_hash[:16], state, verdict
             )
@@ -374,5 +381,5 @@ def _as_json(kept: str | None) -> Any:
         return None
     try:
         return json.loads(kept)
-    except ValueError:
+    except (ValueError, RecursionError):
         return kept

@@ -37,7 +37,9 @@ router = APIRouter()
 Collection = Annotated[str, Path(pattern=COLLECTION_PATTERN)]
 
 
-def _service(request: Request) -> ExpeditionService:
+# ``async def``: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop
+# per request (conclave.platform.http).
+async def _service(request: Request) -> ExpeditionService:
     return request.app.state.collector.service  # type: ignore[no-any-return]
 
 

@@ -10,13 +10,14 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI
 
 from conclave import __version__
-from conclave.edge.api import router
+from conclave.edge.api import UPLOAD_ROUTE, router, upload_lanes
 from conclave.edge.blobs import BlobStore
 from conclave.edge.metrics import EdgeMetrics
 from conclave.edge.pack_log import PACKS_LOG, may_read_pack
 from conclave.edge.parsing import ParserPool
 from conclave.edge.service import IntakeService
 from conclave.platform.http import create_service_app, platform_lifespan
+from conclave.platform.media_types import registered_media_types
 from conclave.platform.runtime import Platform
 from conclave.platform.tlog.api import tlog_router
 from conclave.platform.tlog.published import PublishedLogs
@@ -83,4 +84,6 @@ def create_app(settings: EdgeSettings, *, platform: Platform | None = None) -> F
     app.state.settings = settings
     app.include_router(router)
     app.include_router(tlog_router)
+    # Ids, metrics and the body cap still apply to it (see platform/fast_lane.py).
+    app.add_fast_lane(UPLOAD_ROUTE, "POST", upload_lanes(registered_media_types()))
     return app

@@ -79,6 +79,41 @@ class TempBlob:
             self.path.unlink()
 
 
+def place_blob(source: Path, target: Path, *, fsync: bool) -> None:
+    """Make the temporary file ``source`` the read-only blob ``target`` (its content address), or
+    drop it when that content is stored already. Blocking: run in a thread, or in a parser
+    worker (which stores a single-file upload's blob right after parsing it).
+
+    With ``fsync``, the bytes reach the disk before the name, and the name (the folder's entry)
+    before this returns: a power cut after the pack commits cannot leave its blob missing or
+    empty."""
+    if target.exists():
+        # Same content is already stored; keep the original so tampering stays visible.
+        source.unlink()
+        return
+    if fsync:
+        with source.open("rb") as stream:
+            os.fsync(stream.fileno())
+    source.chmod(0o444)
+    folder = target.parent  # root/sha256/ab/cd: made on first use
+    levels = (folder.parent.parent, folder.parent, folder)
+    created = [] if folder.is_dir() else [made for made in levels if not made.is_dir()]
+    folder.mkdir(parents=True, exist_ok=True)
+    os.replace(source, target)
+    if fsync:
+        # The new name, and the entries of the folders made for it, each in its parent folder.
+        for changed in {folder, *(made.parent for made in created)}:
+            _fsync_folder(changed)
+
+
+def _fsync_folder(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 class BlobStore:
     """Blobs under ``root/sha256/ab/cd/<sha256>``; temporary parts under ``root/tmp``."""
 
@@ -104,23 +139,16 @@ class BlobStore:
         """Where the blob with this digest lives."""
         return self.root / "sha256" / sha256[:2] / sha256[2:4] / sha256
 
+    @property
+    def fsync(self) -> bool:
+        """Whether a blob is made durable (its bytes and its name) before its pack commits."""
+        return self._fsync
+
     async def store(self, temp: TempBlob) -> Path:
         """Move a verified temporary blob to its content address (once per content)."""
         temp.close()
-        return await asyncio.to_thread(self._store, temp.path, temp.sha256)
-
-    def _store(self, source: Path, sha256: str) -> Path:
-        target = self.path_for(sha256)
-        if target.exists():
-            # Same content is already stored; keep the original so tampering stays visible.
-            source.unlink()
-            return target
-        if self._fsync:
-            with source.open("rb") as stream:
-                os.fsync(stream.fileno())
-        source.chmod(0o444)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(source, target)
+        target = self.path_for(temp.sha256)
+        await asyncio.to_thread(place_blob, temp.path, target, fsync=self._fsync)
         return target
 
     async def digest(self, sha256: str) -> tuple[str, int] | None:

@@ -13,8 +13,11 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import pickle
 import resource
+import struct
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from conclave.platform.errors import Unavailable, Unprocessable, UnsupportedMediaType
@@ -38,33 +41,107 @@ def _worker_main(connection: Connection, memory_bytes: int) -> None:
     connection.send(("ready", None))
     while True:
         try:
-            job = connection.recv()
+            media_type, path, fmt, metadata, placing = connection.recv()
         except (EOFError, OSError):
             return
-        connection.send(run_agent(*job))
+        outcome = run_agent(media_type, path, fmt, metadata)
+        if placing is not None and outcome[0] == "ok":
+            outcome = _placed(path, placing, outcome)
+        connection.send(outcome)
+
+
+def _placed(path: str, placing: tuple[str, bool], outcome: tuple[str, Any]) -> tuple[str, Any]:
+    """``outcome`` once the parsed file is its blob (``placing``: content address, fsync), or
+    ``("unstored", why)`` when the blob store refused it."""
+    from conclave.edge.blobs import place_blob
+
+    target, fsync = placing
+    try:
+        place_blob(Path(path), Path(target), fsync=fsync)
+    except OSError as exc:
+        return "unstored", f"{type(exc).__name__}: {exc.strerror or exc}"
+    return outcome
+
+
+_HEADER = struct.Struct("!i")
+_LONG_HEADER = struct.Struct("!Q")
+MAX_MESSAGE_BYTES = 64 << 20
+"""The largest answer read from a worker: a bigger one (no agent writes one) counts as a crash."""
+_LOOP_UNPICKLE_BYTES = 64 << 10
+"""Answers up to this size are unpickled on the event loop; larger ones in a thread."""
+
+
+class _Frame:
+    """One message of ``multiprocessing.connection``'s framing, fed as its bytes arrive: a 4-byte
+    big-endian length (-1, then an 8-byte length, beyond 2 GiB), then the pickled object."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+        self._size: int | None = None
+        self._start = 0
+
+    def feed(self, chunk: bytes) -> bytes | None:
+        """The whole message once it has arrived; ``OSError`` for one past the size limit."""
+        self._data += chunk
+        if self._size is None:
+            if len(self._data) < _HEADER.size:
+                return None
+            (size,) = _HEADER.unpack_from(self._data)
+            self._start = _HEADER.size
+            if size == -1:
+                if len(self._data) < _HEADER.size + _LONG_HEADER.size:
+                    return None
+                (size,) = _LONG_HEADER.unpack_from(self._data, _HEADER.size)
+                self._start += _LONG_HEADER.size
+            if not 0 <= size <= MAX_MESSAGE_BYTES:
+                raise OSError(f"a parser worker's answer of {size} bytes")
+            self._size = size
+        if len(self._data) - self._start < self._size:
+            return None
+        return bytes(self._data[self._start : self._start + self._size])
 
 
 async def receive_message(connection: Connection, seconds: float) -> Any:
-    """The next message on ``connection``, waited for without blocking the event loop; raises
-    ``TimeoutError`` when none starts within ``seconds``."""
+    """The next message on ``connection``, read without blocking the event loop; raises
+    ``TimeoutError`` when it has not arrived whole within ``seconds``, ``EOFError`` when the
+    worker closed its end (it died).
+
+    Read on the loop as it arrives, never by ``connection.recv()`` in a thread: a thread per
+    parse cost the service more CPU (hand-offs, contention for the interpreter) than the parse's
+    answer itself. The descriptor is non-blocking only while it is read here (uvloop leaves a
+    watched descriptor non-blocking; ``send`` needs it blocking)."""
     loop = asyncio.get_running_loop()
-    readable: asyncio.Future[None] = loop.create_future()
     descriptor = connection.fileno()
+    frame = _Frame()
+    arrived: asyncio.Future[bytes] = loop.create_future()
 
-    def wake() -> None:
-        if not readable.done():
-            readable.set_result(None)
+    def readable() -> None:
+        if arrived.done():
+            return
+        try:
+            chunk = os.read(descriptor, 1 << 16)
+            if not chunk:
+                raise EOFError("the parser worker closed its pipe")
+            message = frame.feed(chunk)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (EOFError, OSError) as exc:
+            arrived.set_exception(exc)
+            return
+        if message is not None:
+            arrived.set_result(message)
 
-    loop.add_reader(descriptor, wake)
+    os.set_blocking(descriptor, False)
+    loop.add_reader(descriptor, readable)
     try:
-        await asyncio.wait_for(readable, seconds)
+        async with asyncio.timeout(seconds):
+            payload = await arrived
     finally:
         loop.remove_reader(descriptor)
-    # uvloop (what uvicorn runs on) leaves a descriptor it watched non-blocking, so recv() of a
-    # message larger than the pipe's buffer raised BlockingIOError halfway and a valid file was
-    # refused as a parser crash. The rest of the message is read blocking, in a thread.
-    os.set_blocking(descriptor, True)
-    return await asyncio.to_thread(connection.recv)
+        os.set_blocking(descriptor, True)
+    if len(payload) <= _LOOP_UNPICKLE_BYTES:
+        return pickle.loads(payload)
+    return await asyncio.to_thread(pickle.loads, payload)
 
 
 class _Worker:
@@ -173,14 +250,21 @@ class ParserPool:
         metadata: dict[str, Any],
         *,
         time_limit: float | None = None,
+        place_as: Path | None = None,
+        fsync: bool = True,
     ) -> dict[str, Any]:
         """The agent summary of one file; 422 when the file breaks or outlasts its parser, 415 when
-        its inside contradicts the route's type."""
+        its inside contradicts the route's type.
+
+        With ``place_as``, the worker also makes the file, once parsed, the blob of that content
+        address (:func:`conclave.edge.blobs.place_blob`, with ``fsync``): the service then needs
+        no thread of its own for it. 503 ``STORE_UNAVAILABLE`` when the blob store refused it."""
+        placing = None if place_as is None else (str(place_as), fsync)
         worker = await self._take()
         try:
             if worker is None or not worker.process.is_alive():
                 worker = await self._spawn()
-            worker.connection.send((media_type, path, fmt, metadata))
+            worker.connection.send((media_type, path, fmt, metadata, placing))
             kind, value = await worker.receive(time_limit or self._timeout)
         except TimeoutError:
             if worker is not None:
@@ -208,6 +292,12 @@ class ParserPool:
             raise
         finally:
             self._idle.put_nowait(worker)
+        if kind == "unstored":
+            log.error("the blob store refused a parsed file: %s", value)
+            raise Unavailable(
+                "The blob store could not store the file; nothing was stored.",
+                code=ProblemCode.STORE_UNAVAILABLE,
+            )
         if kind == "mismatch":
             raise UnsupportedMediaType(value, code=ProblemCode.UNSUPPORTED_MEDIA_TYPE)
         if kind == "unavailable":

@@ -264,6 +264,9 @@ class IntakeService:
         # the per-file time-out would otherwise hold a parser worker for minutes.
         deadline = time.monotonic() + self.settings.parse_request_seconds
         built_in = is_built_in(media_type)
+        # A single file is made its blob by the parser worker once parsed (no thread here for the
+        # fsync and the rename); the files of a larger upload are stored only once all are parsed.
+        single = len(upload.files) == 1
         for index, part in enumerate(upload.files):
             if part.blob.size == 0:
                 raise Unprocessable(
@@ -286,6 +289,8 @@ class IntakeService:
                 sniffed.format if sniffed else "",
                 metadata,
                 time_limit=min(self.settings.parse_timeout_seconds, remaining),
+                place_as=self.blobs.path_for(part.blob.sha256) if single else None,
+                fsync=self.blobs.fsync,
             )
             self.metrics.parse_duration.labels(media_type).observe(time.perf_counter() - started)
             if sniffed is None:  # a plug-in's type: sniffed in the worker (run_plugin)
@@ -294,7 +299,7 @@ class IntakeService:
             else:
                 mime = extracted.pop("mime", None) or sniffed.mime
             analysed.append((part, sniffed.format, mime, extracted))
-        for part, *_ in analysed:
+        for part, *_ in analysed if not single else ():
             # Blobs land before the rows that name them: a crash in between leaves an unreferenced
             # blob (harmless, content-addressed), never a pack whose content is missing.
             await self.blobs.store(part.blob)
@@ -327,11 +332,18 @@ class IntakeService:
         leaves = [log.queued(pack_entry(pack)) for pack in packs] if log is not None else []
         with store_errors():
             earlier = await store.append_packs(
-                self.engine, packs, events, leaves, device_id=device, idempotency_key=key
+                self.engine,
+                packs,
+                events,
+                leaves,
+                device_id=device,
+                idempotency_key=key,
+                writer=self.platform.writer,
             )
         if earlier:
             return UploadResult("duplicate", earlier)
-        self.platform.relay.wake()
+        if not store.group_commits(self.engine):  # else the writer hands the events over
+            self.platform.relay.wake()
         if log is not None:
             log.notify_queued()
         for pack in packs:

@@ -51,9 +51,10 @@ from conclave.edge.records import (
 )
 from conclave.platform.bus.base import Event
 from conclave.platform.clock import utc_now
+from conclave.platform.db.batch import BatchWriter, Insert
 from conclave.platform.db.engine import is_sqlite
 from conclave.platform.db.schema import metadata, outbox_events
-from conclave.platform.outbox import add_event
+from conclave.platform.outbox import add_event, outbox_write
 from conclave.platform.tlog.records import QueuedLeaf
 
 evidence_packs = Table(
@@ -171,6 +172,12 @@ async def _insert_packs(connection: AsyncConnection, rows: list[dict[str, Any]])
         await connection.execute(statement, row)
 
 
+def group_commits(engine: AsyncEngine) -> bool:
+    """Whether :func:`append_packs` joins the platform writer's group commit on this store (then
+    the writer hands the committed events to the relay; otherwise the relay must be woken)."""
+    return not is_sqlite(engine)
+
+
 async def append_packs(
     engine: AsyncEngine,
     packs: Sequence[NewEvidencePack],
@@ -179,9 +186,15 @@ async def append_packs(
     *,
     device_id: str,
     idempotency_key: str | None,
+    writer: BatchWriter | None = None,
 ) -> list[PackLeaf] | None:
     """Insert ``packs`` with their outbox ``events`` and their queued ``leaves`` of the log
-    ``packs`` (one per pack, in order; none with the log off) in one transaction.
+    ``packs`` (one per pack, in order; none with the log off), all committed together.
+
+    On PostgreSQL, with the platform's ``writer``, they join its group commit: the packs of every
+    upload arriving meanwhile are written by one statement and one commit (a pack's position
+    comes from the column's default, the sequence), and the events are handed to the relay once
+    committed. Otherwise (SQLite, which has one writer at a time) in a transaction of their own.
 
     Returns ``None`` when created, or the packs of the earlier upload when ``idempotency_key``
     turned out to be taken: the unique index on device, key and part refused this upload's
@@ -194,6 +207,13 @@ async def append_packs(
         for pack, hashed in zip(packs, hashes, strict=True)
     ]
     try:
+        if writer is not None and group_commits(engine):
+            await writer.write(
+                *(Insert(evidence_packs, row) for row in rows),
+                *(outbox_write(event) for event in events),
+                *(leaf.write for leaf in leaves),
+            )
+            return None
         async with engine.begin() as connection:
             await _insert_packs(connection, rows)
             for event in events:

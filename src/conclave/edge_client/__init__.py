@@ -1,7 +1,7 @@
 """Edge client: upload media to the edge intake service, with an offline outbox (spec 002)."""
 
 from conclave.edge_client import envelope
-from conclave.edge_client.client import EdgeClient, ReceiptLink, UploadResult
+from conclave.edge_client.client import EdgeClient, ReceiptLink, SentFile, UploadResult
 from conclave.edge_client.daemon import SyncDaemon
 from conclave.edge_client.device import DeviceIdentity
 from conclave.edge_client.envelope import Envelope
@@ -40,6 +40,7 @@ __all__ = [
     "ReceiptLink",
     "ReceiptUnavailable",
     "RetryPolicy",
+    "SentFile",
     "StoredReceipt",
     "SyncDaemon",
     "SyncReport",

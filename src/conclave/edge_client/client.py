@@ -7,7 +7,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -47,14 +47,25 @@ class ReceiptLink:
 
 
 @dataclass(frozen=True)
+class SentFile:
+    """What the client sent of one file: the SHA-256 (hex) and size of its bytes. The log's
+    entry of the file's pack must name these."""
+
+    sha256: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
 class UploadResult:
     """The server's answer to an accepted upload (``status`` is ``created`` or ``duplicate``),
-    with the links to its packs' receipts (none from a server without the log)."""
+    with the links to its packs' receipts (none from a server without the log), and ``files``:
+    what was sent, in the upload's order (the file's position is its pack's ``part_index``)."""
 
     status: str
     evidence_ids: list[str]
     message: str = ""
     receipts: list[ReceiptLink] = field(default_factory=list)
+    files: list[SentFile] = field(default_factory=list)
 
 
 def _secret(value: str | SecretStr | None) -> str | None:
@@ -69,6 +80,9 @@ class EdgeClient:
     ``token`` becomes ``Authorization: Bearer <token>`` (no header without one). ``timeout``
     applies to connecting, reading and writing each. With ``signing_secret`` every upload carries
     an HMAC-SHA256 signature over the body's SHA-256, a timestamp and a fresh nonce.
+    ``device_id`` is the id the server knows this device by when it names it by its token's user
+    (``CONCLAVE_API_TOKENS=token=device_id``); the client checks the log's entries of its packs
+    against it (:meth:`device_named`).
     ``transport`` or ``http_client`` replace the network (tests pass ``httpx.ASGITransport``).
     Use as ``async with EdgeClient(...) as client``.
     """
@@ -83,8 +97,10 @@ class EdgeClient:
         transport: httpx.AsyncBaseTransport | None = None,
         http_client: httpx.AsyncClient | None = None,
         clock: Callable[[], float] = time.time,
+        device_id: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.device_id = device_id or None
         self._token = _secret(token)
         self._signing_secret = _secret(signing_secret)
         self._clock = clock
@@ -114,6 +130,16 @@ class EdgeClient:
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
+    def device_named(self, metadata: dict[str, Any]) -> str | None:
+        """The id the server names the device of an upload with ``metadata`` by, as far as the
+        client can know: the ``device_id`` the client was given; else, sending no token (the
+        server's auth is off), the upload's ``metadata.device_id``; else ``None`` (the server
+        names the device by its token's user, which the client was not told)."""
+        if self.device_id is not None:
+            return self.device_id
+        named = metadata.get("device_id")
+        return named if self._token is None and isinstance(named, str) else None
 
     async def health(self) -> bool:
         """True when ``GET /health`` answers 200 (server up with its store, bus and blobs)."""
@@ -169,7 +195,13 @@ class EdgeClient:
             ) from exc
         except OSError as exc:
             raise UploadFailed(f"Local file unusable: {exc}", transient=False) from exc
-        return _result(response)
+        result = _result(response)
+        try:
+            # What went out; read again only if the server answered before taking it all.
+            sha256 = body.streamed_sha256() or body.file_sha256()
+        except OSError as exc:
+            raise UploadFailed(f"Local file unusable: {exc}", transient=False) from exc
+        return replace(result, files=[SentFile(sha256, body.file_size)])
 
     async def receipt(self, path: str) -> bytes | None:
         """The receipt served at ``path`` (a :class:`ReceiptLink`'s), or ``None`` while the
@@ -186,6 +218,21 @@ class EdgeClient:
         if response.status_code == 404 and code in _NOT_YET:
             return None
         raise ReceiptUnavailable(f"HTTP {response.status_code} {code or ''}".strip())
+
+    async def leaf(self, receipt_path: str, index: int) -> bytes:
+        """The answer of ``GET /logs/<log>/leaves/<index>`` (a :class:`ReceiptLink`'s log): the
+        JSON of the leaf's data and hash, served to the device that uploaded the pack. Read up
+        to 2 MiB; :class:`ReceiptUnavailable` for anything but a 200 answer, and
+        :class:`ServerUnreachable` when no answer came."""
+        if not RECEIPT_PATH.fullmatch(receipt_path):
+            raise ReceiptUnavailable(f"not a receipt path of the server: {receipt_path[:100]!r}")
+        if isinstance(index, bool) or not 0 <= index < 2**63:
+            raise ReceiptUnavailable(f"not a leaf index: {index!r}"[:120])
+        log = receipt_path.split("/")[2]
+        response = await self._get(f"/logs/{log}/leaves/{index}")
+        if response.status_code != 200:
+            raise ReceiptUnavailable(f"HTTP {response.status_code} {_code(response) or ''}".strip())
+        return response.content
 
     async def log_keys(self, name: str = "packs") -> str:
         """The JSON document of ``GET /logs/{name}/keys``: the log's verifier keys as the server

@@ -40,6 +40,9 @@ class MultipartFileBody:
         self._head = bytes(head)
         self._tail = f"\r\n--{self.boundary}--\r\n".encode()
         self._file_size = path.stat().st_size
+        # The file's bytes as they went out: what the server stored, if it read them all.
+        self._streamed = hashlib.sha256()
+        self._streamed_bytes = -1
 
     @property
     def content_type(self) -> str:
@@ -59,11 +62,33 @@ class MultipartFileBody:
         digest.update(self._tail)
         return digest.hexdigest()
 
+    @property
+    def file_size(self) -> int:
+        """The file's size in bytes, as sent (the file part's length)."""
+        return self._file_size
+
+    def streamed_sha256(self) -> str | None:
+        """Hex SHA-256 of the file's bytes as :meth:`stream` sent them, or ``None`` unless the
+        whole file went out (the log's entry of the pack must name exactly these bytes)."""
+        if self._streamed_bytes != self._file_size:
+            return None
+        return self._streamed.hexdigest()
+
+    def file_sha256(self) -> str:
+        """Hex SHA-256 of the file as it is on disk now (read once more)."""
+        digest = hashlib.sha256()
+        for chunk in self._file_chunks():
+            digest.update(chunk)
+        return digest.hexdigest()
+
     async def stream(self) -> AsyncIterator[bytes]:
         """The body, chunk by chunk; memory does not grow with the file."""
+        self._streamed, self._streamed_bytes = hashlib.sha256(), 0
         yield self._head
         # Plain reads of a local file: short and bounded, cheaper than a thread per chunk.
         for chunk in self._file_chunks():
+            self._streamed.update(chunk)
+            self._streamed_bytes += len(chunk)
             yield chunk
         yield self._tail
 

@@ -10,6 +10,7 @@ takes it back to ``PENDING`` and sends it again; any other failure waits for :me
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import uuid
@@ -49,7 +50,8 @@ class SyncReport:
     duplicates: int = 0
     stopped: str | None = None
     receipts: int = 0
-    """Receipts of the packs sent in this run fetched and kept before the run ended."""
+    """Packs sent in this run whose receipt and log entry were fetched and kept before the run
+    ended."""
 
     @property
     def attempted(self) -> int:
@@ -165,12 +167,14 @@ class Outbox:
 
     def receipts(self, *, missing_only: bool = False) -> list[StoredReceipt]:
         """The receipts of the packs this device sent, by item: each fetched one's
-        ``conclave.receipt/v1`` document, or ``None`` while not fetched yet."""
+        ``conclave.receipt/v1`` document and the log's entry of its pack, or ``None`` while not
+        fetched yet, with what the device sent (``missing_only``: those lacking either)."""
         return self._store.receipts(missing_only=missing_only)
 
     async def fetch_receipts(self, client: EdgeClient, *, wait_seconds: float | None = None) -> int:
-        """Ask the server again for every receipt not kept yet, each for at most
-        ``wait_seconds`` (default ``receipt_wait_seconds``); how many were kept."""
+        """Ask the server again for every receipt, and every pack's log entry, not kept yet, each
+        pack's for at most ``wait_seconds`` (default ``receipt_wait_seconds``); how many packs
+        now have both kept."""
         wait = self.receipt_wait_seconds if wait_seconds is None else wait_seconds
         collector = ReceiptCollector(client, self._store, wait_seconds=wait, clock=self._clock)
         collector.collect(self._store.receipts(missing_only=True))
@@ -181,8 +185,8 @@ class Outbox:
 
     def check_receipts(self, keys: str | list[str] | VerifierSet) -> list[ReceiptCheck]:
         """Check every kept receipt on the device with the log's verifier keys (key texts, or
-        the JSON of ``GET /logs/packs/keys``); no server is asked. :class:`MalformedInput` for
-        keys of the wrong shape."""
+        the JSON of ``GET /logs/packs/keys``), and the log's entry of its pack against what the
+        device sent; no server is asked. :class:`MalformedInput` for keys of the wrong shape."""
         verifiers = keys if isinstance(keys, VerifierSet) else verifier_keys(keys)
         return [check_kept(kept, verifiers) for kept in self._store.receipts()]
 
@@ -266,15 +270,10 @@ class Outbox:
             raise
         finally:
             heartbeat.cancel()
-        links = [(link.evidence_id, link.log_leaf_hash, link.path) for link in result.receipts]
+        links = _receipts_to_keep(client, item, result)
         self._store.mark_sent(item.id, result.evidence_ids, self._clock(), links)
         # Asked for in the background: the item is SENT already, nothing waits for its receipt.
-        collector.collect(
-            [
-                StoredReceipt(link.evidence_id, item.id, link.log_leaf_hash, link.path, None, None)
-                for link in result.receipts
-            ]
-        )
+        collector.collect(links)
         report.sent.append(item.id)
         report.duplicates += result.status == "duplicate"
         return "sent"
@@ -303,3 +302,34 @@ class Outbox:
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             self._store.renew(item_id, runner, self._clock() + self.lease_seconds)
+
+
+def _receipts_to_keep(
+    client: EdgeClient, item: OutboxItem, result: UploadResult
+) -> list[StoredReceipt]:
+    """The receipt links of an accepted upload, each with what the log's entry of its pack must
+    name: the bytes sent of the file at the pack's position in the answer (the server answers
+    the packs in the upload's order; a position past the files sent has none), this device's
+    id as the server names it, and the upload's idempotency key."""
+    device = client.device_named(item.envelope.metadata)
+    key = hashlib.sha256(item.idempotency_key.encode("utf-8", "surrogatepass")).hexdigest()
+    kept = []
+    for link in result.receipts:
+        position = result.evidence_ids.index(link.evidence_id)
+        sent = result.files[position] if position < len(result.files) else None
+        kept.append(
+            StoredReceipt(
+                link.evidence_id,
+                item.id,
+                link.log_leaf_hash,
+                link.path,
+                None,
+                None,
+                part_index=position,
+                sent_sha256=sent.sha256 if sent else None,
+                sent_size=sent.size_bytes if sent else None,
+                device_id=device,
+                idempotency_key_sha256=key,
+            )
+        )
+    return kept

@@ -30,9 +30,10 @@ from conclave.edge_client.device import DeviceIdentity, new_identity
 from conclave.edge_client.envelope import Envelope
 from conclave.edge_client.errors import OutboxCorrupt
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version 2 added ``receipts``; a version-1 outbox gets the table when it is opened (the
-# statements below create only what is missing).
+# statements below create only what is missing). Version 3 added the columns of
+# ``_RECEIPT_COLUMNS`` to it, added to a version-2 table when it is opened.
 # ``queued`` = 1 for what sync sends without being asked: PENDING items and FAILED ones whose
 # failure was transient. The partial index holds only those, so finding the next due item stays
 # cheap however many SENT or permanently FAILED rows pile up.
@@ -76,6 +77,23 @@ CREATE TABLE IF NOT EXISTS device (
     created_utc TEXT NOT NULL
 );
 """
+# What the device sent of each pack's file, and the log's entry of the pack (its leaf's data,
+# the bytes the receipt's leaf hash is of), to compare them on the device. A row kept before
+# version 3 has them all NULL: what was sent was not recorded then.
+_RECEIPT_COLUMNS = {
+    "part_index": "INTEGER",
+    "sent_sha256": "TEXT",
+    "sent_size": "INTEGER",
+    "device_id": "TEXT",
+    "idempotency_key_sha256": "TEXT",
+    "entry": "BLOB",
+    "entry_fetched_at": "REAL",
+}
+# Created after the columns: an entry is kept only with its receipt, so "entry IS NULL" is
+# everything still to fetch.
+_RECEIPTS_UNPROVEN = (
+    "CREATE INDEX IF NOT EXISTS receipts_unproven ON receipts (item_id) WHERE entry IS NULL"
+)
 
 
 @dataclass(frozen=True)
@@ -100,7 +118,8 @@ class OutboxItem:
 @dataclass(frozen=True)
 class StoredReceipt:
     """The receipt of one Evidence Pack the device sent, as the server linked it: ``receipt``
-    (the ``conclave.receipt/v1`` document) once fetched, else ``None``."""
+    (the ``conclave.receipt/v1`` document) once fetched, else ``None``; what the device sent of
+    the pack's file; and ``entry``, the log's entry of the pack (the leaf's data) once fetched."""
 
     evidence_id: str
     item_id: int
@@ -108,6 +127,18 @@ class StoredReceipt:
     receipt_path: str
     receipt: str | None
     fetched_at: float | None
+    part_index: int | None = None
+    """The file's position in its upload (the entry's ``part_index``); ``None`` for a receipt
+    kept by a client that did not record what it sent."""
+    sent_sha256: str | None = None
+    """SHA-256 (hex) of the file's bytes as sent; ``None`` when the upload's answer named more
+    packs than the files sent (or nothing was recorded)."""
+    sent_size: int | None = None
+    device_id: str | None = None
+    """The id the server names the device by, ``None`` when the client cannot know it."""
+    idempotency_key_sha256: str | None = None
+    entry: bytes | None = None
+    entry_fetched_at: float | None = None
 
 
 class OutboxStore:
@@ -158,6 +189,11 @@ class OutboxStore:
             # Statement by statement: executescript() would commit the open transaction first.
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 connection.execute(statement)
+            present = {row[1] for row in connection.execute("PRAGMA table_info(receipts)")}
+            for name, kind in _RECEIPT_COLUMNS.items():
+                if name not in present:
+                    connection.execute(f"ALTER TABLE receipts ADD COLUMN {name} {kind}")
+            connection.execute(_RECEIPTS_UNPROVEN)
             connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             identity = new_identity(now)
             connection.execute(
@@ -254,10 +290,11 @@ class OutboxStore:
         item_id: int,
         evidence_ids: list[str],
         now: float,
-        receipts: Sequence[tuple[str, str, str]] = (),
+        receipts: Sequence[StoredReceipt] = (),
     ) -> None:
-        """Record the server's evidence ids and its receipt links (``(evidence id, leaf hash,
-        path)``, fetched later); the item is done whoever held it."""
+        """Record the server's evidence ids and its receipt links with what was sent of each
+        pack's file (the receipt and the log's entry are fetched later); the item is done
+        whoever held it."""
         with self._write(durable=False) as db:
             db.execute(
                 "UPDATE outbox_items SET state = 'SENT', queued = 0, evidence_ids = ?,"
@@ -266,8 +303,22 @@ class OutboxStore:
             )
             db.executemany(
                 "INSERT OR IGNORE INTO receipts (evidence_id, item_id, log_leaf_hash,"
-                " receipt_path) VALUES (?, ?, ?, ?)",
-                [(evidence_id, item_id, hashed, path) for evidence_id, hashed, path in receipts],
+                " receipt_path, part_index, sent_sha256, sent_size, device_id,"
+                " idempotency_key_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        link.evidence_id,
+                        item_id,
+                        link.log_leaf_hash,
+                        link.receipt_path,
+                        link.part_index,
+                        link.sent_sha256,
+                        link.sent_size,
+                        link.device_id,
+                        link.idempotency_key_sha256,
+                    )
+                    for link in receipts
+                ],
             )
 
     def save_receipt(self, evidence_id: str, receipt: str, now: float) -> None:
@@ -278,12 +329,23 @@ class OutboxStore:
                 (receipt, now, evidence_id),
             )
 
+    def save_entry(self, evidence_id: str, entry: bytes, now: float) -> None:
+        """Keep the log's entry of a pack whose receipt is kept (the data its leaf hash is of)."""
+        with self._write(durable=False) as db:
+            db.execute(
+                "UPDATE receipts SET entry = ?, entry_fetched_at = ? WHERE evidence_id = ?"
+                " AND receipt IS NOT NULL",
+                (entry, now, evidence_id),
+            )
+
     def receipts(self, *, missing_only: bool = False) -> list[StoredReceipt]:
-        """The receipts of what was sent, by item (only those not fetched yet, if asked)."""
-        where = " WHERE receipt IS NULL" if missing_only else ""
+        """The receipts of what was sent, by item (only those whose receipt or entry is not
+        fetched yet, if asked)."""
+        where = " WHERE entry IS NULL" if missing_only else ""
         rows = self._db.execute(
-            "SELECT evidence_id, item_id, log_leaf_hash, receipt_path, receipt, fetched_at"
-            f" FROM receipts{where} ORDER BY item_id, evidence_id"
+            "SELECT evidence_id, item_id, log_leaf_hash, receipt_path, receipt, fetched_at,"
+            " part_index, sent_sha256, sent_size, device_id, idempotency_key_sha256,"
+            f" entry, entry_fetched_at FROM receipts{where} ORDER BY item_id, evidence_id"
         ).fetchall()
         return [StoredReceipt(*row) for row in rows]
 

@@ -19,7 +19,7 @@ middleware, so traced apps keep the whole stack (their spans are made there).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -37,22 +37,38 @@ Edge = Callable[[ASGIApp], ASGIApp]
 """Wraps an ASGI app in the platform's request middleware (ids, metrics, guard, body cap)."""
 
 
-class FastLane:
-    """Innermost middleware: requests for ``route`` (one method) go straight to its endpoint."""
+PathParams = Mapping[str, Mapping[str, str]]
+"""The concrete paths of a route with path parameters that a lane answers, each with its
+parameters (the edge's ``/api/edge-intake/{media_type}`` for each known media type)."""
 
-    def __init__(self, app: ASGIApp, *, owner: FastAPI, route: APIRoute, method: str) -> None:
+
+class FastLane:
+    """Innermost middleware: requests for ``route`` (one method) go straight to its endpoint;
+    for a route with path parameters, requests for the concrete ``paths`` given."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        owner: FastAPI,
+        route: APIRoute,
+        method: str,
+        paths: PathParams | None = None,
+    ) -> None:
         self.app = app
         self._owner = owner
         self._route = route
         self._method = method
+        self._paths: PathParams = {route.path: {}} if paths is None else paths
         self._endpoint: Endpoint = route.endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        hot = scope["type"] == "http" and scope["path"] == self._route.path
-        if not hot or scope["method"] != self._method:
+        params = self._paths.get(scope["path"]) if scope["type"] == "http" else None
+        if params is None or scope["method"] != self._method:
             await self.app(scope, receive, send)
             return
         scope["route"] = self._route  # what the HTTP metrics label the request with
+        scope["path_params"] = dict(params)
         request = Request(scope, receive)
         try:
             response = await self._endpoint(request)
@@ -97,12 +113,18 @@ class ServiceApp(FastAPI):
         self._lanes: dict[tuple[str, str], ASGIApp] = {}
         self._lanes_usable: bool | None = None
 
-    def add_fast_lane(self, route: APIRoute, method: str) -> None:
-        """Answer ``method`` requests for ``route`` through a :class:`FastLane`."""
-        self.user_middleware.append(Middleware(FastLane, owner=self, route=route, method=method))
+    def add_fast_lane(self, route: APIRoute, method: str, paths: PathParams | None = None) -> None:
+        """Answer ``method`` requests for ``route`` (for a route with path parameters: for the
+        concrete ``paths``) through a :class:`FastLane`."""
+        self.user_middleware.append(
+            Middleware(FastLane, owner=self, route=route, method=method, paths=paths)
+        )
         if self._edge is not None:
-            lane = FastLane(_not_a_lane, owner=self, route=route, method=method)
-            self._lanes[(route.path, method)] = self._edge(lane)
+            lane = self._edge(
+                FastLane(_not_a_lane, owner=self, route=route, method=method, paths=paths)
+            )
+            for path in paths or (route.path,):
+                self._lanes[(path, method)] = lane
 
     def add_asgi_lane(self, route: Route) -> None:
         """Answer every request for ``route``'s path with its ASGI app (:class:`AsgiLane`)."""

@@ -34,6 +34,13 @@ class EdgeClientSettings(BaseSettings):
         description="Per-device HMAC secret (the server's EDGE_DEVICE_SECRETS entry); signs "
         "every upload when set.",
     )
+    device_id: str | None = Field(
+        None,
+        alias="CONCLAVE_EDGE_DEVICE_ID",
+        description="The id the server knows this device by when it names it by its token (the "
+        "device of its CONCLAVE_API_TOKENS entry, or the JWT's sub); the log's entries of its "
+        "packs are checked against it. Without a token, the outbox's own device id.",
+    )
     timeout_seconds: float = Field(
         30.0,
         alias="CONCLAVE_EDGE_TIMEOUT_SECONDS",
