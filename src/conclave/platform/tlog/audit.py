@@ -11,8 +11,8 @@ bytes), and checks:
 - each leaf's data hashes to the leaf hash stored beside it; where they differ, the block of
   ``2^TILE_LEVEL`` leaves around it says which one the tree holds: the one whose block makes the
   block's stored subtree hash (or, in the last, partial block, the trusted checkpoint's root);
-  a block whose leaves make neither, though the checkpoint proves its stored hash, had leaves
-  moved or rewritten with their hashes (:mod:`.audit_blocks`);
+  a block whose leaves make neither, though the hashes above vouch for its stored hash, had
+  leaves moved or rewritten with their hashes (:mod:`.audit_blocks`);
 - every stored subtree hash (levels ``TILE_LEVEL`` and up) is what the tree's leaves make, and
   none is missing or extra; rows below ``TILE_LEVEL`` (kept from earlier versions) are not read;
 - every stored checkpoint opens, matches its row, and its root is the stored tree's at its size
@@ -80,7 +80,7 @@ class FindingKind(StrEnum):
     """A leaf whose data is the tree's, but whose stored leaf hash is not its data's."""
     BLOCK_ALTERED = "block_altered"
     """A block of ``2^TILE_LEVEL`` leaves whose leaves, data and leaf hashes alike, do not make
-    the tree: not its stored subtree hash, which the signed checkpoint proves, or (in the last,
+    the tree: not its stored subtree hash, for which the hashes above vouch, or (in the last,
     partial block) not the checkpoint's root. Leaves moved, inserted or rewritten with their leaf
     hashes: which of them, one copy of the leaf hashes cannot tell. ``position``: its first
     leaf."""
