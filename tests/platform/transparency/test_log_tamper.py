@@ -122,8 +122,8 @@ async def test_an_inserted_leaf_is_found(postgres_engine: AsyncEngine) -> None:
 
 async def test_a_leaf_inserted_in_the_middle_is_found(postgres_engine: AsyncEngine) -> None:
     # Moved with their leaf hashes, the leaves from 30 on no longer make their blocks: [16, 32),
-    # whose stored hash the checkpoint proves, and the last, partial block [32, 40), which the
-    # checkpoint's root covers (one copy of each leaf hash cannot say which leaf moved).
+    # whose stored hash its stored parent vouches for, and the last, partial block [32, 40), which
+    # the checkpoint's root covers (one copy of each leaf hash cannot say which leaf moved).
     log = await built_log(postgres_engine)
     # The leaves from 30 on move up one place (with their hashes), a new one takes index 30.
     await tamper(
@@ -150,8 +150,8 @@ async def test_two_swapped_leaves_are_found(postgres_engine: AsyncEngine) -> Non
         "UPDATE tlog_leaves SET leaf_index = 3 WHERE leaf_index = 21",
         "UPDATE tlog_leaves SET leaf_index = 21 WHERE leaf_index = -1",
     )
-    # Each moved with its leaf hash: its block no longer makes the stored hash proven by the
-    # checkpoint (the tree goes on from that hash, so nothing else is blamed).
+    # Each moved with its leaf hash: its block no longer makes its stored hash, for which the
+    # hashes above vouch (the tree goes on from that hash, so nothing else is blamed).
     assert await findings(postgres_engine, log) == [
         (FindingKind.BLOCK_ALTERED, 0),
         (FindingKind.BLOCK_ALTERED, 16),
