@@ -3,19 +3,20 @@ HTTP, next to the same app's trivial answers, and the log's storage per leaf.
 
 Run: ``.venv/bin/python -m bench.tlog_proofs [--leaves 10000000] [--samples 2000]``
 
-1. Build, in a throw-away PostgreSQL database: the log is opened as a service opens it (its row
-   and signed checkpoint of size 0), then bulk-built rather than appended. Each leaf is a
-   ``conclave.call/v1``-like JSON entry of about 260 bytes (a function of its index); its leaf
-   hash and every complete subtree hash are computed here, level by level (each level halves
-   the one below), and both tables are filled with binary ``COPY``, their primary keys dropped
-   for the load and added back after, then ``VACUUM ANALYZE`` (what autovacuum does to a grown
-   table). The log's row and one signed checkpoint of the whole tree are then written with the
+1. Build, in a throw-away PostgreSQL database: the log is opened as a service opens it (its row and
+   signed checkpoint of size 0), then bulk-built rather than appended. Each leaf is a
+   ``conclave.call/v1``-like JSON entry of about 260 bytes (a function of its index); its leaf hash
+   and every complete subtree hash are computed here, level by level (each level halves the one
+   below); levels from ``TILE_LEVEL`` up are stored (those below are computed on read from the leaf
+   hashes, as the store does), and both tables are filled with binary ``COPY``, their primary keys
+   dropped for the load and added back after, then ``VACUUM ANALYZE`` (what autovacuum does to a
+   grown table). The log's row and one signed checkpoint of the whole tree are then written with the
    store's own functions, as the sequencer and the integrator would, so the service's read path
-   serves the log unchanged. The root is checked against the core's ``AppendFrontier`` fold of
-   the same leaf hashes, and a sample of the answers below with the core's verify functions
-   (receipts with the log's key and the entries' bytes). The heap of subtrees is written level
-   by level, where the integrator writes each subtree as it completes: a proof's keys are on as
-   many heap pages here, fewer in a grown log (the primary key is the same either way).
+   serves the log unchanged. The root is checked against the core's ``AppendFrontier`` fold of the
+   same leaf hashes, and a sample of the answers below with the core's verify functions (receipts
+   with the log's key and the entries' bytes). The heap of subtrees is written level by level, where
+   the integrator writes each subtree as it completes: a proof's keys are on as many heap pages
+   here, fewer in a grown log (the primary key is the same either way).
 2. In process: ``TransparencyLog.inclusion_proof`` and ``consistency_proof`` at random indices
    and sizes, and ``PublishedLogs.receipt`` (what ``/receipt`` serves) at random indices, one
    call at a time; baseline ``TransparencyLog.latest_checkpoint`` (one statement). Then the
@@ -60,8 +61,9 @@ from bench.servers import PG_ADMIN, cpu_seconds, free_port, start_process, wait_
 from conclave.platform.clock import utc_now
 from conclave.platform.db.engine import create_engine
 from conclave.platform.db.migrate import migrate
-from conclave.platform.tlog import LogKeys, TransparencyLog, store
+from conclave.platform.tlog import LogKeys, TransparencyLog, store, tiles
 from conclave.platform.tlog.published import PublishedLogs
+from conclave.platform.tlog.tiles import TILE_LEVEL
 from conclave.platform.transparency import (
     AppendFrontier,
     Checkpoint,
@@ -203,12 +205,14 @@ async def _copy_leaves(
 
 
 async def _copy_subtrees(connection: asyncpg.Connection, log_id: int, levels: Levels) -> int:
-    """COPY every complete subtree hash, level 0 included; the number of rows."""
-    total = sum(len(level) // 32 for level in levels.hashes)
+    """COPY every complete subtree hash the store keeps (levels ``TILE_LEVEL`` and up, as the
+    integrator writes them); the number of rows."""
+    stored = list(enumerate(levels.hashes))[TILE_LEVEL:]
+    total = sum(len(level) // 32 for _, level in stored)
 
     async def rows() -> AsyncIterator[bytes]:
         yield COPY_HEADER
-        for number, level in enumerate(levels.hashes):
+        for number, level in stored:
             count = len(level) // 32
             for first in range(0, count, 1 << 20):
                 part = min(count, first + (1 << 20)) - first
@@ -503,7 +507,8 @@ class Explained:
     def line(self) -> str:
         reading = "" if self.read_ms is None else f" in {self.read_ms:.3f} ms"
         return (
-            f"EXPLAIN ANALYZE, {self.what} ({self.keys} keys): {self.nodes}; planning "
+            f"EXPLAIN ANALYZE, {self.what} ({self.keys} keys and leaf ranges): {self.nodes}; "
+            "planning "
             f"{self.planning:.3f} ms, execution {self.execution:.3f} ms; shared buffers "
             f"{self.hit} hit, {self.read} read{reading}"
         )
@@ -534,12 +539,15 @@ async def explain(
     connection: AsyncConnection, log_id: int, what: str, plan: ProofPlan
 ) -> Explained:
     """Run the store's proof statement (``store.subtree_hashes`` on PostgreSQL) for ``plan``
-    under EXPLAIN (ANALYZE, BUFFERS)."""
-    keys = sorted({(subtree.level, subtree.index) for subtree in plan.subtrees})
+    under EXPLAIN (ANALYZE, BUFFERS): its stored keys, and its ranges of leaf hashes."""
+    read = tiles.plan_read(plan.subtrees)
+    keys = len(read.stored) + len(read.leaf_ranges)
     values = {
         "log_id": log_id,
-        "levels": [level for level, _ in keys],
-        "indices": [index for _, index in keys],
+        "levels": [subtree.level for subtree in read.stored],
+        "indices": [subtree.index for subtree in read.stored],
+        "starts": [start for start, _ in read.leaf_ranges],
+        "ends": [end for _, end in read.leaf_ranges],
     }
     statement = text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store._SUBTREE_HASHES.text)
     document = (await connection.execute(statement, values)).scalar()
@@ -547,7 +555,7 @@ async def explain(
     top = result["Plan"]
     return Explained(
         what,
-        len(keys),
+        keys,
         _nodes(top),
         result["Planning Time"],
         result["Execution Time"],
@@ -647,6 +655,7 @@ async def main(leaves: int, samples: int) -> None:
     heap, indexes = sum(s.heap for s in sizes), sum(s.indexes for s in sizes)
     print(f"| both | | {heap / leaves:.1f} | {indexes / leaves:.1f} | "
           f"{(heap + indexes) / leaves:.1f} |")  # fmt: skip
+    print(f"rows per leaf (what the integrator writes): {sum(s.rows for s in sizes) / leaves:.3f}")
     ping, checkpoint, proofs, extensions, receipts = remote
     for timings in (proofs, extensions, receipts):
         ratio = _p50(timings.millis) / _p50(checkpoint.millis)

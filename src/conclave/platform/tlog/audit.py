@@ -8,16 +8,21 @@ bytes), and checks:
   and agrees with the log's row; if it does not, the checkpoint at the log's integrated size is
   trusted instead;
 - every index below the sequenced size has a leaf, and no leaf lies beyond it or below 0;
-- each leaf's data hashes to the leaf hash the tree was built from (the stored level-0 subtree)
-  and to the leaf hash stored beside it;
-- every stored subtree hash is what the tree's leaves make, and none is missing or extra;
+- each leaf's data hashes to the leaf hash stored beside it; where they differ, the block of
+  ``2^TILE_LEVEL`` leaves around it says which one the tree holds: the one whose block makes the
+  block's stored subtree hash (or, in the last, partial block, the trusted checkpoint's root);
+  a block whose leaves make neither, though the hashes above vouch for its stored hash, had
+  leaves moved or rewritten with their hashes (:mod:`.audit_blocks`);
+- every stored subtree hash (levels ``TILE_LEVEL`` and up) is what the tree's leaves make, and
+  none is missing or extra; rows below ``TILE_LEVEL`` (kept from earlier versions) are not read;
 - every stored checkpoint opens, matches its row, and its root is the stored tree's at its size
   (a checkpoint edited in the store, or a second history, is a fork); none lies beyond the
   trusted latest one (a row there is what readers would be served, or jams the next integration);
 - the leaves' data make the latest checkpoint's root.
 
-Only the signed checkpoint is trusted: a leaf edited in the store, deleted, inserted or moved
-shows as a finding at its index, and as a root that the data no longer makes. The work beyond the
+Only the signed checkpoint is trusted: a leaf edited in the store or deleted shows as a finding at
+its index, one moved or inserted with its hash as a finding at its block, and each as a root that
+the data no longer makes. The work beyond the
 trusted checkpoint follows the rows stored, not the log's (mutable) sequenced size, and at most
 1000 missing and 1000 unexpected leaves are listed one by one.
 """
@@ -31,11 +36,19 @@ from enum import StrEnum
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.platform.tlog import audit_store, store
+from conclave.platform.tlog.audit_blocks import (
+    BlockHolds,
+    Hashes,
+    block_rows,
+    complete_blocks,
+    last_block,
+)
 from conclave.platform.tlog.records import LogState
+from conclave.platform.tlog.tiles import TILE_LEVEL, TILE_SIZE
 from conclave.platform.transparency.checkpoint import Checkpoint, open_checkpoint
 from conclave.platform.transparency.errors import TransparencyError
 from conclave.platform.transparency.frontier import AppendFrontier
-from conclave.platform.transparency.hashing import leaf_hash
+from conclave.platform.transparency.hashing import HASH_SIZE, leaf_hash
 from conclave.platform.transparency.note import VerifierSet
 from conclave.platform.transparency.subtrees import Subtree
 
@@ -47,9 +60,6 @@ AUDIT_SLICE_BYTES = 4 << 20
 
 _LISTED = 1000
 """At most this many missing, and this many unexpected, leaves are listed one by one."""
-
-_Hashes = tuple[bytes, bytes]
-"""A stored leaf as the audit keeps it: its data's leaf hash, and the leaf hash stored beside."""
 
 
 class FindingKind(StrEnum):
@@ -68,6 +78,12 @@ class FindingKind(StrEnum):
     """A leaf whose data does not hash to the leaf hash the tree holds at its index."""
     LEAF_HASH_ALTERED = "leaf_hash_altered"
     """A leaf whose data is the tree's, but whose stored leaf hash is not its data's."""
+    BLOCK_ALTERED = "block_altered"
+    """A block of ``2^TILE_LEVEL`` leaves whose leaves, data and leaf hashes alike, do not make
+    the tree: not its stored subtree hash, for which the hashes above vouch, or (in the last,
+    partial block) not the checkpoint's root. Leaves moved, inserted or rewritten with their leaf
+    hashes: which of them, one copy of the leaf hashes cannot tell. ``position``: its first
+    leaf."""
     SUBTREE_ALTERED = "subtree_altered"
     """A stored subtree hash that is not what the tree's leaves make. ``detail`` names it."""
     MISSING_SUBTREE = "missing_subtree"
@@ -112,13 +128,19 @@ class LogAudit:
 class _Audit:
     """The state of one audit as it walks the log from index 0."""
 
-    def __init__(self, state: LogState, verifiers: VerifierSet, size: int) -> None:
+    def __init__(
+        self, state: LogState, verifiers: VerifierSet, size: int, root: bytes | None
+    ) -> None:
         self.state = state
         self.verifiers = verifiers
         self.size = size
+        self.root = root
         self.findings: list[Finding] = []
-        # The tree as stored (folded from its own level-0 hashes), and as the data makes it.
+        # The tree as stored (folded from the leaf hashes it holds), and as the data makes it.
         self.tree: AppendFrontier | None = AppendFrontier()
+        # The block being walked: what the tree holds there, and the tree where it starts.
+        self.holds = BlockHolds.STORED
+        self.block_base: AppendFrontier | None = None
         self.data: AppendFrontier | None = AppendFrontier()
         self.missing_listed = 0
         self.missing_unlisted: tuple[int, int] | None = None  # (first index, how many)
@@ -138,44 +160,101 @@ class _Audit:
             self.missing_unlisted = (first, count + end - start - listed)
 
     def leaves(
-        self, start: int, end: int, rows: dict[int, _Hashes], tree: dict[Subtree, bytes]
+        self,
+        start: int,
+        end: int,
+        rows: dict[int, Hashes],
+        tree: dict[Subtree, bytes],
+        holds: dict[int, BlockHolds],
     ) -> None:
-        """The integrated leaves ``[start, end)``, folded into both trees."""
+        """The integrated leaves ``[start, end)``, folded into both trees. ``rows`` holds every
+        leaf of the blocks the range touches (slices are whole blocks), ``holds`` what the tree
+        holds in each complete one (:mod:`.audit_blocks`)."""
+        index = start
+        while index < end:
+            block = index >> TILE_LEVEL
+            first = block << TILE_LEVEL
+            if index == first:
+                self._enter(block, rows, holds)
+            stop = min(end, first + TILE_SIZE)
+            self._fold(index, stop, rows, tree)
+            if stop == first + TILE_SIZE and self.tree is None:
+                self._resume(block, tree)
+            index = stop
+
+    def _enter(self, block: int, rows: dict[int, Hashes], holds: dict[int, BlockHolds]) -> None:
+        first = block << TILE_LEVEL
+        self.block_base = self.tree
+        if block in holds:
+            self.holds = holds[block]
+        else:
+            found = block_rows(rows, first, min(first + TILE_SIZE, self.size))
+            self.holds = last_block(self.tree, found, self.root)
+        if self.holds in (BlockHolds.TILE, BlockHolds.UNKNOWN):
+            self.add(
+                FindingKind.BLOCK_ALTERED,
+                first,
+                f"the leaves from {first} do not make the tree ({self.holds.value})",
+            )
+            self.tree = None
+
+    def _resume(self, block: int, tree: dict[Subtree, bytes]) -> None:
+        """Go on with the tree past a complete block that misses a leaf, or whose leaves do not
+        make it: from its stored subtree hash, so the subtrees and checkpoints beyond are still
+        checked."""
+        base, tile = self.block_base, tree.get(Subtree(TILE_LEVEL, block))
+        if base is None or tile is None:
+            return
+        # Above TILE_LEVEL, a tree is the tree whose leaves are its blocks' hashes.
+        blocks = AppendFrontier(base.size >> TILE_LEVEL, [h for _, h in base.subtrees])
+        batch = blocks.append([tile])
+        self.tree = AppendFrontier(
+            batch.frontier.size << TILE_LEVEL, [h for _, h in batch.frontier.subtrees]
+        )
+        above = [(Subtree(s.level + TILE_LEVEL, s.index), h) for s, h in batch.stored[1:]]
+        self._compare(above, tree)
+
+    def _compare(self, computed: list[tuple[Subtree, bytes]], tree: dict[Subtree, bytes]) -> None:
+        """Each stored subtree hash (``TILE_LEVEL`` and up) against the one the tree makes."""
+        for subtree, made in computed:
+            if subtree.level < TILE_LEVEL:
+                continue
+            kept = tree.get(subtree)
+            if kept is None:
+                self.add(FindingKind.MISSING_SUBTREE, subtree.start, f"no stored {subtree}")
+            elif kept != made:
+                self.add(FindingKind.SUBTREE_ALTERED, subtree.start, f"{subtree} changed")
+
+    def _fold(
+        self, start: int, end: int, rows: dict[int, Hashes], tree: dict[Subtree, bytes]
+    ) -> None:
+        """The leaves ``[start, end)`` of one block, folded into both trees."""
         tree_hashes: list[bytes] = []
         data_hashes: list[bytes] = []
         for index in range(start, end):
-            held = tree.get(Subtree(0, index))
-            if held is None:
-                self.add(FindingKind.MISSING_SUBTREE, index, f"no stored leaf hash {index}")
-                self.tree = None
-            else:
-                tree_hashes.append(held)
             hashes = rows.get(index)
             if hashes is None:
                 self.missing(index, index + 1)
-                self.data = None
+                self.data = self.tree = None
                 continue
             computed, stored = hashes
-            if held is not None and computed != held:
+            held = computed if self.holds is BlockHolds.DATA else stored
+            if computed != held:
                 self.add(FindingKind.LEAF_DATA_ALTERED, index, f"leaf {index}'s data changed")
             elif stored != computed:
                 self.add(FindingKind.LEAF_HASH_ALTERED, index, f"leaf {index}'s hash changed")
+            if len(held) != HASH_SIZE:
+                self.tree = None  # a stored "hash" that is none: no tree to fold past it
+            tree_hashes.append(held)
             data_hashes.append(computed)
         if self.data is not None:
             self.data = self.data.append(data_hashes).frontier
-        if self.tree is not None:
+        if self.tree is not None and self.holds in (BlockHolds.STORED, BlockHolds.DATA):
             batch = self.tree.append(tree_hashes)
             self.tree = batch.frontier
-            for subtree, computed in batch.stored:
-                if subtree.level == 0:
-                    continue
-                held = tree.get(subtree)
-                if held is None:
-                    self.add(FindingKind.MISSING_SUBTREE, subtree.start, f"no stored {subtree}")
-                elif held != computed:
-                    self.add(FindingKind.SUBTREE_ALTERED, subtree.start, f"{subtree} changed")
+            self._compare(list(batch.stored), tree)
 
-    def pending(self, start: int, end: int, rows: dict[int, _Hashes]) -> None:
+    def pending(self, start: int, end: int, rows: dict[int, Hashes]) -> None:
         """The stored leaves of ``[start, end)``, sequenced but beyond the trusted checkpoint:
         no tree to fold them into, only gaps and hashes to check."""
         expected = start
@@ -239,7 +318,8 @@ async def audit_log(
             size = min(
                 state.integrated_size, await audit_store.leaf_hash_count(connection, state.log_id)
             )
-        audit = _Audit(state, verifiers, size)
+        root = checkpoint.root_hash if checkpoint is not None else None
+        audit = _Audit(state, verifiers, size, root)
         if size < state.integrated_size:
             audit.add(
                 FindingKind.MISSING_SUBTREE,
@@ -284,7 +364,7 @@ async def _trusted_latest(
 
 async def _hashed(
     connection: AsyncConnection, log_id: int, sizes: list[tuple[int, int]]
-) -> dict[int, _Hashes]:
+) -> dict[int, Hashes]:
     """The hashes of the leaves listed in ``sizes`` (``(index, data length)``, in order), their
     data read in ranges of at most :data:`AUDIT_SLICE_BYTES` and dropped once hashed."""
     ranges: list[tuple[int, int]] = []
@@ -298,7 +378,7 @@ async def _hashed(
         last, held = index, held + length
     if first >= 0:
         ranges.append((first, last + 1))
-    hashes: dict[int, _Hashes] = {}
+    hashes: dict[int, Hashes] = {}
     for start, end in ranges:
         for row in await audit_store.leaves_between(connection, log_id, start, end):
             hashes[row.index] = (leaf_hash(row.data), row.leaf_hash)
@@ -310,6 +390,8 @@ async def _walk(connection: AsyncConnection, audit: _Audit, slice_size: int) -> 
     a time; within a slice the trees are folded up to each checkpoint's size, to compare its root
     there."""
     log_id, size = audit.state.log_id, audit.size
+    # Whole blocks per slice: a leaf's block decides which of its two hashes the tree holds.
+    slice_size = -(-max(slice_size, 1) // TILE_SIZE) * TILE_SIZE
     after = -1  # checkpoints of sizes up to here are checked (the first one has size 0)
     start = 0
     while True:
@@ -321,17 +403,19 @@ async def _walk(connection: AsyncConnection, audit: _Audit, slice_size: int) -> 
             if start < end
             else {}
         )
+        trusted = (size, audit.root) if audit.root is not None else None
+        holds = await complete_blocks(connection, log_id, (start, end), rows, tree, trusted)
         position = start
         for checkpoint_size, root_hash, note in await audit_store.checkpoints_between(
             connection, log_id, after, end
         ):
             if checkpoint_size > position:
-                audit.leaves(position, checkpoint_size, rows, tree)
+                audit.leaves(position, checkpoint_size, rows, tree, holds)
                 position = checkpoint_size
             tree_root = audit.tree.root() if audit.tree is not None else None
             audit.checkpoint(checkpoint_size, root_hash, note, tree_root)
         if end > position:
-            audit.leaves(position, end, rows, tree)
+            audit.leaves(position, end, rows, tree, holds)
         after = max(after, end)
         if end >= size:
             return
@@ -366,7 +450,7 @@ async def _extras(connection: AsyncConnection, audit: _Audit) -> None:
     ):
         where = "below size 0" if size < 0 else f"beyond the latest trusted one ({audit.size})"
         audit.add(FindingKind.CHECKPOINT_INVALID, size, f"a checkpoint row of size {size} {where}")
-    expected = sum(audit.size >> level for level in range(audit.size.bit_length()))
-    extra = await audit_store.subtree_count(connection, log_id) - expected
+    expected = sum(audit.size >> level for level in range(TILE_LEVEL, audit.size.bit_length()))
+    extra = await audit_store.subtree_count(connection, log_id, TILE_LEVEL) - expected
     if extra > 0:
         audit.add(FindingKind.UNEXPECTED_SUBTREES, extra, f"{extra} subtree hashes beyond the tree")

@@ -13,6 +13,7 @@ from conclave.platform.db.schema import (
 )
 from conclave.platform.tlog.records import StoredLeaf
 from conclave.platform.tlog.store import stored_bytes
+from conclave.platform.tlog.tiles import TILE_LEVEL
 from conclave.platform.transparency.subtrees import Subtree
 
 
@@ -118,9 +119,10 @@ async def leaf_indices_outside(
 async def subtrees_completed_between(
     connection: AsyncConnection, log_id: int, start: int, end: int
 ) -> dict[Subtree, bytes]:
-    """The stored subtrees whose last leaf is in ``[start, end)``, every level (one statement)."""
+    """The stored subtrees whose last leaf is in ``[start, end)``, every level from
+    ``TILE_LEVEL`` (one statement; rows below it, from earlier versions, are never read)."""
     ranges = []
-    for level in range(end.bit_length()):
+    for level in range(TILE_LEVEL, end.bit_length()):
         # A subtree of this level ends at (index + 1) << level, which must be in (start, end].
         first, last = start >> level, (end >> level) - 1
         if first <= last:
@@ -141,25 +143,23 @@ async def subtrees_completed_between(
     return {Subtree(row.level, row.subtree_index): bytes(row.hash) for row in rows}
 
 
-async def subtree_count(connection: AsyncConnection, log_id: int) -> int:
-    """How many subtree hashes the log stores."""
+async def subtree_count(connection: AsyncConnection, log_id: int, lowest_level: int) -> int:
+    """How many subtree hashes the log stores at ``lowest_level`` and above."""
     count = await connection.scalar(
-        select(func.count()).select_from(tlog_subtrees).where(tlog_subtrees.c.log_id == log_id)
+        select(func.count())
+        .select_from(tlog_subtrees)
+        .where(tlog_subtrees.c.log_id == log_id, tlog_subtrees.c.level >= lowest_level)
     )
     return int(count or 0)
 
 
 async def leaf_hash_count(connection: AsyncConnection, log_id: int) -> int:
-    """How many level-0 subtree hashes (the tree's leaf hashes) the log stores at indices from 0:
-    a bound on its integrated size that no single row can raise."""
+    """How many leaves (and so leaf hashes) the log stores at indices from 0: a bound on its
+    integrated size that no single row can raise by more than one."""
     count = await connection.scalar(
         select(func.count())
-        .select_from(tlog_subtrees)
-        .where(
-            tlog_subtrees.c.log_id == log_id,
-            tlog_subtrees.c.level == 0,
-            tlog_subtrees.c.subtree_index >= 0,
-        )
+        .select_from(tlog_leaves)
+        .where(tlog_leaves.c.log_id == log_id, tlog_leaves.c.leaf_index >= 0)
     )
     return int(count or 0)
 

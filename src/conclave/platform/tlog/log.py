@@ -6,12 +6,13 @@
   no gap.
 - **Integration** (:meth:`TransparencyLog.integrate`): under a lock only one integrator holds, the
   sequenced leaves not yet in the tree are folded into it with the append frontier; the new
-  complete subtrees, the signed checkpoint and the new integrated size and root commit in one
-  transaction, or nothing does. Integration runs at most once per checkpoint interval (one
-  checkpoint each time), and does nothing while no leaf waits.
+  complete subtrees (from ``TILE_LEVEL`` up, :mod:`.tiles`), the signed checkpoint and the new
+  integrated size and root commit in one transaction, or nothing does. Integration runs at most
+  once per checkpoint interval (one checkpoint each time), and does nothing while no leaf waits.
 - **Reads**: the latest checkpoint, the checkpoint of a size, a leaf, and inclusion and
   consistency proofs, each proof read as the first layer plans it: one statement of O(log n)
-  stored subtree hashes. Only integrated leaves are served.
+  stored subtree hashes and the few leaf hashes below ``TILE_LEVEL``. Only integrated leaves are
+  served.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from conclave.platform.clock import utc_now
 from conclave.platform.db.batch import Insert
 from conclave.platform.db.engine import store_errors
 from conclave.platform.db.schema import tlog_queue
-from conclave.platform.tlog import queue, store
+from conclave.platform.tlog import queue, store, tiles
 from conclave.platform.tlog.errors import (
     BeyondIntegrated,
     CheckpointNotFound,
@@ -290,7 +291,9 @@ class TransparencyLog:
                 checkpoint = Checkpoint(self.origin, batch.frontier.size, batch.root)
                 note = sign(checkpoint, self._keys)
                 try:
-                    await store.insert_subtrees(connection, self._log_id, batch.stored)
+                    await store.insert_subtrees(
+                        connection, self._log_id, tiles.rows_to_store(batch.stored)
+                    )
                     await store.insert_checkpoint(
                         connection, self._log_id, checkpoint.size, batch.root, note, now
                     )

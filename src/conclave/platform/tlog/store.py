@@ -2,7 +2,8 @@
 a connection inside the caller's transaction and never commit.
 
 Reads of hashes go by primary key only: a root, a proof or a frontier is one statement naming its
-O(log n) ``(level, subtree_index)`` keys.
+O(log n) stored ``(level, subtree_index)`` keys and the one or two short ranges of leaf hashes
+below ``TILE_LEVEL`` it needs (:mod:`.tiles`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, insert, or_, select, text, update
+from sqlalchemy import and_, func, insert, literal, or_, select, text, union_all, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -22,6 +23,7 @@ from conclave.platform.db.schema import (
     tlog_logs,
     tlog_subtrees,
 )
+from conclave.platform.tlog import tiles
 from conclave.platform.tlog.records import LogState, StoredLeaf
 from conclave.platform.transparency.subtrees import Subtree, SubtreeHash
 
@@ -47,13 +49,24 @@ _INSERT_SUBTREES = text(
     ") AS t(l, i, h)"
 )
 
-# One statement whatever the number of keys (prepared once): a nested loop of primary-key lookups.
+# One statement whatever the number of keys and blocks (prepared once): a nested loop of
+# primary-key lookups for the stored subtrees, and one primary-key range per block of leaf hashes
+# (level -1 marks those rows: tiles.py computes the subtrees below TILE_LEVEL from them). The
+# LIMIT tells the planner what a range holds at most (a block), so that a generic plan never
+# prefers scanning the leaves to the primary key.
 _SUBTREE_HASHES = text(
     "SELECT s.level, s.subtree_index, s.hash "
     "FROM unnest(CAST(:levels AS SMALLINT[]), CAST(:indices AS BIGINT[])) AS k(level, idx) "
     "JOIN tlog_subtrees s "
-    "ON s.log_id = :log_id AND s.level = k.level AND s.subtree_index = k.idx"
+    "ON s.log_id = :log_id AND s.level = k.level AND s.subtree_index = k.idx "
+    "UNION ALL "
+    "SELECT CAST(-1 AS SMALLINT), f.leaf_index, f.leaf_hash "
+    "FROM unnest(CAST(:starts AS BIGINT[]), CAST(:ends AS BIGINT[])) AS r(lo, hi) "
+    "CROSS JOIN LATERAL (SELECT b.leaf_index, b.leaf_hash FROM tlog_leaves b "
+    "WHERE b.log_id = :log_id AND b.leaf_index >= r.lo AND b.leaf_index < r.hi "
+    f"ORDER BY b.leaf_index LIMIT {tiles.TILE_SIZE}) AS f"
 )
+_LEAF_ROW = -1
 
 
 def _is_sqlite(connection: AsyncConnection) -> bool:
@@ -197,43 +210,76 @@ async def leaf_hashes(
 async def subtree_hashes(
     connection: AsyncConnection, log_id: int, subtrees: Sequence[Subtree]
 ) -> dict[Subtree, bytes]:
-    """The stored hashes of ``subtrees`` (those stored; a caller checks none is missing), read
-    with one statement of one primary-key lookup per subtree."""
+    """The hashes of ``subtrees`` that the store holds (a caller checks none is missing), read
+    with one statement: one primary-key lookup per stored subtree (level >= ``TILE_LEVEL``), and
+    one primary-key range of leaf hashes per aligned block the lower ones lie in, from which
+    those are computed (:mod:`.tiles`)."""
     if not subtrees:
         return {}
-    keys = sorted({(subtree.level, subtree.index) for subtree in subtrees})
+    read = tiles.plan_read(subtrees)
     if _is_sqlite(connection):
-        # Each key whole in its own term: SQLite then looks each up in the primary key (a
-        # row-value IN list, or log_id outside the terms, scanned the whole log).
-        statement = select(
-            tlog_subtrees.c.level, tlog_subtrees.c.subtree_index, tlog_subtrees.c.hash
-        ).where(
-            or_(
-                *(
-                    and_(
-                        tlog_subtrees.c.log_id == log_id,
-                        tlog_subtrees.c.level == level,
-                        tlog_subtrees.c.subtree_index == index,
-                    )
-                    for level, index in keys
-                )
-            )
-        )
-        rows = await connection.execute(statement)
+        rows = await connection.execute(_sqlite_tiled_read(log_id, read))
     else:
         values = {
             "log_id": log_id,
-            "levels": [level for level, _ in keys],
-            "indices": [index for _, index in keys],
+            "levels": [subtree.level for subtree in read.stored],
+            "indices": [subtree.index for subtree in read.stored],
+            "starts": [start for start, _ in read.leaf_ranges],
+            "ends": [end for _, end in read.leaf_ranges],
         }
         rows = await connection.execute(_SUBTREE_HASHES, values)
-    return {Subtree(row.level, row.subtree_index): bytes(row.hash) for row in rows}
+    stored: dict[Subtree, bytes] = {}
+    leaves: dict[int, bytes] = {}
+    for level, index, value in rows:
+        if level == _LEAF_ROW:
+            leaves[index] = stored_bytes(value)
+        else:
+            stored[Subtree(level, index)] = bytes(value)
+    return tiles.resolve(subtrees, stored, leaves)
+
+
+def _sqlite_tiled_read(log_id: int, read: tiles.TiledRead) -> Any:
+    # Each key and range whole in its own term: SQLite then looks each up in the primary key (a
+    # row-value IN list, or log_id outside the terms, scanned the whole log).
+    parts = []
+    if read.stored:
+        keys = (
+            and_(
+                tlog_subtrees.c.log_id == log_id,
+                tlog_subtrees.c.level == subtree.level,
+                tlog_subtrees.c.subtree_index == subtree.index,
+            )
+            for subtree in read.stored
+        )
+        parts.append(
+            select(
+                tlog_subtrees.c.level, tlog_subtrees.c.subtree_index, tlog_subtrees.c.hash
+            ).where(or_(*keys))
+        )
+    if read.leaf_ranges:
+        ranges = (
+            and_(
+                tlog_leaves.c.log_id == log_id,
+                tlog_leaves.c.leaf_index >= start,
+                tlog_leaves.c.leaf_index < end,
+            )
+            for start, end in read.leaf_ranges
+        )
+        parts.append(
+            select(
+                literal(_LEAF_ROW).label("level"),
+                tlog_leaves.c.leaf_index.label("subtree_index"),
+                tlog_leaves.c.leaf_hash.label("hash"),
+            ).where(or_(*ranges))
+        )
+    return parts[0] if len(parts) == 1 else union_all(*parts)
 
 
 async def insert_subtrees(
     connection: AsyncConnection, log_id: int, subtrees: Iterable[SubtreeHash]
 ) -> None:
-    """Store the hashes of newly completed subtrees (one statement)."""
+    """Store the hashes of newly completed subtrees (one statement); the caller passes only those
+    at ``TILE_LEVEL`` and above (:func:`.tiles.rows_to_store`)."""
     if not _is_sqlite(connection):
         listed = list(subtrees)
         if listed:

@@ -43,7 +43,8 @@ class AppendedBatch(NamedTuple):
     """The leaf index given to the batch's first leaf; the others follow in order."""
     stored: list[SubtreeHash]
     """Every subtree the batch completed, leaves (level 0) included, in the order completed:
-    what storage must add for later roots and proofs."""
+    what storage adds for later roots and proofs (a stored log keeps the subtrees of 16 leaves
+    and more, and computes the lower ones from its leaf hashes: ``platform.tlog.tiles``)."""
     root: bytes
     """The root hash of the tree after the batch."""
 

@@ -1,7 +1,8 @@
 """An in-memory :class:`HashSource`: the stored complete subtrees of one tree, level by level.
 
-It holds what storage will hold (every complete subtree hash, from the rows that
-:meth:`AppendFrontier.append` yields) in one ``bytearray`` per level, 32 bytes a hash, so ten
+It holds every complete subtree hash, from the rows that :meth:`AppendFrontier.append` yields
+(a stored log keeps the upper levels as rows and computes the lowest from its leaf hashes: this is
+the reference it is tested against) in one ``bytearray`` per level, 32 bytes a hash, so ten
 million leaves take about 640 MB rather than several gigabytes of ``bytes`` objects. It serves
 tests and anything that holds a whole tree in memory; it is not shared between threads.
 """
