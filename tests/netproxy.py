@@ -14,7 +14,16 @@ class CuttableProxy:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        self._lose_after: bytes | None = None
+        self.lost_replies = 0
+        """Replies dropped by :meth:`lose_reply_to` so far."""
         self.port = 0
+
+    def lose_reply_to(self, marker: bytes) -> None:
+        """Once: forward the next request holding ``marker``, then drop its connection instead of
+        forwarding the server's reply, as if the network failed just after the server acted (a
+        database commits, the client never learns it)."""
+        self._lose_after = marker
 
     async def start(self) -> None:
         """Listen on a free port (kept across cut/restore)."""
@@ -48,14 +57,29 @@ class CuttableProxy:
             writer.close()
             return
         self._writers.update({writer, upstream_writer})
-        for source, sink in ((reader, upstream_writer), (upstream_reader, writer)):
-            task = asyncio.create_task(self._pipe(source, sink))
+        armed = asyncio.Event()  # this connection's next reply is to be lost
+        pipes = ((reader, upstream_writer, armed, False), (upstream_reader, writer, armed, True))
+        for source, sink, event, replies in pipes:
+            task = asyncio.create_task(self._pipe(source, sink, event, replies))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def _pipe(
+        self,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        armed: asyncio.Event,
+        replies: bool,
+    ) -> None:
         try:
             while data := await source.read(65536):
+                if replies and armed.is_set():
+                    self.lost_replies += 1
+                    sink.close()  # the client's side; its end then closes the server's
+                    return
+                if not replies and self._lose_after is not None and self._lose_after in data:
+                    self._lose_after = None
+                    armed.set()
                 sink.write(data)
                 await sink.drain()
         except (OSError, asyncio.CancelledError):

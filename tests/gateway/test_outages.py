@@ -120,3 +120,49 @@ async def test_store_down_refuses_execution_with_503(redis_bus, calls: Calls, te
                     assert row.status == "succeeded"
     finally:
         await proxy.close()
+
+
+async def test_a_commit_whose_answer_was_lost_is_not_recorded_twice(redis_bus, test_tools):
+    """The network fails after PostgreSQL committed a call's audit row and before the gateway
+    heard so: the gateway retries, meets its own row, and answers the call (it used to answer
+    500 from an idempotency check for a call that had no key)."""
+    proxy = await _proxy(POSTGRES_URL, 5432)
+    parsed = urlparse(POSTGRES_URL)
+    proxied = POSTGRES_URL.replace(parsed.netloc, f"{parsed.username}@127.0.0.1:{proxy.port}")
+    try:
+        async with isolated_postgres(proxied) as engine:
+            backend = Backend("production", engine, redis_bus)
+            settings = test_settings()
+            async with open_platform(backend, settings) as platform:
+                app = create_app(settings, platform=platform, extra_tools=test_tools)
+                async with serve_app(app) as client:
+                    warm = await client.post(
+                        "/execute", json={"tool": "echo", "args": {"message": "warm-up"}}
+                    )
+                    assert warm.status_code == 200
+                    # The audit row's group commit carries the arguments: its answer is lost.
+                    proxy.lose_reply_to(b"lost-ack-probe")
+                    response = await client.post(
+                        "/execute", json={"tool": "echo", "args": {"message": "lost-ack-probe"}}
+                    )
+                    assert proxy.lost_replies == 1
+                    assert response.status_code == 200, response.text
+                    body = response.json()
+                    assert body["status"] == "succeeded"
+                    probes = await audit_rows(backend)
+                    rows = [r for r in probes if r.args.get("message") == "lost-ack-probe"]
+                    assert [(r.conclave_id, r.status) for r in rows] == [
+                        (body["conclave_id"], "succeeded")
+                    ]
+                    async with engine.connect() as connection:
+                        events = (
+                            await connection.execute(
+                                select(outbox_events.c.payload).where(
+                                    outbox_events.c.channel == CHANNEL
+                                )
+                            )
+                        ).all()
+                    mine = [e for e in events if body["conclave_id"] in json.dumps(e.payload)]
+                    assert len(mine) == 1
+    finally:
+        await proxy.close()

@@ -390,6 +390,8 @@ class GatewayService:
                 await self._platform.writer.write(audit, outbox_write(call_event(row)), *logged)
                 break
             except IntegrityError:
+                if await self._recorded_already(row):
+                    break  # an earlier try (ours or the writer's) committed: its answer was lost
                 # A read-only call lost an idempotency race: answer with the winner's outcome.
                 return await self._conflicting_key(call.command, row.request_hash)
             except StoreUnavailable:
@@ -427,7 +429,8 @@ class GatewayService:
                 store.record_call(row), outbox_write(call_event(row)), *logged
             )
         except IntegrityError:
-            return await self._conflicting_key(call.command, row.request_hash)
+            if not await self._recorded_already(row):
+                return await self._conflicting_key(call.command, row.request_hash)
         known = self.registry.resolve(call.command.tool) is not None
         self._metrics.observe(row.tool_name if known else None, REJECTED, HERETICAL, 0.0)
         return self._logged(row, outcome)
@@ -475,6 +478,14 @@ class GatewayService:
                 code=ProblemCode.IDEMPOTENCY_IN_PROGRESS,
             )
         return earlier.outcome(replayed=True)
+
+    async def _recorded_already(self, row: AuditRow) -> bool:
+        """Whether the finished row of this call is stored already: a retry after a lost
+        acknowledgement (the connection failed after the commit) meets its own earlier write.
+        The call's id is its own, so a stored row of that id and outcome is this call's."""
+        with store_errors():
+            stored = await store.get_call(self._platform.engine, row.conclave_id)
+        return stored is not None and stored.status == row.status
 
     async def _conflicting_key(self, command: ExecuteCommand, fingerprint: str | None) -> Outcome:
         # Another request with the same key won the race to record itself.
