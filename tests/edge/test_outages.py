@@ -77,3 +77,49 @@ async def test_store_down_refuses_uploads_with_503_and_writes_nothing(
                 assert evidence_id in fields["payload"]
     finally:
         await proxy.close()
+
+
+async def test_a_commit_whose_answer_was_lost_creates_the_pack_once(
+    redis_bus, tmp_path: Path
+) -> None:
+    """The network fails after PostgreSQL committed an upload's pack and before the edge heard
+    so: the retry meets the upload's own rows, and the upload is answered `created` with its
+    pack, stored once (it used to answer 500)."""
+    parsed = urlparse(POSTGRES_URL.replace("+asyncpg", ""))
+    proxy = CuttableProxy(parsed.hostname or "127.0.0.1", parsed.port or 5432)
+    await proxy.start()
+    proxied = POSTGRES_URL.replace(parsed.netloc, f"{parsed.username}@127.0.0.1:{proxy.port}")
+    try:
+        async with isolated_postgres(proxied) as engine:
+            backend = Backend("production", engine, redis_bus)
+            async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+                warm = await client.post(
+                    "/api/edge-intake/image", **form(("warm.png", samples.png()))
+                )
+                assert warm.status_code == 200, warm.text
+                # The pack's group commit carries its file name: its answer is lost.
+                proxy.lose_reply_to(b"lost-ack-probe.png")
+                response = await client.post(
+                    "/api/edge-intake/image", **form(("lost-ack-probe.png", samples.png(33, 17)))
+                )
+                assert proxy.lost_replies == 1
+                assert response.status_code == 200, response.text
+                body = response.json()
+                assert body["status"] == "created"
+                [evidence_id] = body["evidence_ids"]
+                async with engine.connect() as connection:
+                    stored = (
+                        (
+                            await connection.execute(
+                                select(evidence_packs.c.evidence_id).where(
+                                    evidence_packs.c.filename == "lost-ack-probe.png"
+                                )
+                            )
+                        )
+                        .scalars()
+                        .all()
+                    )
+                assert stored == [evidence_id]
+                assert await _written(backend) == (2, 2, 2)  # packs, events, leaves: once each
+    finally:
+        await proxy.close()

@@ -222,6 +222,10 @@ async def append_packs(
                 queue = leaves[0].write.table
                 await connection.execute(queue.insert(), [leaf.write.values for leaf in leaves])
     except IntegrityError:
+        if await _stored_already(engine, packs[0].evidence_id):
+            # An earlier try (the writer retries alone what a failed batch held) committed;
+            # only its answer was lost. The pack's id is this upload's own.
+            return None
         if idempotency_key is None:
             raise
         earlier = await idempotent_packs(engine, device_id, idempotency_key)
@@ -229,6 +233,14 @@ async def append_packs(
             raise
         return earlier
     return None
+
+
+async def _stored_already(engine: AsyncEngine, evidence_id: str) -> bool:
+    async with engine.connect() as connection:
+        found = await connection.scalar(
+            select(evidence_packs.c.evidence_id).where(evidence_packs.c.evidence_id == evidence_id)
+        )
+    return found is not None
 
 
 _PACK_COLUMNS = tuple(column.name for column in evidence_packs.columns)
