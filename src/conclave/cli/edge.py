@@ -220,7 +220,7 @@ def cleanup(outbox: OutboxOption = None) -> None:
     out.print(f"removed {removed} SENT item(s)")
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*\Z")
 
 
 def parse_duration(text: str) -> float:

@@ -31,6 +31,7 @@ from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.errors import BadRequest, NotFound
 from conclave.platform.http import CurrentPrincipal, correlation_id
 from conclave.platform.media_types import media_type_names
+from conclave.platform.middleware import declared_length
 from conclave.platform.openapi import BEARER_SECURITY, HEALTH_RESPONSES, problem_responses
 from conclave.platform.problem_types import ProblemCode
 
@@ -161,12 +162,11 @@ async def upload(request: Request) -> Response:
     principal = state.authenticator.authenticate(
         headers.get("authorization"), headers.get(ACTING_USER_HEADER)
     )
-    length = headers.get("content-length")
     command = UploadCommand(
         media_type=request.path_params["media_type"],
         principal=principal,
         content_type=headers.get("content-type", ""),
-        content_length=int(length) if length and length.isascii() and length.isdigit() else None,
+        content_length=declared_length(headers.get("content-length")),
         body=request.stream(),
         correlation_id=correlation_id(request),
         idempotency_key=headers.get("idempotency-key"),

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
+import logging
 import os
 import time
 import uuid
 from pathlib import Path
 
 from conclave.edge.sniff import HEAD_BYTES
-from conclave.platform.errors import PayloadTooLarge
+from conclave.platform.errors import PayloadTooLarge, Unavailable
 from conclave.platform.problem_types import ProblemCode
+
+log = logging.getLogger(__name__)
 
 _CHUNK = 1024 * 1024
 _WRITEBACK_BYTES = 32 * 1024 * 1024
@@ -88,8 +92,11 @@ def place_blob(source: Path, target: Path, *, fsync: bool) -> None:
     before this returns: a power cut after the pack commits cannot leave its blob missing or
     empty."""
     if target.exists():
-        # Same content is already stored; keep the original so tampering stays visible.
+        # Same content is already stored; keep the original so tampering stays visible. Its name
+        # may not be durable yet (another upload placing it right now): synced again here.
         source.unlink()
+        if fsync:
+            _fsync_folder(target.parent)
         return
     if fsync:
         with source.open("rb") as stream:
@@ -110,6 +117,11 @@ def _fsync_folder(folder: Path) -> None:
     descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(descriptor)
+    except OSError as error:
+        # Some file systems (network, FUSE) cannot fsync a folder: they refuse with EINVAL or
+        # EBADF, and keep their names durable their own way (PostgreSQL ignores the same two).
+        if error.errno not in (errno.EINVAL, errno.EBADF):
+            raise
     finally:
         os.close(descriptor)
 
@@ -145,10 +157,18 @@ class BlobStore:
         return self._fsync
 
     async def store(self, temp: TempBlob) -> Path:
-        """Move a verified temporary blob to its content address (once per content)."""
+        """Move a verified temporary blob to its content address (once per content); 503
+        ``STORE_UNAVAILABLE`` when the folder refuses it (full, read-only, not a folder)."""
         temp.close()
         target = self.path_for(temp.sha256)
-        await asyncio.to_thread(place_blob, temp.path, target, fsync=self._fsync)
+        try:
+            await asyncio.to_thread(place_blob, temp.path, target, fsync=self._fsync)
+        except OSError as error:
+            log.error("the blob store refused a file: %s: %s", type(error).__name__, error)
+            raise Unavailable(
+                "The blob store could not store the file; nothing was stored.",
+                code=ProblemCode.STORE_UNAVAILABLE,
+            ) from None
         return target
 
     async def digest(self, sha256: str) -> tuple[str, int] | None:

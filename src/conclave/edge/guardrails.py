@@ -13,8 +13,9 @@ from conclave.platform.errors import Unprocessable
 from conclave.platform.inputs import INT_MAX, UnsafeInput, UnsafeValue, check_safe, text_problem
 from conclave.platform.problem_types import ProblemCode
 
-_SAFE_ID = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
-_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,256}$")
+# Matched whole (``fullmatch``): ``$`` also matches before a final newline, so "cam-7\n" passed.
+_SAFE_ID = re.compile(r"[A-Za-z0-9._:/@+=-]{1,128}")
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,256}")
 _COORDINATES = (("latitude", "lat", 90.0), ("longitude", "lon", 180.0))
 MAX_FILENAME = 255
 
@@ -128,7 +129,7 @@ def optional_id(value: str | None, field_name: str) -> str | None:
     """A correlation id or similar reference: 1-128 plain characters, or absent."""
     if value is None or value == "":
         return None
-    if not _SAFE_ID.match(value):
+    if not _SAFE_ID.fullmatch(value):
         raise Unprocessable(
             f"{field_name} must be 1-128 characters of A-Z a-z 0-9 . _ : / @ + = -.",
             code=ProblemCode.VALIDATION_FAILED,
@@ -141,7 +142,7 @@ def idempotency_key(value: str | None) -> str | None:
     """An idempotency key: 1-256 printable ASCII characters, or absent."""
     if value is None or value == "":
         return None
-    if not _IDEMPOTENCY_KEY.match(value):
+    if not _IDEMPOTENCY_KEY.fullmatch(value):
         raise Unprocessable(
             "The idempotency key must be 1-256 printable ASCII characters.",
             code=ProblemCode.VALIDATION_FAILED,

@@ -22,7 +22,7 @@ from conclave.platform.tlog.log import TransparencyLog
 
 # Evidence ids are the UUIDs this service issues: anything else cannot name a pack, and is not
 # sent to the store (PostgreSQL refuses NUL in a query parameter with an error, not a miss).
-_EVIDENCE_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_EVIDENCE_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
 async def pack_or_404(engine: AsyncEngine, evidence_id: str) -> EvidencePack:

@@ -19,7 +19,7 @@ from conclave.platform.media_types import media_type_names
 
 # The server refuses other correlation ids with a 422; refusing them here keeps a bad item out
 # of the outbox instead of failing it at sync time.
-_SAFE_ID = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}\Z")
 
 
 def utc_timestamp(moment: datetime | None = None) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 from conclave.platform.clock import rfc3339, utc_now
 
 ENTITY_PREFIX = "ticker:"
-_TICKER = re.compile(r"^[A-Z][A-Z0-9.-]{0,9}$")
+_TICKER = re.compile(r"^[A-Z][A-Z0-9.-]{0,9}\Z")
 RISK_OF_PROFILE = {"conservative": "low", "balanced": "medium", "aggressive": "high"}
 # screen_tickers fields copied as they are into the canonical tool's criteria, under its names.
 _CRITERION_OF_FIELD = {"min_market_cap": "market_cap_min", "max_pe": "pe_max", "sectors": "sectors"}

@@ -16,7 +16,7 @@ from conclave.gateway.tools import Tool
 
 Format = Literal["openai", "anthropic", "mcp"]
 FORMATS: tuple[Format, ...] = ("openai", "anthropic", "mcp")
-_STRICT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_STRICT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}\Z")
 
 
 def wire_name(name: str) -> str:

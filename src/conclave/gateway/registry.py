@@ -11,7 +11,7 @@ from conclave.gateway.formats import wire_name
 from conclave.gateway.tools import Tool
 from conclave.gateway.validation import SchemaCheck, compile_schema
 
-_MCP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+_MCP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}\Z")
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ _DENIED_NAMES = frozenset(
 )
 # A host whose last label is a number is an IPv4 address to URL parsers and resolvers
 # (WHATWG URL: "ends in a number"); only its canonical dotted-quad form is accepted.
-_NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
+_NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)\Z", re.IGNORECASE)
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _POOL_LIMITS = httpx.Limits(max_connections=10, max_keepalive_connections=5)
 _LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")

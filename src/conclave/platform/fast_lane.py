@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from conclave.platform.request_origin import RequestGuardMiddleware
+from conclave.platform.request_values import refuse_unsafe_request_line
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 Edge = Callable[[ASGIApp], ASGIApp]
@@ -71,6 +72,7 @@ class FastLane:
         scope["path_params"] = dict(params)
         request = Request(scope, receive)
         try:
+            refuse_unsafe_request_line(scope)  # what the app-wide dependency checks elsewhere
             response = await self._endpoint(request)
         except Exception as exc:
             handler = self._handler_for(exc)

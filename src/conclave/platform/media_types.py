@@ -40,7 +40,7 @@ Extractor = Callable[[str, str, dict[str, Any]], dict[str, Any]]
 process and raises the edge's ``CorruptMedia`` or ``MediaMismatch`` for a bad file."""
 
 # The store's column and the metrics labels hold the name; the URL path carries it unescaped.
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,15}\Z")
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,21 @@ class RequestContextMiddleware:
             correlation_id_var.reset(correlation_token)
 
 
+_LONGEST_LENGTH = 2**63
+"""What a ``Content-Length`` of more than 19 significant digits counts as: beyond every limit."""
+
+
+def declared_length(value: str | None) -> int | None:
+    """The number a ``Content-Length`` header declares, or ``None`` when it is absent or not
+    ASCII digits (``"²".isdigit()`` is true, and ``int`` refuses it). Leading zeros are dropped
+    before the number is read: a server may pass ``000…0`` of any length on, and ``int`` refuses
+    more than 4,300 digits; one of more than 19 digits counts as :data:`_LONGEST_LENGTH`."""
+    if value is None or not value.isascii() or not value.isdigit():
+        return None
+    digits = value.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 19 else _LONGEST_LENGTH
+
+
 class BodyLimitMiddleware:
     """Refuse request bodies over ``max_bytes`` with 413 while reading, before anything parses them.
 
@@ -115,9 +130,9 @@ class BodyLimitMiddleware:
         if content_type.startswith("multipart/"):
             await self.app(scope, receive, send)
             return
-        declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit():
-            if int(declared) > self.max_bytes:
+        declared = declared_length(_header(scope, b"content-length"))
+        if declared is not None:
+            if declared > self.max_bytes:
                 await self._refuse(scope, send)
                 return
             # The server reads exactly Content-Length bytes: the body cannot outgrow the limit,

@@ -14,9 +14,11 @@ every route of every service gets it without code of its own, before its other d
 * the JSON body FastAPI decoded (``json.loads`` accepts lone surrogates, ``NaN``, ``1e309`` and
   integers of any size), and the fields of a form body.
 
-The fast-lane routes (gateway ``POST /execute``, graph ``POST /dispatch``) do not go through
-FastAPI's dependencies: they read their body with :func:`conclave.platform.bodies.read_model`,
-which refuses the same values. Every check costs a scan of bytes that are already in memory, and
+The fast-lane routes (gateway ``POST /execute``, graph ``POST /dispatch``, the edge's uploads) do
+not go through FastAPI's dependencies: the lane checks their path, query and headers with
+:func:`refuse_unsafe_request_line`, and they read their body with
+:func:`conclave.platform.bodies.read_model` (the edge's multipart reader), which refuses the same
+values. Every check costs a scan of bytes that are already in memory, and
 the slow paths (splitting the query, matching the path again) run only for a request that holds
 something to refuse.
 """
@@ -42,10 +44,16 @@ from conclave.platform.inputs import (
 async def refuse_unsafe_values(request: Request) -> None:
     """Raise :class:`~conclave.platform.inputs.UnsafeInput` (422 ``UNSAFE_INPUT``) when a path
     parameter, a query parameter, a header or the body of ``request`` holds an unsafe value."""
-    scope = request.scope
+    refuse_unsafe_request_line(request.scope)
+    finding = await _in_body(request)
+    if finding is not None:
+        raise UnsafeInput(finding)
+
+
+def refuse_unsafe_request_line(scope: Scope) -> None:
+    """:func:`refuse_unsafe_values` without the body: the path, the query and the headers (what a
+    fast lane checks before its route, which reads and checks its body itself)."""
     finding = _in_path(scope) or _in_query(scope) or _in_headers(scope)
-    if finding is None:
-        finding = await _in_body(request)
     if finding is not None:
         raise UnsafeInput(finding)
 

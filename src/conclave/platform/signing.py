@@ -19,10 +19,10 @@ import re
 from conclave.platform.errors import Unauthorized
 from conclave.platform.problem_types import ProblemCode
 
-_HEX_SIGNATURE = re.compile(r"^[0-9a-f]{64}$")
+_HEX_SIGNATURE = re.compile(r"^[0-9a-f]{64}\Z")
 # A nonce is a client's random token (the SDK sends 32 hex digits); 16 characters is the least
 # that can be random enough, and the store's replay column holds 128.
-_NONCE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,128}$")
+_NONCE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,128}\Z")
 
 
 def signing_message(body_sha256: str, timestamp: str, nonce: str | None = None) -> bytes:

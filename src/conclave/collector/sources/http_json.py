@@ -38,8 +38,8 @@ _MAX_URL_CHARS = 4096
 _MAX_RATE = 1000  # requests per second; 0 = as fast as the server answers
 _MAX_HEADERS = 32
 _MAX_HEADER_VALUE_CHARS = 4096
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
-_HEADER_VALUE = re.compile(r"^[\t\x20-\x7e]*$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}\Z")
+_HEADER_VALUE = re.compile(r"^[\t\x20-\x7e]*\Z")
 # Headers that decide where a request goes or how the connection is framed belong to the client.
 _RESERVED_HEADERS = frozenset(
     {

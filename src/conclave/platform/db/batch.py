@@ -3,8 +3,9 @@
 Every audited request must wait for its row to be durably committed. Committing each row on its
 own makes the database's fsync the throughput limit; instead, writes submitted while a commit is in
 flight are queued and committed together in the next one. Each caller still learns whether *its*
-writes committed: if a batch fails (say one row breaks a unique constraint), its items are retried
-one by one so only the offending caller sees the error.
+writes committed: if a batch fails (say one row breaks a unique constraint), each half is committed
+again the same way, down to the offending item alone, so only its caller sees the error and the
+others still share commits.
 """
 
 from __future__ import annotations
@@ -221,12 +222,19 @@ class BatchWriter:
             else:
                 async with self._engine.begin() as connection:
                     await apply_writes(connection, writes, copy=copy)
-        except Exception as exc:  # one bad item must not fail its neighbours: retry them alone
-            # ... through SQLAlchemy's executemany, which raises its usual errors (for example
-            # IntegrityError) where COPY raises the driver's own.
-            if (len(batch) > 1 or copy) and not is_store_down(exc):
-                for item in batch:
-                    await self._commit([item], copy=False)
+        except Exception as exc:  # one bad item must not fail its neighbours
+            if len(batch) > 1 and not is_store_down(exc):
+                # Each half again, the same way: a bad item costs its batch about 2 log2(n)
+                # commits, not one per item (one idempotency race per batch, which any client
+                # can make, would otherwise undo the group commit for everyone).
+                middle = len(batch) // 2
+                await self._commit(batch[:middle], held, copy=copy)
+                await self._commit(batch[middle:], held, copy=copy)
+                return
+            if copy and not is_store_down(exc):
+                # The bad item alone, through SQLAlchemy's executemany, which raises its usual
+                # errors (for example IntegrityError) where COPY raises the driver's own.
+                await self._commit(batch, copy=False)
                 return
             error = _translate(exc)
             for item in batch:
