@@ -279,7 +279,7 @@ async def verify_call_route(
     the log's latest signed checkpoint (its inclusion proof checked with the log's keys)."""
     row = await _call_or_404(conclave_id, platform, principal, request, operators=True)
     logs: PublishedLogs = request.app.state.tlogs
-    found = await verify_call(row, logs, logs.get_log_or_404(CALLS_LOG))
+    found = await verify_call(row, logs.get_log_or_404(CALLS_LOG))
     return CallVerificationRead(
         conclave_id=row.conclave_id,
         ok=found.ok,

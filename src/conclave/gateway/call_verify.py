@@ -17,7 +17,6 @@ from conclave.gateway.call_log import call_entry
 from conclave.gateway.records import AuditRow
 from conclave.platform.clock import as_utc
 from conclave.platform.tlog import LogCorrupted, TransparencyLog
-from conclave.platform.tlog.published import PublishedLogs
 from conclave.platform.transparency import TransparencyError, VerifierSet, leaf_hash
 from conclave.platform.transparency.receipt import verify_receipt
 
@@ -51,8 +50,8 @@ class CallVerification:
     checkpoint_size: int | None = None
 
 
-async def verify_call(row: AuditRow, logs: PublishedLogs, log: TransparencyLog) -> CallVerification:
-    """Check ``row`` against the log ``log`` (published in ``logs``)."""
+async def verify_call(row: AuditRow, log: TransparencyLog) -> CallVerification:
+    """Check ``row`` against the log ``log``."""
     if row.log_leaf_hash is None:
         return CallVerification(False, CallProblem.NOT_LOGGED)
     rebuilt = leaf_hash(call_entry(row))
@@ -65,7 +64,7 @@ async def verify_call(row: AuditRow, logs: PublishedLogs, log: TransparencyLog) 
             False, CallProblem.NOT_YET_LOGGED if coming else CallProblem.MISSING_FROM_LOG
         )
     try:
-        receipt = await logs.receipt(log.name, where.index)
+        receipt = await log.receipt(where.index)
         opened = verify_receipt(receipt, VerifierSet(log.keys.verifiers), call_entry(row))
     except (LogCorrupted, TransparencyError):
         return CallVerification(False, CallProblem.LEAF_MODIFIED, where.index)

@@ -252,6 +252,9 @@ class ProblemCode(StrEnum):
     INVALID_LOG_RANGE = ("INVALID_LOG_RANGE", (422,), "Invalid log range",
         "The index or sizes cannot be proven: an index at or beyond the tree size, a consistency "
         "proof to a smaller tree, a negative number.")
+    LOG_CORRUPTED = ("LOG_CORRUPTED", (503,), "Log corrupted",
+        "The stored log contradicts itself (a row edited in its database): nothing is proven from "
+        "it until an operator audits it (`conclave log audit`) and repairs it.")
     # fmt: on
 
 

@@ -140,7 +140,7 @@ async def subtrees_completed_between(
             tlog_subtrees.c.log_id == log_id, or_(*ranges)
         )
     )
-    return {Subtree(row.level, row.subtree_index): bytes(row.hash) for row in rows}
+    return {Subtree(row.level, row.subtree_index): stored_bytes(row.hash) for row in rows}
 
 
 async def subtree_count(connection: AsyncConnection, log_id: int, lowest_level: int) -> int:

@@ -455,7 +455,7 @@ class TransparencyLog:
                 note = await store.latest_checkpoint(connection, self._log_id)
                 if note is None:
                     raise CheckpointNotFound(f"the log {self._name!r} has no checkpoint")
-                size = Checkpoint.parse(note[: note.index("\n\n") + 1]).size
+                size = _signed_size(self._name, note)
                 if index >= size:
                     raise BeyondIntegrated(
                         f"leaf {index} is not under the latest checkpoint ({size} leaves) yet"
@@ -489,6 +489,15 @@ class TransparencyLog:
         if missing:
             raise SubtreeNotStored(f"the log {self._name!r} does not store {missing[0]}")
         return plan.assemble([found[subtree] for subtree in plan.subtrees])
+
+
+def _signed_size(name: str, note: str) -> int:
+    """The tree size a stored checkpoint note states; :class:`LogCorrupted` for a note that is no
+    checkpoint (a row edited by hand)."""
+    try:
+        return Checkpoint.parse(note[: note.index("\n\n") + 1]).size
+    except (ValueError, TransparencyError) as error:
+        raise LogCorrupted(f"the latest checkpoint of {name!r} is unreadable: {error}") from None
 
 
 async def _state_of(connection: AsyncConnection, name: str) -> LogState:

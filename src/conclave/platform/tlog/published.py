@@ -9,18 +9,21 @@ offline verifier runs it too) meets the platform's problem codes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from conclave.platform.auth import Principal
-from conclave.platform.errors import Forbidden, NotFound, Unprocessable
+from conclave.platform.errors import Forbidden, NotFound, Unavailable, Unprocessable
 from conclave.platform.problem_types import ProblemCode
-from conclave.platform.tlog.errors import BeyondIntegrated, CheckpointNotFound
+from conclave.platform.tlog.errors import BeyondIntegrated, CheckpointNotFound, LogCorrupted
 from conclave.platform.tlog.log import TransparencyLog
 from conclave.platform.tlog.records import StoredLeaf
-from conclave.platform.transparency.errors import MalformedInput
+from conclave.platform.transparency.errors import MalformedInput, SubtreeNotStored
 from conclave.platform.transparency.hashing import check_tree_size
 from conclave.platform.transparency.receipt import ConsistencyBundle, Receipt
+
+log = logging.getLogger(__name__)
 
 LeafReaders = Callable[[Principal, bytes], bool]
 """Whether a caller may read a leaf's data (the entry): the layer that appends knows whose it is."""
@@ -152,7 +155,7 @@ _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 def log_problems() -> Iterator[None]:
     """Turn the logs' refusals of a request into problems: beyond the latest checkpoint 404
     ``BEYOND_LOG``, a size never signed 404 ``CHECKPOINT_NOT_FOUND``, numbers that cannot be
-    proven 422 ``INVALID_LOG_RANGE``. Anything else (a corrupted log) stays a server fault."""
+    proven 422 ``INVALID_LOG_RANGE``, a stored log that contradicts itself 503 ``LOG_CORRUPTED``."""
     try:
         yield
     except BeyondIntegrated as error:
@@ -161,3 +164,8 @@ def log_problems() -> Iterator[None]:
         raise NotFound(str(error), code=ProblemCode.CHECKPOINT_NOT_FOUND) from None
     except MalformedInput as error:
         raise Unprocessable(str(error), code=ProblemCode.INVALID_LOG_RANGE) from None
+    except (LogCorrupted, SubtreeNotStored) as error:
+        # Nothing the request did: the stored log contradicts itself (a row edited by hand). Said
+        # as such, and logged for the operator, rather than an anonymous 500.
+        log.error("a transparency log read met a corrupted log: %s", error)
+        raise Unavailable(str(error), code=ProblemCode.LOG_CORRUPTED) from None

@@ -24,7 +24,9 @@ from conclave.platform.db.schema import (
     tlog_subtrees,
 )
 from conclave.platform.tlog import tiles
+from conclave.platform.tlog.errors import LogCorrupted
 from conclave.platform.tlog.records import LogState, StoredLeaf
+from conclave.platform.transparency.hashing import HASH_SIZE
 from conclave.platform.transparency.subtrees import Subtree, SubtreeHash
 
 # A 64-bit advisory lock key per schema and log: advisory locks are database-wide, and two
@@ -93,7 +95,7 @@ def _state(row: Any) -> LogState:
         origin=row.origin,
         sequenced_size=row.sequenced_size,
         integrated_size=row.integrated_size,
-        root_hash=bytes(row.root_hash),
+        root_hash=stored_bytes(row.root_hash),
         integrated_at=as_utc(row.integrated_at),
         created_at=as_utc(row.created_at),
     )
@@ -204,7 +206,7 @@ async def leaf_hashes(
         )
         .order_by(tlog_leaves.c.leaf_index)
     )
-    return [(row.leaf_index, bytes(row.leaf_hash)) for row in rows]
+    return [(row.leaf_index, stored_bytes(row.leaf_hash)) for row in rows]
 
 
 async def subtree_hashes(
@@ -234,8 +236,17 @@ async def subtree_hashes(
         if level == _LEAF_ROW:
             leaves[index] = stored_bytes(value)
         else:
-            stored[Subtree(level, index)] = bytes(value)
+            stored[Subtree(level, index)] = _hash_of(Subtree(level, index), value)
     return tiles.resolve(subtrees, stored, leaves)
+
+
+def _hash_of(subtree: Subtree, value: Any) -> bytes:
+    """A stored subtree hash; :class:`LogCorrupted` for a row that holds no hash (SQLite keeps
+    whatever a hand-written row gives it)."""
+    hashed = stored_bytes(value)
+    if len(hashed) != HASH_SIZE:
+        raise LogCorrupted(f"the stored hash of {subtree} is not a hash ({len(hashed)} bytes)")
+    return hashed
 
 
 def _sqlite_tiled_read(log_id: int, read: tiles.TiledRead) -> Any:
@@ -338,12 +349,17 @@ async def set_integrated(
 
 
 async def latest_checkpoint(connection: AsyncConnection, log_id: int) -> str | None:
-    """The signed note of the log's largest checkpoint."""
+    """The signed note of the log's latest checkpoint: the one of its integrated size, which the
+    pass that signed it set in the same transaction. A row inserted above it by hand (the
+    append-only triggers let INSERTs through) is never served as the log's latest; the audit
+    reports it."""
     note = await connection.scalar(
         select(tlog_checkpoints.c.note)
-        .where(tlog_checkpoints.c.log_id == log_id)
-        .order_by(tlog_checkpoints.c.tree_size.desc())
-        .limit(1)
+        .join(tlog_logs, tlog_logs.c.log_id == tlog_checkpoints.c.log_id)
+        .where(
+            tlog_checkpoints.c.log_id == log_id,
+            tlog_checkpoints.c.tree_size == tlog_logs.c.integrated_size,
+        )
     )
     return None if note is None else str(note)
 
