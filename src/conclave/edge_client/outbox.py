@@ -56,8 +56,8 @@ class SyncReport:
     duplicates: int = 0
     stopped: str | None = None
     receipts: int = 0
-    """Packs sent in this run whose receipt and log entry were fetched and kept before the run
-    ended."""
+    """Distinct packs sent in this run whose receipt and log entry were fetched and kept, as
+    this run's uploads' own, before the run ended."""
 
     @property
     def attempted(self) -> int:
