@@ -20,6 +20,7 @@ from conclave.cli.main import app as cli
 from conclave.edge import store
 from conclave.edge.pack_log import pack_entry
 from conclave.edge_client import Outbox
+from conclave.edge_client.store import SCHEMA_VERSION
 from conclave.platform.tlog.entries import canonical_json
 from conclave.platform.transparency import leaf_hash
 from tests.conftest import Backend
@@ -226,8 +227,8 @@ _DROPPED = (
 
 
 async def test_a_version_2_outbox_opens_and_keeps_working(backend: Backend, tmp_path: Path) -> None:
-    """An outbox whose receipts a version-2 client kept: it opens as version 3, its receipts
-    stay (``missing``: what they sent was not recorded), and new uploads are proven."""
+    """An outbox whose receipts a version-2 client kept: it opens as the current version, its
+    receipts stay (``missing``: what they sent was not recorded), and new uploads are proven."""
     path = tmp_path / "outbox.sqlite3"
     outbox = Outbox(path)
     outbox.enqueue_many(envelopes(media_files(tmp_path / "old", 1, prefix="old")))
@@ -241,6 +242,7 @@ async def test_a_version_2_outbox_opens_and_keeps_working(backend: Backend, tmp_
             db.execute("DROP INDEX receipts_unproven")
             for column in _DROPPED:
                 db.execute(f"ALTER TABLE receipts DROP COLUMN {column}")
+            db.execute("DROP TABLE sent_uploads")
             db.execute("PRAGMA user_version = 2")
         outbox = Outbox(path)
         [reopened] = outbox.receipts()
@@ -252,7 +254,7 @@ async def test_a_version_2_outbox_opens_and_keeps_working(backend: Backend, tmp_
             assert report.sent == [new.id] and report.receipts == 1
             keys = await client.log_keys()
     with contextlib.closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     checks = {check.item_id: check for check in outbox.check_receipts(keys)}
     assert checks[new.id].status == "verified"
     assert checks[old.item_id].status == "missing"

@@ -32,6 +32,7 @@ from conclave.edge_client.envelope import parse_metadata
 from conclave.edge_client.errors import ReceiptUnavailable
 from conclave.edge_client.kept_receipts import ReceiptCheck
 from conclave.edge_client.pack_entries import entry_document
+from conclave.edge_client.store import StoredReceipt
 from conclave.platform.media_types import media_type_names
 from conclave.settings import EdgeClientSettings
 
@@ -292,53 +293,76 @@ def receipts(
 ) -> None:
     """The transparency receipts of what this device sent (exit 1 if a check failed)."""
     with _open_outbox(outbox) as box:
-        if fetch:
-            asyncio.run(_fetch_receipts(box, _client(server, token), wait))
-        checks: dict[str, ReceiptCheck] = {}
-        if check:
-            try:
-                trusted = _receipt_keys(keys) if keys else asyncio.run(_server_keys(server, token))
-                checks = {found.evidence_id: found for found in box.check_receipts(trusted)}
-            except (ValueError, ReceiptUnavailable, OSError) as exc:  # MalformedInput, undecodable
-                raise _fail(f"no usable verifier key: {exc}", 2) from exc
+        try:
+            given = _receipt_keys(keys) if keys else None
+            if fetch:
+                asyncio.run(_fetch_receipts(box, _client(server, token), wait, given))
+            checks: dict[tuple[int, str], ReceiptCheck] = {}
+            if check:
+                trusted = given or asyncio.run(_server_keys(server, token))
+                found_checks = box.check_receipts(trusted)
+                checks = {(found.item_id, found.evidence_id): found for found in found_checks}
+        except (ValueError, ReceiptUnavailable, OSError) as exc:  # MalformedInput, undecodable
+            raise _fail(f"no usable verifier key: {exc}", 2) from exc
         kept = box.receipts()
+    # A row per kept receipt, and one per upload the check found without a receipt of its own.
+    rows: list[tuple[int, StoredReceipt | None, ReceiptCheck | None]] = [
+        (found.item_id, found, checks.pop((found.item_id, found.evidence_id), None))
+        for found in kept
+    ]
+    rows += [(unkept.item_id, None, unkept) for unkept in checks.values()]
+    rows.sort(key=lambda row: row[0])
     if as_json:
-        listed = [
-            {
-                "item_id": found.item_id,
-                "evidence_id": found.evidence_id,
-                "log_leaf_hash": found.log_leaf_hash,
-                "receipt": _as_json(found.receipt),
-                "entry": None if found.entry is None else entry_document(found.entry),
-                **(
-                    {"check": checks[found.evidence_id].status}
-                    if found.evidence_id in checks
-                    else {}
-                ),
-            }
-            for found in kept
-        ]
+        listed = [_listed(found, checked) for _, found, checked in rows]
         out.print_json(json.dumps({"receipts": listed}))
     else:
         table = Table("item", "evidence id", "leaf hash", "receipt", "check")
-        for found in kept:
-            checked = checks.get(found.evidence_id)
+        for item_id, found, checked in rows:
             # The detail may quote what a server sent: never read as markup.
             verdict = escape(f"{checked.status} {checked.detail}".strip()) if checked else ""
-            state = "not fetched"
-            if found.receipt:
-                state = "kept, with entry" if found.entry is not None else "kept, entry missing"
-            table.add_row(
-                str(found.item_id), found.evidence_id, found.log_leaf_hash[:16], state, verdict
-            )
+            state = "no link"
+            if found is not None:
+                state = "not fetched"
+                if found.receipt:
+                    state = "kept, with entry" if found.entry is not None else "kept, entry missing"
+            evidence_id = found.evidence_id if found else checked.evidence_id if checked else ""
+            leaf = found.log_leaf_hash[:16] if found else ""
+            table.add_row(str(item_id), escape(evidence_id), leaf, state, verdict)
         out.print(table)
-    if any(found.status == "invalid" for found in checks.values()):
+    if any(checked and checked.status == "invalid" for _, _, checked in rows):
         raise typer.Exit(1)
 
 
-async def _fetch_receipts(box: Outbox, client: EdgeClient, wait: float) -> None:
+def _listed(found: StoredReceipt | None, checked: ReceiptCheck | None) -> dict[str, Any]:
+    """One row of ``receipts --json``: a kept receipt (with its check), or an upload the check
+    found without a receipt of its own (``log_leaf_hash`` null)."""
+    if found is None:
+        assert checked is not None
+        listed: dict[str, Any] = {
+            "item_id": checked.item_id,
+            "evidence_id": checked.evidence_id,
+            "log_leaf_hash": None,
+            "receipt": None,
+            "entry": None,
+        }
+    else:
+        listed = {
+            "item_id": found.item_id,
+            "evidence_id": found.evidence_id,
+            "log_leaf_hash": found.log_leaf_hash,
+            "receipt": _as_json(found.receipt),
+            "entry": None if found.entry is None else entry_document(found.entry),
+        }
+    if checked is not None:
+        listed["check"] = checked.status
+    return listed
+
+
+async def _fetch_receipts(
+    box: Outbox, client: EdgeClient, wait: float, keys: list[str] | None
+) -> None:
     async with client:
-        kept = await box.fetch_receipts(client, wait_seconds=wait)
+        kept = await box.fetch_receipts(client, wait_seconds=wait, keys=keys)
     missing = len(box.receipts(missing_only=True))
     err.print(f"fetched {kept} receipt(s); {missing} not signed or not reachable yet")
 

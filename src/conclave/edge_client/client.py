@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -19,6 +20,7 @@ from conclave import __version__
 from conclave.edge_client.envelope import check_metadata, check_source_type
 from conclave.edge_client.errors import ReceiptUnavailable, ServerUnreachable, UploadFailed
 from conclave.edge_client.multipart import MultipartFileBody
+from conclave.platform.inputs import holds_unsafe
 from conclave.platform.problem_types import ProblemCode
 from conclave.platform.signing import sign
 from conclave.platform.transparency.receipt import MAX_DOCUMENT_BYTES
@@ -33,6 +35,9 @@ RECEIPT_PATH = re.compile(r"/logs/[a-z0-9][a-z0-9_-]{0,63}/receipt/by-hash/([0-9
 """What a receipt link in an upload's answer may be: the client fetches nothing else."""
 # Not yet under a signed checkpoint (about a second after the upload): asked again shortly.
 _NOT_YET = frozenset({ProblemCode.LEAF_NOT_FOUND.value, ProblemCode.BEYOND_LOG.value})
+MAX_ANSWER_BYTES = MAX_DOCUMENT_BYTES
+"""How much of an upload's answer is read (a few hundred bytes per pack): a larger one is an
+unusable answer, like a 200 without evidence ids."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class EdgeClient:
         self._token = _secret(token)
         self._signing_secret = _secret(signing_secret)
         self._clock = clock
+        self._timeout = timeout
         self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(
             base_url=self.base_url,
@@ -186,8 +192,8 @@ class EdgeClient:
             raise UploadFailed(f"Local file unusable: {exc}", transient=False) from exc
         url = self.base_url + UPLOAD_PATH.format(source_type=source_type)
         try:
-            response = await self._http.post(url, content=body.stream(), headers=headers)
-        except httpx.TimeoutException as exc:
+            response = await self._post(url, body, headers)
+        except (httpx.TimeoutException, TimeoutError) as exc:
             raise UploadFailed(f"Timed out: {type(exc).__name__}", transient=True) from exc
         except httpx.TransportError as exc:
             raise UploadFailed(
@@ -244,23 +250,39 @@ class EdgeClient:
             raise ReceiptUnavailable(f"HTTP {response.status_code} {_code(response) or ''}")
         return response.text
 
+    async def _post(
+        self, url: str, body: MultipartFileBody, headers: dict[str, str]
+    ) -> httpx.Response:
+        """The answer to the upload, its body read up to :data:`MAX_ANSWER_BYTES` within
+        ``timeout`` seconds of its headers (the per-read time-out alone lets a body that drips
+        in just under it hold the sync run for ever). Sending the file has no overall deadline:
+        a large file over a slow link takes what it takes."""
+        async with self._http.stream("POST", url, content=body.stream(), headers=headers) as answer:
+            async with asyncio.timeout(self._timeout):
+                content = await _read_bounded(answer, MAX_ANSWER_BYTES)
+        if content is None:
+            raise UploadFailed(
+                f"HTTP {answer.status_code}: an answer larger than {MAX_ANSWER_BYTES} bytes",
+                transient=True,
+                status=answer.status_code,
+            )
+        return _as_read(answer, content)
+
     async def _get(self, path: str, limit: int = MAX_DOCUMENT_BYTES) -> httpx.Response:
         """The answer to ``GET path``, its body read up to ``limit`` bytes (a server, or whatever
-        answers in its place, may send any amount)."""
+        answers in its place, may send any amount), the whole request within ``timeout``
+        seconds (:class:`ServerUnreachable` past it)."""
         try:
-            async with self._http.stream(
-                "GET", self.base_url + path, headers=self._headers()
-            ) as response:
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > limit:
-                        raise ReceiptUnavailable(f"an answer larger than {limit} bytes")
-        except httpx.HTTPError as exc:
+            async with asyncio.timeout(self._timeout):
+                async with self._http.stream(
+                    "GET", self.base_url + path, headers=self._headers()
+                ) as response:
+                    content = await _read_bounded(response, limit)
+        except (httpx.HTTPError, TimeoutError) as exc:
             raise ServerUnreachable(f"Connection failed: {type(exc).__name__}") from exc
-        # The body as read (decoded): only the headers that still describe it are kept.
-        kept = {"content-type": response.headers.get("content-type", "")}
-        return httpx.Response(response.status_code, headers=kept, content=bytes(body))
+        if content is None:
+            raise ReceiptUnavailable(f"an answer larger than {limit} bytes")
+        return _as_read(response, content)
 
     def _signature(self, body_sha256: str) -> dict[str, str]:
         timestamp = str(int(self._clock()))
@@ -275,14 +297,43 @@ class EdgeClient:
         }
 
 
+async def _read_bounded(response: httpx.Response, limit: int) -> bytes | None:
+    """The body of ``response``, or ``None`` once it passes ``limit`` bytes (read no further)."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
+def _as_read(response: httpx.Response, content: bytes) -> httpx.Response:
+    # The body as read (decoded): only the headers that still describe it are kept.
+    kept = {
+        name: response.headers[name]
+        for name in ("content-type", "retry-after")
+        if name in response.headers
+    }
+    return httpx.Response(response.status_code, headers=kept, content=content)
+
+
+def _json(response: httpx.Response) -> Any:
+    """The answer's JSON, or ``None`` for a body that is not JSON or is nested too deeply for
+    the interpreter's stack (a server, or whatever answers in its place, may send either)."""
+    try:
+        return response.json()
+    except (ValueError, RecursionError):
+        return None
+
+
 def _result(response: httpx.Response) -> UploadResult:
     status = response.status_code
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if status == 200 and isinstance(body, dict) and isinstance(body.get("evidence_ids"), list):
-        ids = [str(i) for i in body["evidence_ids"]]
+    body = _json(response)
+    ids = body.get("evidence_ids") if isinstance(body, dict) else None
+    # An id no store can carry (a lone surrogate, NUL) would fail the outbox's write and leave
+    # the item claimed: the answer is unusable, like one without ids.
+    if status == 200 and isinstance(ids, list) and not holds_unsafe(ids):
+        ids = [str(i) for i in ids]
         return UploadResult(
             status=str(body.get("status", "")),
             evidence_ids=ids,
@@ -290,11 +341,13 @@ def _result(response: httpx.Response) -> UploadResult:
             receipts=_receipt_links(body.get("receipts"), ids),
         )
     code = body.get("code") if isinstance(body, dict) else None
+    code = code if isinstance(code, str) else None
     detail = body.get("detail") if isinstance(body, dict) else None
     if status == 200:
-        detail = "the server answered 200 without evidence ids"
+        detail = "the server answered 200 without usable evidence ids"
     label = f"HTTP {status} {code}" if code else f"HTTP {status}"
-    message = f"{label}: {detail or response.reason_phrase}"
+    # Cut short: the item keeps it as its last error, and an answer may hold 2 MiB of it.
+    message = f"{label}: {detail or response.reason_phrase}"[:500]
     raise UploadFailed(
         message,
         # A 200 without ids is a broken proxy or server; asking again later is the best bet.
@@ -307,7 +360,9 @@ def _result(response: httpx.Response) -> UploadResult:
 
 def _receipt_links(found: Any, evidence_ids: list[str]) -> list[ReceiptLink]:
     """The answer's receipt links that are what the server promises (a link of one of the
-    upload's packs, to the receipt of the leaf hash it names); anything else is left out."""
+    upload's packs, to the receipt of the leaf hash it names); anything else is left out, and
+    only the first link of a pack is kept."""
+    wanted = set(evidence_ids)
     links = []
     for entry in found if isinstance(found, list) else []:
         if not isinstance(entry, dict):
@@ -315,19 +370,17 @@ def _receipt_links(found: Any, evidence_ids: list[str]) -> list[ReceiptLink]:
         evidence_id, hashed, path = (
             entry.get(k) for k in ("evidence_id", "log_leaf_hash", "receipt")
         )
-        if evidence_id not in evidence_ids or not isinstance(path, str):
+        if evidence_id not in wanted or not isinstance(path, str):
             continue
         match = RECEIPT_PATH.fullmatch(path)
         if match is not None and match.group(1) == hashed:
             links.append(ReceiptLink(str(evidence_id), match.group(1), path))
+            wanted.discard(evidence_id)
     return links
 
 
 def _code(response: httpx.Response) -> str | None:
-    try:
-        body = response.json()
-    except ValueError:
-        return None
+    body = _json(response)
     code = body.get("code") if isinstance(body, dict) else None
     return code if isinstance(code, str) else None
 

@@ -9,7 +9,10 @@ sync run's uploads and never holds an item: the item is ``SENT`` before its rece
 and a receipt not fetched in time (server slow, gone, a link it refuses) stays missing in the
 outbox until :meth:`conclave.edge_client.Outbox.fetch_receipts` asks again. Once a receipt is
 kept, the leaf it names (its index) is asked for at once, within the same deadline; an entry
-that is not that leaf's data is not kept and asked for again later the same way.
+that is not that leaf's data is not kept and asked for again later the same way. Given the
+log's verifier keys (:meth:`conclave.edge_client.Outbox.fetch_receipts` asks the server for
+them), a receipt they do not verify is not kept either: a man in the middle without the key,
+present for one fetch, cannot leave a broken receipt in place of the real one for good.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from conclave.edge_client.client import EdgeClient
 from conclave.edge_client.errors import ReceiptUnavailable, ServerUnreachable
 from conclave.edge_client.pack_entries import entry_differences, entry_of_answer
 from conclave.edge_client.receipts import check_receipt
-from conclave.edge_client.store import OutboxStore, StoredReceipt
+from conclave.edge_client.store import OutboxStore, SentUpload, StoredReceipt
 from conclave.platform.transparency.errors import TransparencyError
 from conclave.platform.transparency.note import VerifierSet
 from conclave.platform.transparency.receipt import Receipt
@@ -57,8 +60,10 @@ class ReceiptCollector:
         *,
         wait_seconds: float,
         clock: Callable[[], float],
+        verifiers: VerifierSet | None = None,
     ) -> None:
         self._client = client
+        self._verifiers = verifiers
         self._store = store
         self._wait = wait_seconds
         self._clock = clock
@@ -71,7 +76,12 @@ class ReceiptCollector:
         """Ask for these receipts (and then their entries; only the entry of one whose receipt
         is kept already) from now on, each pack's for at most ``wait_seconds``."""
         deadline = asyncio.get_running_loop().time() + self._wait
-        self._wanted += [_Wanted(receipt, deadline) for receipt in receipts]
+        # Per pack: one asked for twice would be counted kept twice.
+        asked = {wanted.receipt.evidence_id for wanted in self._wanted}
+        for receipt in receipts:
+            if receipt.evidence_id not in asked:
+                asked.add(receipt.evidence_id)
+                self._wanted.append(_Wanted(receipt, deadline))
         if self._wanted and (self._task is None or self._task.done()):
             self._task = asyncio.create_task(self._run())
 
@@ -105,6 +115,10 @@ class ReceiptCollector:
                     except (ServerUnreachable, TimeoutError):
                         self._wanted = []  # the next packs would wait the same way: ask later
                         return
+                    except Exception:
+                        # An answer nobody foresaw costs this pack this round, not the other
+                        # packs their receipts: it is asked for again like any other refusal.
+                        pass
                     self.kept += wanted.receipt.entry is not None
                 wanted.done = wanted.receipt.entry is not None or loop.time() >= wanted.deadline
             self._wanted = [wanted for wanted in self._wanted if not wanted.done]
@@ -151,6 +165,11 @@ class ReceiptCollector:
             return None
         if parsed.leaf_hash.hex() != receipt.log_leaf_hash:
             return None
+        if self._verifiers is not None:
+            try:
+                check_receipt(found, self._verifiers)
+            except TransparencyError:
+                return None
         document = found.decode("utf-8")  # Receipt.parse read it as UTF-8 already
         self._store.save_receipt(receipt.evidence_id, document, self._clock())
         return document
@@ -168,6 +187,39 @@ class ReceiptCheck:
     status: Literal["verified", "invalid", "missing"]
     detail: str = ""
     checkpoint_size: int | None = None
+
+
+def check_uploads(
+    uploads: Sequence[SentUpload], kept: Sequence[StoredReceipt]
+) -> list[ReceiptCheck]:
+    """The checks of the packs the uploads' answers named that have no receipt row of their
+    own item (the rows are keyed on evidence ids): ``invalid`` when another item's answer named
+    that pack already (this upload may never have been logged), ``missing`` when the answer
+    linked no receipt. Said only of a server that publishes the log, one that linked a receipt
+    for some upload of this outbox (with none at all, the server keeps no log: nothing to
+    check). Uploads recorded before schema version 4 are not listed here."""
+    if not kept:
+        return []
+    owners = {found.evidence_id: found.item_id for found in kept}
+    checks = []
+    for upload in uploads:
+        if not upload.evidence_ids:
+            detail = "the upload's answer named no pack: there is no receipt to prove it logged"
+            checks.append(ReceiptCheck("", upload.item_id, "missing", detail))
+        for evidence_id in upload.evidence_ids:
+            owner = owners.get(evidence_id)
+            if owner == upload.item_id:
+                continue
+            if owner is not None:
+                detail = (
+                    f"the upload's answer named the pack of item {owner}'s upload: nothing "
+                    "shows this upload was logged"
+                )
+                checks.append(ReceiptCheck(evidence_id, upload.item_id, "invalid", detail))
+            else:
+                detail = "the upload's answer linked no receipt of this pack"
+                checks.append(ReceiptCheck(evidence_id, upload.item_id, "missing", detail))
+    return checks
 
 
 def check_kept(kept: StoredReceipt, verifiers: VerifierSet) -> ReceiptCheck:

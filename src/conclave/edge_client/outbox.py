@@ -15,7 +15,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -25,11 +25,17 @@ import platformdirs
 from conclave.edge_client.client import EdgeClient, UploadResult
 from conclave.edge_client.device import DeviceIdentity
 from conclave.edge_client.envelope import Envelope, utc_timestamp
-from conclave.edge_client.errors import InvalidEnvelope, UploadFailed
-from conclave.edge_client.kept_receipts import ReceiptCheck, ReceiptCollector, check_kept
-from conclave.edge_client.receipts import verifier_keys
+from conclave.edge_client.errors import InvalidEnvelope, ReceiptUnavailable, UploadFailed
+from conclave.edge_client.kept_receipts import (
+    ReceiptCheck,
+    ReceiptCollector,
+    check_kept,
+    check_uploads,
+)
+from conclave.edge_client.receipts import check_receipt, verifier_keys
 from conclave.edge_client.retry import RetryPolicy
 from conclave.edge_client.store import OutboxItem, OutboxStore, StoredReceipt
+from conclave.platform.transparency.errors import TransparencyError
 from conclave.platform.transparency.note import VerifierSet
 
 Outcome = Literal["sent", "retrying", "failed", "unsent"]
@@ -50,8 +56,8 @@ class SyncReport:
     duplicates: int = 0
     stopped: str | None = None
     receipts: int = 0
-    """Packs sent in this run whose receipt and log entry were fetched and kept before the run
-    ended."""
+    """Distinct packs sent in this run whose receipt and log entry were fetched and kept, as
+    this run's uploads' own, before the run ended."""
 
     @property
     def attempted(self) -> int:
@@ -171,24 +177,62 @@ class Outbox:
         fetched yet, with what the device sent (``missing_only``: those lacking either)."""
         return self._store.receipts(missing_only=missing_only)
 
-    async def fetch_receipts(self, client: EdgeClient, *, wait_seconds: float | None = None) -> int:
+    async def fetch_receipts(
+        self,
+        client: EdgeClient,
+        *,
+        wait_seconds: float | None = None,
+        keys: str | list[str] | VerifierSet | None = None,
+    ) -> int:
         """Ask the server again for every receipt, and every pack's log entry, not kept yet, each
         pack's for at most ``wait_seconds`` (default ``receipt_wait_seconds``); how many packs
-        now have both kept."""
+        now have both kept.
+
+        With the log's verifier ``keys`` (default: those the server publishes, when it answers),
+        a kept receipt they do not verify is asked for again too, and a fetched one they do not
+        verify is not kept: one tampered answer does not stand in for the real receipt for
+        good."""
         wait = self.receipt_wait_seconds if wait_seconds is None else wait_seconds
-        collector = ReceiptCollector(client, self._store, wait_seconds=wait, clock=self._clock)
-        collector.collect(self._store.receipts(missing_only=True))
+        kept = self._store.receipts()
+        verifiers = await self._verifiers(client, keys, kept)
+        wanted = [due for found in kept if (due := _to_fetch(found, verifiers)) is not None]
+        collector = ReceiptCollector(
+            client, self._store, wait_seconds=wait, clock=self._clock, verifiers=verifiers
+        )
+        collector.collect(wanted)
         try:
             return await collector.finish()
         finally:
             self._store.flush()
 
+    @staticmethod
+    async def _verifiers(
+        client: EdgeClient,
+        keys: str | list[str] | VerifierSet | None,
+        kept: Sequence[StoredReceipt],
+    ) -> VerifierSet | None:
+        if isinstance(keys, VerifierSet):
+            return keys
+        if keys is not None:
+            return verifier_keys(keys)
+        logs = sorted({found.receipt_path.split("/")[2] for found in kept if found.receipt})
+        try:
+            return verifier_keys([await client.log_keys(log) for log in logs]) if logs else None
+        except (ReceiptUnavailable, TransparencyError):
+            return None  # the server does not say: the kept receipts are left as they are
+
     def check_receipts(self, keys: str | list[str] | VerifierSet) -> list[ReceiptCheck]:
         """Check every kept receipt on the device with the log's verifier keys (key texts, or
         the JSON of ``GET /logs/packs/keys``), and the log's entry of its pack against what the
-        device sent; no server is asked. :class:`MalformedInput` for keys of the wrong shape."""
+        device sent; then every upload sent: one whose answer gave it no receipt of its own
+        (no link, or another upload's pack) is listed ``missing`` or ``invalid``
+        (:func:`check_uploads`). No server is asked. :class:`MalformedInput` for keys of the
+        wrong shape. Sorted by item."""
         verifiers = keys if isinstance(keys, VerifierSet) else verifier_keys(keys)
-        return [check_kept(kept, verifiers) for kept in self._store.receipts()]
+        kept = self._store.receipts()
+        checks = [check_kept(found, verifiers) for found in kept]
+        checks += check_uploads(self._store.sent_uploads(), kept)
+        return sorted(checks, key=lambda check: check.item_id)
 
     async def sync(
         self,
@@ -280,8 +324,9 @@ class Outbox:
         finally:
             heartbeat.cancel()
         links = _receipts_to_keep(client, item, result)
-        self._store.mark_sent(item.id, result.evidence_ids, self._clock(), links)
-        sent.extend(links)  # the item is SENT already: nothing waits for its receipt
+        packs_sent = result.evidence_ids[: len(result.files)]
+        kept = self._store.mark_sent(item.id, result.evidence_ids, self._clock(), links, packs_sent)
+        sent.extend(kept)  # the item is SENT already: nothing waits for its receipt
         report.sent.append(item.id)
         report.duplicates += result.status == "duplicate"
         return "sent"
@@ -312,19 +357,35 @@ class Outbox:
             self._store.renew(item_id, runner, self._clock() + self.lease_seconds)
 
 
+def _to_fetch(kept: StoredReceipt, verifiers: VerifierSet | None) -> StoredReceipt | None:
+    """``kept`` as still to fetch (a receipt the keys do not verify dropped), or ``None``."""
+    if kept.receipt is not None and verifiers is not None:
+        try:
+            check_receipt(kept.receipt, verifiers)
+        except TransparencyError:
+            return replace(kept, receipt=None, entry=None)
+    return kept if kept.entry is None else None
+
+
 def _receipts_to_keep(
     client: EdgeClient, item: OutboxItem, result: UploadResult
 ) -> list[StoredReceipt]:
     """The receipt links of an accepted upload, each with what the log's entry of its pack must
     name: the bytes sent of the file at the pack's position in the answer (the server answers
-    the packs in the upload's order; a position past the files sent has none), this device's
-    id as the server names it, and the upload's idempotency key."""
+    the packs in the upload's order), this device's id as the server names it, and the upload's
+    idempotency key. At most one link per file sent: an answer naming more packs than files
+    (thousands, from a hostile server) keeps only those of the files' positions."""
     device = client.device_named(item.envelope.metadata)
     key = hashlib.sha256(item.idempotency_key.encode("utf-8", "surrogatepass")).hexdigest()
+    positions: dict[str, int] = {}
+    for position, evidence_id in enumerate(result.evidence_ids[: len(result.files)]):
+        positions.setdefault(evidence_id, position)
     kept = []
     for link in result.receipts:
-        position = result.evidence_ids.index(link.evidence_id)
-        sent = result.files[position] if position < len(result.files) else None
+        position = positions.pop(link.evidence_id, -1)
+        if position < 0:
+            continue
+        sent = result.files[position]
         kept.append(
             StoredReceipt(
                 link.evidence_id,
@@ -334,8 +395,8 @@ def _receipts_to_keep(
                 None,
                 None,
                 part_index=position,
-                sent_sha256=sent.sha256 if sent else None,
-                sent_size=sent.size_bytes if sent else None,
+                sent_sha256=sent.sha256,
+                sent_size=sent.size_bytes,
                 device_id=device,
                 idempotency_key_sha256=key,
             )

@@ -31,6 +31,11 @@ PACK_FORMAT = "conclave.pack/v1"
 """The entry format of the edge's log ``packs``."""
 
 _MAX_DIGITS = 20
+MAX_SHOWN_DEPTH = 4
+"""How deep a kept entry may nest to be shown as JSON: a ``conclave.pack/v1`` entry is flat (one
+object of scalars); printed indented, a deep one grows with depth times width."""
+MAX_SHOWN_BYTES = 64 * 1024
+"""How large a kept entry may be to be shown as JSON (a real one is under a kilobyte)."""
 
 
 def entry_of_answer(answer: bytes, index: int, log_leaf_hash: str) -> bytes | None:
@@ -91,11 +96,14 @@ def entry_differences(kept: StoredReceipt, entry: bytes) -> list[str]:
 
 
 def entry_document(entry: bytes | str) -> Any:
-    """A kept entry to show: its JSON when it reads strictly and holds only values any JSON
-    reader can print, else its text (undecodable bytes escaped). An entry that hashes to its
-    leaf is kept whatever it holds, so showing it must not fail."""
+    """A kept entry to show: its JSON when it is at most :data:`MAX_SHOWN_BYTES`, nests at most
+    :data:`MAX_SHOWN_DEPTH` deep, reads strictly and holds only values any JSON reader can
+    print, else its text (undecodable bytes escaped). An entry that hashes to its leaf is kept
+    whatever it holds, so showing it must not fail, nor cost more than its size."""
     raw = entry.encode("utf-8", "surrogatepass") if isinstance(entry, str) else entry
     try:
+        if len(raw) > MAX_SHOWN_BYTES or _depth(raw) > MAX_SHOWN_DEPTH:
+            raise ValueError("not shown as JSON")
         document = strict_json(raw)
     except ValueError:
         document = None
@@ -127,6 +135,28 @@ def strict_json(document: bytes) -> Any:
         raise ValueError("nested too deeply") from None
     except ValueError as error:
         raise ValueError(str(error)[:200]) from None
+
+
+def _depth(document: bytes) -> int:
+    """How deep the arrays and objects of a JSON text nest (brackets inside strings skipped)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in document:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in b"]}":
+            depth -= 1
+    return deepest
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -30,10 +30,13 @@ from conclave.edge_client.device import DeviceIdentity, new_identity
 from conclave.edge_client.envelope import Envelope
 from conclave.edge_client.errors import OutboxCorrupt
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Version 2 added ``receipts``; a version-1 outbox gets the table when it is opened (the
 # statements below create only what is missing). Version 3 added the columns of
-# ``_RECEIPT_COLUMNS`` to it, added to a version-2 table when it is opened.
+# ``_RECEIPT_COLUMNS`` to it, added to a version-2 table when it is opened. Version 4 added
+# ``sent_uploads``: the packs each accepted upload named, one row per item, kept through
+# cleanup, so the check can tell an upload with no receipt of its own (the receipt rows are
+# keyed on evidence ids, and a server may name another upload's pack or no link at all).
 # ``queued`` = 1 for what sync sends without being asked: PENDING items and FAILED ones whose
 # failure was transient. The partial index holds only those, so finding the next due item stays
 # cheap however many SENT or permanently FAILED rows pile up.
@@ -70,6 +73,11 @@ CREATE TABLE IF NOT EXISTS receipts (
     fetched_at REAL
 );
 CREATE INDEX IF NOT EXISTS receipts_missing ON receipts (item_id) WHERE receipt IS NULL;
+CREATE TABLE IF NOT EXISTS sent_uploads (
+    item_id INTEGER PRIMARY KEY,
+    evidence_ids TEXT NOT NULL,
+    sent_at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS device (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     device_id TEXT NOT NULL,
@@ -139,6 +147,15 @@ class StoredReceipt:
     idempotency_key_sha256: str | None = None
     entry: bytes | None = None
     entry_fetched_at: float | None = None
+
+
+@dataclass(frozen=True)
+class SentUpload:
+    """An upload this client saw accepted (schema version 4 on): its item and the packs its
+    answer named for the files sent, each of which should have a receipt row of this item."""
+
+    item_id: int
+    evidence_ids: list[str]
 
 
 class OutboxStore:
@@ -291,15 +308,23 @@ class OutboxStore:
         evidence_ids: list[str],
         now: float,
         receipts: Sequence[StoredReceipt] = (),
-    ) -> None:
+        packs_sent: Sequence[str] = (),
+    ) -> list[StoredReceipt]:
         """Record the server's evidence ids and its receipt links with what was sent of each
-        pack's file (the receipt and the log's entry are fetched later); the item is done
-        whoever held it."""
+        pack's file (the receipt and the log's entry are fetched later), and ``packs_sent``, the
+        packs the answer named for the files sent; the item is done whoever held it. The links
+        now kept as this item's: a link of a pack another item's answer named already is not
+        (that item keeps its row; the check finds this one without a receipt of its own)."""
         with self._write(durable=False) as db:
             db.execute(
                 "UPDATE outbox_items SET state = 'SENT', queued = 0, evidence_ids = ?,"
                 " claimed_by = NULL, lease_until = NULL, updated_at = ? WHERE id = ?",
                 (json.dumps(evidence_ids), now, item_id),
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO sent_uploads (item_id, evidence_ids, sent_at)"
+                " VALUES (?, ?, ?)",
+                (item_id, json.dumps(list(packs_sent)), now),
             )
             db.executemany(
                 "INSERT OR IGNORE INTO receipts (evidence_id, item_id, log_leaf_hash,"
@@ -320,6 +345,20 @@ class OutboxStore:
                     for link in receipts
                 ],
             )
+            mine = {
+                row[0]
+                for row in db.execute(
+                    "SELECT evidence_id FROM receipts WHERE item_id = ?", (item_id,)
+                )
+            }
+        return [link for link in receipts if link.evidence_id in mine]
+
+    def sent_uploads(self) -> list[SentUpload]:
+        """Every upload recorded by :meth:`mark_sent` (schema version 4 on), by item."""
+        rows = self._db.execute(
+            "SELECT item_id, evidence_ids FROM sent_uploads ORDER BY item_id"
+        ).fetchall()
+        return [SentUpload(row[0], json.loads(row[1])) for row in rows]
 
     def save_receipt(self, evidence_id: str, receipt: str, now: float) -> None:
         """Keep a fetched receipt (committed as a sync run's bookkeeping is: see above)."""
@@ -362,7 +401,14 @@ class OutboxStore:
                 "UPDATE outbox_items SET state = 'FAILED', attempts = attempts + 1,"
                 " last_error = ?, queued = ?, next_attempt_at = ?, claimed_by = NULL,"
                 " lease_until = NULL, updated_at = ? WHERE id = ? AND claimed_by = ?",
-                (error, int(retry_at is not None), retry_at or now, now, item_id, runner),
+                (
+                    _storable(error),
+                    int(retry_at is not None),
+                    retry_at or now,
+                    now,
+                    item_id,
+                    runner,
+                ),
             )
 
     def requeue(self, ids: Sequence[int] | None, now: float) -> int:
@@ -421,6 +467,13 @@ class OutboxStore:
             "SELECT count(*) FROM outbox_items WHERE queued = 1 AND lease_until >= ?", (now,)
         ).fetchone()[0]
         return counts
+
+
+def _storable(text: str) -> str:
+    """``text`` as SQLite can store it: an error message may quote a server's answer, whose
+    lone surrogate would fail the write (and leave the item claimed), and whose NUL would cut
+    it short."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
 def _item(values: sqlite3.Row, now: float) -> OutboxItem:
