@@ -133,7 +133,10 @@ async def _ancestors_agree(
         subtree = parent
     if not steps:
         return False
-    found = await store.subtree_hashes(connection, log_id, [s for step in steps for s in step])
+    try:
+        found = await store.subtree_hashes(connection, log_id, [s for step in steps for s in step])
+    except TransparencyError:  # a stored hash that is no hash (LogCorrupted) vouches for nothing
+        return False
     made, subtree = tile, Subtree(TILE_LEVEL, block)
     for neighbour, parent in steps:
         other = found.get(neighbour)
@@ -160,10 +163,10 @@ async def _proven(
     # Bottom-up, the first TILE_LEVEL hashes of the path are the block's own subtrees.
     inside = sum(plan.groups[:TILE_LEVEL])
     above = ProofPlan(plan.subtrees[inside:], plan.groups[TILE_LEVEL:])
-    found = await store.subtree_hashes(connection, log_id, above.subtrees)
-    if any(subtree not in found for subtree in above.subtrees):
-        return False
     try:
+        found = await store.subtree_hashes(connection, log_id, above.subtrees)
+        if any(subtree not in found for subtree in above.subtrees):
+            return False
         path = above.assemble([found[subtree] for subtree in above.subtrees])
         # Above TILE_LEVEL a tree is the tree whose leaves are its blocks' hashes.
         verify_inclusion(tile, block, (size + TILE_SIZE - 1) >> TILE_LEVEL, path, root)
