@@ -31,8 +31,8 @@ from conclave.edge_client import (
 from conclave.edge_client.envelope import parse_metadata
 from conclave.edge_client.errors import ReceiptUnavailable
 from conclave.edge_client.kept_receipts import ReceiptCheck
+from conclave.edge_client.outbox_records import StoredReceipt
 from conclave.edge_client.pack_entries import entry_document
-from conclave.edge_client.store import StoredReceipt
 from conclave.platform.media_types import media_type_names
 from conclave.settings import EdgeClientSettings
 

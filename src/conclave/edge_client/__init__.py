@@ -14,8 +14,8 @@ from conclave.edge_client.errors import (
 )
 from conclave.edge_client.kept_receipts import ReceiptCheck
 from conclave.edge_client.outbox import Outbox, SyncReport, default_outbox_path
+from conclave.edge_client.outbox_records import OutboxItem, StoredReceipt
 from conclave.edge_client.retry import RetryPolicy
-from conclave.edge_client.store import OutboxItem, StoredReceipt
 
 
 def __getattr__(name: str) -> object:

@@ -25,9 +25,10 @@ from typing import Literal
 
 from conclave.edge_client.client import EdgeClient
 from conclave.edge_client.errors import ReceiptUnavailable, ServerUnreachable
+from conclave.edge_client.outbox_records import SentUpload, StoredReceipt
 from conclave.edge_client.pack_entries import entry_differences, entry_of_answer
 from conclave.edge_client.receipts import check_receipt
-from conclave.edge_client.store import OutboxStore, SentUpload, StoredReceipt
+from conclave.edge_client.store import OutboxStore
 from conclave.platform.transparency.errors import TransparencyError
 from conclave.platform.transparency.note import VerifierSet
 from conclave.platform.transparency.receipt import Receipt

@@ -32,9 +32,10 @@ from conclave.edge_client.kept_receipts import (
     check_kept,
     check_uploads,
 )
+from conclave.edge_client.outbox_records import OutboxItem, StoredReceipt
 from conclave.edge_client.receipts import check_receipt, verifier_keys
 from conclave.edge_client.retry import RetryPolicy
-from conclave.edge_client.store import OutboxItem, OutboxStore, StoredReceipt
+from conclave.edge_client.store import OutboxStore
 from conclave.platform.transparency.errors import TransparencyError
 from conclave.platform.transparency.note import VerifierSet
 

@@ -20,7 +20,7 @@ import hashlib
 import json
 from typing import Any
 
-from conclave.edge_client.store import StoredReceipt
+from conclave.edge_client.outbox_records import StoredReceipt
 from conclave.platform.inputs import find_unsafe
 from conclave.platform.transparency import base64text
 from conclave.platform.transparency.errors import MalformedInput
