@@ -6,7 +6,6 @@ import asyncio
 import json
 import multiprocessing
 import os
-import pickle
 import struct
 import threading
 import time
@@ -17,7 +16,7 @@ import uvloop
 
 from conclave.edge.agents.base import clean
 from conclave.edge.guardrails import sanitize_filename
-from conclave.edge.parsing import ParserPool, receive_message
+from conclave.edge.parsing import ParserPool, answer_bytes, receive_message
 from conclave.platform.errors import Unprocessable
 from tests.conftest import Backend
 from tests.edge import samples
@@ -140,7 +139,7 @@ def _slow_geojson(path, features: int) -> None:
 def _send_in_two_parts(connection: Connection, answer: object) -> None:
     # What a worker's large answer looks like to the reader: part of it, then a pause while the
     # pipe's buffer drains, then the rest (multiprocessing's framing: a 4-byte length first).
-    payload = pickle.dumps(answer)
+    payload = answer_bytes(answer)
     message = memoryview(struct.pack("!i", len(payload)) + payload)
     os.write(connection.fileno(), message[:1000])
     time.sleep(0.2)
@@ -154,12 +153,12 @@ def test_a_result_larger_than_the_pipe_arrives_whole_under_uvloop() -> None:
     arrived in parts used to fail halfway (BlockingIOError) and a valid file was refused as
     corrupt."""
     receiving, sending = multiprocessing.Pipe()
-    answer = ("ok", {"layers": ["é" * 500] * 2000})  # about 2 MB pickled, far past 64 KiB
+    answer = ("ok", {"layers": ["é" * 500] * 2000})  # about 6 MB of JSON, far past 64 KiB
     sender = threading.Thread(target=_send_in_two_parts, args=(sending, answer))
     loop = uvloop.new_event_loop()
     try:
         sender.start()
-        assert loop.run_until_complete(receive_message(receiving, 5)) == answer
+        assert loop.run_until_complete(receive_message(receiving, 5)) == list(answer)
     finally:
         sender.join()
         loop.close()
@@ -233,3 +232,18 @@ async def test_a_cancelled_parse_does_not_hand_its_answer_to_the_next_upload(tmp
         assert facts["feature_count"] == 2  # its own answer, not the slow file's
     finally:
         await pool.close()
+
+
+def test_a_worker_answer_that_is_a_pickle_is_never_unpickled() -> None:
+    """A worker taken over by a hostile file could answer a pickle that runs code when loaded:
+    the service reads answers as JSON only, and anything else is a crashed parser (OSError)."""
+    receiving, sending = multiprocessing.Pipe()
+    sending.send(("ok", {"facts": 1}))  # multiprocessing's own send: a pickle
+    loop = uvloop.new_event_loop()
+    try:
+        with pytest.raises(OSError, match="not JSON"):
+            loop.run_until_complete(receive_message(receiving, 5))
+    finally:
+        loop.close()
+        receiving.close()
+        sending.close()

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import multiprocessing
 import os
-import pickle
 import resource
 import struct
 from multiprocessing.connection import Connection
@@ -38,7 +38,7 @@ def _worker_main(connection: Connection, memory_bytes: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     # Plug-in types load now, within the start-up deadline, not in the first upload's time.
     registered_media_types()
-    connection.send(("ready", None))
+    connection.send_bytes(answer_bytes(("ready", None)))
     while True:
         try:
             media_type, path, fmt, metadata, placing = connection.recv()
@@ -47,7 +47,15 @@ def _worker_main(connection: Connection, memory_bytes: int) -> None:
         outcome = run_agent(media_type, path, fmt, metadata)
         if placing is not None and outcome[0] == "ok":
             outcome = _placed(path, placing, outcome)
-        connection.send(outcome)
+        connection.send_bytes(answer_bytes(outcome))
+
+
+def answer_bytes(outcome: tuple[str, Any]) -> bytes:
+    """A worker's answer as the service reads it: JSON, never a pickle. A worker parses hostile
+    files with native libraries; one taken over by such a file must not be able to make the
+    service run code, which unpickling its answer would (a summary is plain data anyway: what
+    the JSON column stores). A value JSON has no form for is written as its text."""
+    return json.dumps(outcome, default=str).encode("ascii")
 
 
 def _placed(path: str, placing: tuple[str, bool], outcome: tuple[str, Any]) -> tuple[str, Any]:
@@ -67,13 +75,13 @@ _HEADER = struct.Struct("!i")
 _LONG_HEADER = struct.Struct("!Q")
 MAX_MESSAGE_BYTES = 64 << 20
 """The largest answer read from a worker: a bigger one (no agent writes one) counts as a crash."""
-_LOOP_UNPICKLE_BYTES = 64 << 10
-"""Answers up to this size are unpickled on the event loop; larger ones in a thread."""
+_LOOP_DECODE_BYTES = 64 << 10
+"""Answers up to this size are decoded on the event loop; larger ones in a thread."""
 
 
 class _Frame:
     """One message of ``multiprocessing.connection``'s framing, fed as its bytes arrive: a 4-byte
-    big-endian length (-1, then an 8-byte length, beyond 2 GiB), then the pickled object."""
+    big-endian length (-1, then an 8-byte length, beyond 2 GiB), then the message's bytes."""
 
     def __init__(self) -> None:
         self._data = bytearray()
@@ -139,9 +147,18 @@ async def receive_message(connection: Connection, seconds: float) -> Any:
     finally:
         loop.remove_reader(descriptor)
         os.set_blocking(descriptor, True)
-    if len(payload) <= _LOOP_UNPICKLE_BYTES:
-        return pickle.loads(payload)
-    return await asyncio.to_thread(pickle.loads, payload)
+    if len(payload) <= _LOOP_DECODE_BYTES:
+        return _decoded(payload)
+    return await asyncio.to_thread(_decoded, payload)
+
+
+def _decoded(payload: bytes) -> Any:
+    """A worker's answer (:func:`answer_bytes`); ``OSError`` (a crashed parser) for one that is
+    not such JSON."""
+    try:
+        return json.loads(payload)
+    except (ValueError, RecursionError):
+        raise OSError("a parser worker's answer is not JSON") from None
 
 
 class _Worker:
