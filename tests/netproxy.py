@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from urllib.parse import urlparse
 
 
 class CuttableProxy:
@@ -88,3 +89,9 @@ class CuttableProxy:
             self._writers.discard(sink)
             with contextlib.suppress(Exception):
                 sink.close()
+
+
+def through(proxy: CuttableProxy, url: str) -> str:
+    """``url`` (a PostgreSQL or Redis URL) pointed at ``proxy`` instead of its server."""
+    parsed = urlparse(url)
+    return url.replace(parsed.netloc, f"{parsed.username}@127.0.0.1:{proxy.port}")

@@ -19,7 +19,7 @@ from tests.collector.conftest import (
     write_jsonl,
 )
 from tests.conftest import POSTGRES_URL, REDIS_URL, Backend, eventually, isolated_postgres
-from tests.netproxy import CuttableProxy
+from tests.netproxy import CuttableProxy, through
 
 
 async def _proxy(url: str, default_port: int) -> CuttableProxy:
@@ -46,8 +46,7 @@ def _discovery(path) -> dict:
 async def test_store_down_answers_503_and_recovers_without_restart(redis_bus, tmp_path) -> None:
     source = write_jsonl(inbox(tmp_path) / "items.jsonl", [{"id": i} for i in range(3)])
     proxy = await _proxy(POSTGRES_URL, 5432)
-    parsed = urlparse(POSTGRES_URL)
-    proxied = POSTGRES_URL.replace(parsed.netloc, f"{parsed.username}@127.0.0.1:{proxy.port}")
+    proxied = through(proxy, POSTGRES_URL)
     try:
         async with isolated_postgres(proxied) as engine:
             backend = Backend("production", engine, redis_bus)

@@ -23,7 +23,7 @@ from tests.conftest import (
     test_settings,
 )
 from tests.gateway.conftest import CHANNEL, Calls, audit_rows
-from tests.netproxy import CuttableProxy
+from tests.netproxy import CuttableProxy, through
 
 
 async def _proxy(url: str, default_port: int) -> CuttableProxy:
@@ -90,8 +90,7 @@ async def test_events_wait_in_the_outbox_while_redis_is_down(
 
 async def test_store_down_refuses_execution_with_503(redis_bus, calls: Calls, test_tools):
     proxy = await _proxy(POSTGRES_URL, 5432)
-    parsed = urlparse(POSTGRES_URL)
-    proxied = POSTGRES_URL.replace(parsed.netloc, f"{parsed.username}@127.0.0.1:{proxy.port}")
+    proxied = through(proxy, POSTGRES_URL)
     try:
         async with isolated_postgres(proxied) as engine:
             backend = Backend("production", engine, redis_bus)
@@ -127,8 +126,7 @@ async def test_a_commit_whose_answer_was_lost_is_not_recorded_twice(redis_bus, t
     heard so: the gateway retries, meets its own row, and answers the call (it used to answer
     500 from an idempotency check for a call that had no key)."""
     proxy = await _proxy(POSTGRES_URL, 5432)
-    parsed = urlparse(POSTGRES_URL)
-    proxied = POSTGRES_URL.replace(parsed.netloc, f"{parsed.username}@127.0.0.1:{proxy.port}")
+    proxied = through(proxy, POSTGRES_URL)
     try:
         async with isolated_postgres(proxied) as engine:
             backend = Backend("production", engine, redis_bus)

@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from conclave.gateway import store
+from conclave.gateway.alias_args import Rejection, rewrite_alias_args
 from conclave.gateway.call_log import call_entry
 from conclave.gateway.events import call_event
-from conclave.gateway.finance import RewriteError
 from conclave.gateway.limits import CallLimits
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.outcome import (
@@ -75,10 +75,6 @@ class ExecuteCommand:
     idempotency_key: str | None = None
 
 
-Rejection = tuple[str, str, list[dict[str, str]] | None, int]
-"""(code, detail, field errors, HTTP status) of a call refused before it runs."""
-
-
 @dataclass(slots=True)
 class _Call:
     """A call on its way through the chain. ``prerecorded``: its row was written ``running``
@@ -107,27 +103,6 @@ def _failed(
     http_status: int, code: str, message: str, *, status: str = FAILED, orthodoxy: str = BLESSED
 ) -> _Ending:
     return _Ending(status, orthodoxy, http_status, code, message)
-
-
-def _rewrite(
-    alias: RegisteredAlias, registered: RegisteredTool, args: dict[str, Any]
-) -> tuple[dict[str, Any] | None, Rejection | None]:
-    """Map alias arguments onto the canonical tool, checking the result against its schema."""
-    try:
-        canonical_args = alias.alias.rewrite(dict(args))
-    except RewriteError as exc:
-        errors = [{"field": "/", "message": str(exc), "rule": "rewrite"}]
-        return None, (
-            ProblemCode.VALIDATION_FAILED,
-            f"Arguments cannot be mapped: {exc}.",
-            errors,
-            422,
-        )
-    errors = schema_errors(registered.arguments, canonical_args)
-    if errors:
-        detail = f"Rewritten arguments do not fit {registered.tool.name!r}."
-        return None, (ProblemCode.VALIDATION_FAILED, detail, errors, 422)
-    return canonical_args, None
 
 
 class GatewayService:
@@ -174,7 +149,7 @@ class GatewayService:
         row = self._audit_row(command, conclave_id, alias, registered, shape, fingerprint)
         rejection = self._reject(command, registered, alias, shape=shape)
         if rejection is None and alias is not None and registered is not None:
-            canonical_args, rejection = _rewrite(alias, registered, command.args)
+            canonical_args, rejection = rewrite_alias_args(alias, registered, command.args)
             if canonical_args is not None:
                 row.canonical_args = redact(canonical_args, registered.tool.parameters)
                 command = replace(command, args=canonical_args)
@@ -251,7 +226,7 @@ class GatewayService:
         rejection = self._reject(command, registered, alias, check_available=False)
         canonical_args = None
         if rejection is None:
-            canonical_args, rejection = _rewrite(alias, registered, args)
+            canonical_args, rejection = rewrite_alias_args(alias, registered, args)
         if rejection is not None or canonical_args is None:
             code, message, errors, status = rejection or (
                 ProblemCode.VALIDATION_FAILED,

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+from conclave.platform.tlog.errors import LogCorrupted
 from conclave.platform.tlog.keys import LogKeys
 from conclave.platform.transparency.checkpoint import Checkpoint, sign_checkpoint
+from conclave.platform.transparency.errors import TransparencyError
 from conclave.platform.transparency.frontier import AppendedBatch, AppendFrontier
 from conclave.platform.transparency.records import NoteSignature
 from conclave.platform.transparency.subtrees import SubtreeHash
@@ -33,3 +35,12 @@ def sign(checkpoint: Checkpoint, keys: LogKeys) -> str:
     message = checkpoint.text().encode("utf-8")
     also = [NoteSignature(key.name, key.key_id, key.sign(message)) for key in others]
     return sign_checkpoint(checkpoint, first, keep=also).decode("utf-8")
+
+
+def signed_size(name: str, note: str) -> int:
+    """The tree size a stored checkpoint note states; :class:`LogCorrupted` for a note that is no
+    checkpoint (a row edited by hand)."""
+    try:
+        return Checkpoint.parse(note[: note.index("\n\n") + 1]).size
+    except (ValueError, TransparencyError) as error:
+        raise LogCorrupted(f"the latest checkpoint of {name!r} is unreadable: {error}") from None

@@ -35,7 +35,7 @@ from conclave.platform.tlog.errors import (
     CheckpointNotFound,
     LogCorrupted,
 )
-from conclave.platform.tlog.folding import fold, sign
+from conclave.platform.tlog.folding import fold, sign, signed_size
 from conclave.platform.tlog.keys import LogKeys, check_log_name
 from conclave.platform.tlog.records import (
     Integration,
@@ -145,12 +145,12 @@ class TransparencyLog:
             async with engine.begin() as connection:
                 now = options.get("clock", utc_now)()
                 if await store.create_log(connection, name, keys.origin, EMPTY_ROOT, now):
-                    created = await _state_of(connection, name)
+                    created = await store.require_log_state(connection, name)
                     note = sign(Checkpoint(keys.origin, 0, EMPTY_ROOT), keys)
                     await store.insert_checkpoint(
                         connection, created.log_id, 0, EMPTY_ROOT, note, now
                     )
-                state = await _state_of(connection, name)
+                state = await store.require_log_state(connection, name)
                 latest = await store.latest_checkpoint(connection, state.log_id)
         opened = cls(engine, state, keys, **options)
         opened._check_latest(latest)
@@ -250,7 +250,7 @@ class TransparencyLog:
             async with self._engine.begin() as connection:
                 if not await store.take_integration_lock(connection, self._log_id, self._name):
                     return Integration(IntegrationOutcome.BUSY)
-                state = await _state_of(connection, self._name)
+                state = await store.require_log_state(connection, self._name)
                 self._integrated = max(self._integrated, state.integrated_size)
                 sequenced = state.sequenced_size - state.integrated_size
                 room = max(0, self._max_per_checkpoint - sequenced)
@@ -345,7 +345,7 @@ class TransparencyLog:
         that sequences it (and signs the checkpoint covering it) commits."""
         with store_errors():
             async with self._engine.connect() as connection:
-                state = await _state_of(connection, self._name)
+                state = await store.require_log_state(connection, self._name)
                 index = await store.first_index_of(connection, self._log_id, hashed)
         self._integrated = max(self._integrated, state.integrated_size)
         if index is None:
@@ -382,7 +382,7 @@ class TransparencyLog:
         """The log's row as stored now."""
         with store_errors():
             async with self._engine.connect() as connection:
-                state = await _state_of(connection, self._name)
+                state = await store.require_log_state(connection, self._name)
         self._integrated = max(self._integrated, state.integrated_size)
         return state
 
@@ -455,7 +455,7 @@ class TransparencyLog:
                 note = await store.latest_checkpoint(connection, self._log_id)
                 if note is None:
                     raise CheckpointNotFound(f"the log {self._name!r} has no checkpoint")
-                size = _signed_size(self._name, note)
+                size = signed_size(self._name, note)
                 if index >= size:
                     raise BeyondIntegrated(
                         f"leaf {index} is not under the latest checkpoint ({size} leaves) yet"
@@ -489,19 +489,3 @@ class TransparencyLog:
         if missing:
             raise SubtreeNotStored(f"the log {self._name!r} does not store {missing[0]}")
         return plan.assemble([found[subtree] for subtree in plan.subtrees])
-
-
-def _signed_size(name: str, note: str) -> int:
-    """The tree size a stored checkpoint note states; :class:`LogCorrupted` for a note that is no
-    checkpoint (a row edited by hand)."""
-    try:
-        return Checkpoint.parse(note[: note.index("\n\n") + 1]).size
-    except (ValueError, TransparencyError) as error:
-        raise LogCorrupted(f"the latest checkpoint of {name!r} is unreadable: {error}") from None
-
-
-async def _state_of(connection: AsyncConnection, name: str) -> LogState:
-    state = await store.log_state(connection, name)
-    if state is None:
-        raise LookupError(f"no transparency log {name!r}")
-    return state

@@ -130,6 +130,14 @@ async def log_state(connection: AsyncConnection, name: str) -> LogState | None:
     return _state(row) if row is not None else None
 
 
+async def require_log_state(connection: AsyncConnection, name: str) -> LogState:
+    """The row of the log ``name``; ``LookupError`` when there is none."""
+    state = await log_state(connection, name)
+    if state is None:
+        raise LookupError(f"no transparency log {name!r}")
+    return state
+
+
 async def allocate(connection: AsyncConnection, log_id: int, count: int) -> int:
     """Give ``count`` leaves the next indices of the log: the first of them.
 
