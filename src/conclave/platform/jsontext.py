@@ -61,9 +61,10 @@ def json_encoder(
     sort_keys: bool = False,
     separators: tuple[str, str] | None = None,
     ensure_ascii: bool = True,
+    default: Callable[[Any], Any] | None = None,
 ) -> Callable[[Any], str]:
-    """A function giving ``json.dumps(value, sort_keys=..., separators=..., ensure_ascii=...)``
-    with the same text, from one encoder built now.
+    """A function giving ``json.dumps(value, sort_keys=..., separators=..., ensure_ascii=...,
+    default=...)`` with the same text, from one encoder built now.
 
     One difference: a value that contains itself raises ``RecursionError`` instead of
     ``ValueError`` (the encoder keeps no set of the containers it is in, which would have to be
@@ -74,6 +75,7 @@ def json_encoder(
         "sort_keys": sort_keys,
         "separators": separators,
         "ensure_ascii": ensure_ascii,
+        "default": default,
     }
     slow: Callable[[Any], str] = functools.partial(json.dumps, **options)
     if _c_make_encoder is None:

@@ -15,14 +15,20 @@ from collections.abc import Callable
 from typing import Any
 
 from conclave.platform.auth import Principal
+from conclave.platform.jsontext import json_decoder, json_encoder
+
+# Built once: a call's entry hashes four values, each encoded twice and decoded once.
+_canonical_text = json_encoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+)
+_stored_text = json_encoder(default=str)
+_decoded = json_decoder()
 
 
 def canonical_json(value: Any) -> bytes:
     """``value`` as canonical JSON: sorted keys, no white space, ASCII only. Values JSON cannot
     hold (the stored rows never hold one) are written as their ``str``."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
-    ).encode("ascii")
+    return _canonical_text(value).encode("ascii")
 
 
 def sha256_hex(data: bytes) -> str:
@@ -40,7 +46,7 @@ def stored_form(value: Any) -> Any:
     """``value`` as a JSON column keeps it and hands it back: mapping keys are strings there (a
     mapping ``{2: "a", 10: "b"}`` is read back as ``{"2": "a", "10": "b"}``, which sorts the
     other way), so a mapping with keys of mixed types can be sorted too."""
-    return json.loads(json.dumps(value, default=str))
+    return _decoded(_stored_text(value))
 
 
 def optional_text_sha256(text: str | None) -> str | None:

@@ -16,13 +16,18 @@ from conclave.platform.transparency.subtrees import SubtreeHash
 _FOLD_SLICE = 2048
 
 
-async def fold(frontier: AppendFrontier, leaf_hashes: list[bytes]) -> AppendedBatch:
-    """``frontier.append(leaf_hashes)``, letting the event loop run between slices: a pass of
-    65,536 leaves is about 130,000 SHA-256, too long to hold the loop in one go."""
+async def fold(
+    frontier: AppendFrontier, leaf_hashes: list[bytes], lowest_kept: int = 0
+) -> AppendedBatch:
+    """``frontier.append(leaf_hashes, lowest_kept=...)``, letting the event loop run between
+    slices: a pass of 65,536 leaves is about 130,000 SHA-256, too long to hold the loop in one
+    go."""
     stored: list[SubtreeHash] = []
     batch = frontier.append(())
     for start in range(0, len(leaf_hashes), _FOLD_SLICE):
-        batch = batch.frontier.append(leaf_hashes[start : start + _FOLD_SLICE])
+        batch = batch.frontier.append(
+            leaf_hashes[start : start + _FOLD_SLICE], lowest_kept=lowest_kept
+        )
         stored += batch.stored
         await asyncio.sleep(0)
     return AppendedBatch(batch.frontier, frontier.size, stored, batch.root)

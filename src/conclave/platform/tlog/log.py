@@ -274,20 +274,10 @@ class TransparencyLog:
                         connection, self._log_id, self._name, room, self._sequencer.limits
                     )
                     if queued and room
-                    else 0
+                    else queue.Sequenced(0, [])
                 )
-                # What this pass folds: the leaves sequenced before it, then those it just took.
-                start, count = (
-                    state.integrated_size,
-                    min(sequenced + taken, self._max_per_checkpoint),
-                )
-                rows = await store.leaf_hashes(connection, self._log_id, start, start + count)
-                if [index for index, _ in rows] != list(range(start, start + count)):
-                    raise LogCorrupted(
-                        f"the log {self._name!r} misses leaves in [{start}, {start + count}) "
-                        "below its sequenced size"
-                    )
-                batch = await fold(frontier, [h for _, h in rows])
+                hashes = await self._hashes_to_fold(connection, state, taken)
+                batch = await fold(frontier, hashes, tiles.TILE_LEVEL)
                 checkpoint = Checkpoint(self.origin, batch.frontier.size, batch.root)
                 note = sign(checkpoint, self._keys)
                 try:
@@ -302,20 +292,24 @@ class TransparencyLog:
                     # already there was put by someone else, and every pass would meet it.
                     raise LogCorrupted(
                         f"the log {self._name!r} already stores a subtree or checkpoint beyond "
-                        f"its integrated size {start}"
+                        f"its integrated size {state.integrated_size}"
                     ) from error
                 if inside_transaction is not None:
                     await inside_transaction()
                 # Last, so the log's row (which appends update) is locked only for the commit.
                 moved = await store.set_integrated(
-                    connection, self._log_id, start, checkpoint.size, batch.root, now
-                )
+                    connection, self._log_id, state.integrated_size, checkpoint.size, batch.root,
+                    now,
+                )  # fmt: skip
                 if not moved:
                     raise LogCorrupted(f"the log {self._name!r} moved during integration")
         self._frontier = batch.frontier
         self._integrated = max(self._integrated, checkpoint.size)
         return Integration(
-            IntegrationOutcome.INTEGRATED, checkpoint, note, pending=max(0, waiting - count)
+            IntegrationOutcome.INTEGRATED,
+            checkpoint,
+            note,
+            pending=max(0, waiting - len(hashes)),
         )
 
     async def oldest_queued_at(self) -> datetime | None:
@@ -359,6 +353,26 @@ class TransparencyLog:
         if self._seen is None or self._seen[0] != key or now < self._seen[1]:
             self._seen = (key, now)
         return (now - self._seen[1]).total_seconds()
+
+    async def _hashes_to_fold(
+        self, connection: AsyncConnection, state: LogState, taken: queue.Sequenced
+    ) -> list[bytes]:
+        """The leaf hashes this pass folds, in index order: the leaves sequenced before it, then
+        those it just took from the queue (known already, unless a direct append allocated
+        indices between them: then all are read)."""
+        start = state.integrated_size
+        sequenced = state.sequenced_size - start
+        count = min(sequenced + len(taken.hashes), self._max_per_checkpoint)
+        follows = taken.first == start + sequenced and sequenced + len(taken.hashes) == count
+        known = taken.hashes if follows else []
+        read = count - len(known)
+        rows = await store.leaf_hashes(connection, self._log_id, start, start + read)
+        if [index for index, _ in rows] != list(range(start, start + read)):
+            raise LogCorrupted(
+                f"the log {self._name!r} misses leaves in [{start}, {start + read}) "
+                "below its sequenced size"
+            )
+        return [hashed for _, hashed in rows] + known
 
     async def _current_frontier(
         self, connection: AsyncConnection, state: LogState

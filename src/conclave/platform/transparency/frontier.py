@@ -96,8 +96,10 @@ class AppendFrontier:
         """The root hash of the tree (:data:`EMPTY_ROOT` when it has no leaf)."""
         return fold(self._hashes) if self._hashes else EMPTY_ROOT
 
-    def append(self, leaf_hashes: Iterable[bytes]) -> AppendedBatch:
-        """Fold a batch of leaf hashes, in order, into the tree; see :class:`AppendedBatch`."""
+    def append(self, leaf_hashes: Iterable[bytes], *, lowest_kept: int = 0) -> AppendedBatch:
+        """Fold a batch of leaf hashes, in order, into the tree; see :class:`AppendedBatch`.
+        Its ``stored`` holds the completed subtrees of level ``lowest_kept`` and above (a store
+        that keeps only the upper levels need not have the others made)."""
         # The border as (level, hash), smallest subtree last, as a carry chain works on it.
         border = [
             (subtree.level, h)
@@ -109,13 +111,15 @@ class AppendFrontier:
             check_hash(leaf, "a leaf hash")
             if size == MAX_TREE_SIZE:
                 raise OutOfRange("the tree is full: 2^64 - 1 leaves")
-            stored.append(SubtreeHash(Subtree(0, size), leaf))
+            if lowest_kept == 0:
+                stored.append(SubtreeHash(Subtree(0, size), leaf))
             level, h = 0, leaf
             # Each carry merges the two rightmost equal subtrees into the one above them.
             while border and border[-1][0] == level:
                 _, left = border.pop()
                 level, h = level + 1, node_hash(left, h)
-                stored.append(SubtreeHash(Subtree(level, size >> level), h))
+                if level >= lowest_kept:
+                    stored.append(SubtreeHash(Subtree(level, size >> level), h))
             border.append((level, h))
             size += 1
         frontier = AppendFrontier(size, [h for _, h in border])
