@@ -432,7 +432,11 @@ class GatewayService:
         if self._call_log is None or row.log_leaf_hash is None:
             return outcome
         self._call_log.notify_queued()
-        return replace(outcome, log_leaf_hash=row.log_leaf_hash)
+        if outcome.errors:  # a rejection: its row keeps the errors only as warnings
+            return replace(outcome, log_leaf_hash=row.log_leaf_hash)
+        # The row holds what the outcome said (row.finish): rebuilding it is cheaper than a
+        # dataclasses.replace, once per call.
+        return row.outcome()
 
     async def _replay(self, command: ExecuteCommand, fingerprint: str | None) -> Outcome | None:
         assert command.idempotency_key is not None

@@ -62,9 +62,11 @@ def json_encoder(
     separators: tuple[str, str] | None = None,
     ensure_ascii: bool = True,
     default: Callable[[Any], Any] | None = None,
+    allow_nan: bool = True,
 ) -> Callable[[Any], str]:
     """A function giving ``json.dumps(value, sort_keys=..., separators=..., ensure_ascii=...,
-    default=...)`` with the same text, from one encoder built now.
+    default=..., allow_nan=...)`` with the same text (or the same error), from one encoder built
+    now.
 
     One difference: a value that contains itself raises ``RecursionError`` instead of
     ``ValueError`` (the encoder keeps no set of the containers it is in, which would have to be
@@ -76,6 +78,7 @@ def json_encoder(
         "separators": separators,
         "ensure_ascii": ensure_ascii,
         "default": default,
+        "allow_nan": allow_nan,
     }
     slow: Callable[[Any], str] = functools.partial(json.dumps, **options)
     if _c_make_encoder is None:
@@ -92,7 +95,7 @@ def json_encoder(
             settings.item_separator,
             sort_keys,
             False,  # skipkeys
-            True,  # allow_nan, as json.dumps
+            allow_nan,
         )
 
         def fast(value: Any) -> str:

@@ -24,7 +24,6 @@ PostgreSQL's CPU per call grew: docs/benchmarks.md).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,11 +42,12 @@ from sqlalchemy import (
 )
 
 from conclave.platform.db.driver_writes import InsertPlan, Numbering, RowWrite, UpdateAllPlan
+from conclave.platform.jsontext import json_encoder
 
 Reader = Callable[[Any], Any]
 
 # NaN and infinities are not JSON: refused here, such a batch takes the transaction path.
-_DOCUMENT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_document = json_encoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 Group = tuple[str, Table, tuple[str, ...], Sequence[Any]]
@@ -121,7 +121,7 @@ class _InsertPart:
         for index, make in self._make:
             for row in rows:
                 row[index] = make(row[index])
-        return [_DOCUMENT.encode(rows)]
+        return [_document(rows)]
 
 
 Shape = tuple[tuple[str, Table, tuple[str, ...], str], ...]
@@ -168,7 +168,7 @@ def batch_statement(dialect: Any, groups: Sequence[Group]) -> tuple[str, list[An
                 arguments.extend(part.arguments(write.keys, write.values))
             else:
                 arguments.extend(part.arguments(writes))
-    except (TypeError, ValueError, AttributeError):  # a value this path cannot write as JSON
+    except (TypeError, ValueError, AttributeError, RecursionError):  # not writable as JSON
         return None
     return plan.sql, arguments
 
