@@ -99,3 +99,34 @@ def test_the_decoder_answers_what_json_loads_answers(text: str) -> None:
     except (ValueError, RecursionError) as exc:
         got = ("error", type(exc), str(exc))
     assert repr(got) == repr(expected)
+
+
+class Opaque:
+    def __str__(self) -> str:
+        return "opaque \u00e9"
+
+
+@pytest.mark.parametrize("document", [*DOCUMENTS[:6], {"when": Opaque(), "set": {1}}])
+def test_an_encoder_with_a_default_writes_what_json_dumps_writes(document: Any) -> None:
+    """The canonical entries of the transparency logs write values JSON cannot hold as their
+    ``str``, sorted, ASCII only: byte for byte what ``json.dumps`` writes."""
+    options: dict[str, Any] = {
+        "sort_keys": True,
+        "separators": (",", ":"),
+        "ensure_ascii": True,
+        "default": str,
+    }
+    if isinstance(document, dict) and any(not isinstance(key, str) for key in document):
+        options["sort_keys"] = False  # mixed key types cannot be ordered by either
+    assert json_encoder(**options)(document) == json.dumps(document, **options)
+
+
+def test_an_encoder_refusing_non_finite_numbers_refuses_as_json_dumps_does() -> None:
+    encode = json_encoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    assert encode([1.5, "x"]) == json.dumps([1.5, "x"], ensure_ascii=False, separators=(",", ":"))
+    for number in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(ValueError) as ours:
+            encode([[number]])
+        with pytest.raises(ValueError) as theirs:
+            json.dumps([[number]], allow_nan=False)
+        assert str(ours.value) == str(theirs.value)

@@ -55,6 +55,24 @@ def test_batches_cut_anyhow_make_the_tree_of_all_their_leaves(cuts: list[int]) -
     assert len(frontier.subtrees) == size.bit_count()
 
 
+@PROPERTIES
+@given(cuts=st.lists(st.integers(0, 70), max_size=8), lowest=st.integers(0, 7))
+def test_keeping_only_upper_levels_makes_the_same_tree(cuts: list[int], lowest: int) -> None:
+    """What a store that keeps levels ``lowest`` and up is handed: exactly those subtrees of a
+    full batch, with the same frontier and root."""
+    leaves = [leaf_hash(entry) for entry in entries(sum(cuts))]
+    full, kept = AppendFrontier(), AppendFrontier()
+    position = 0
+    for count in cuts:
+        chunk = leaves[position : position + count]
+        position += count
+        every, upper = full.append(chunk), kept.append(chunk, lowest_kept=lowest)
+        assert upper.stored == [row for row in every.stored if row.subtree.level >= lowest]
+        assert (upper.root, upper.first_index) == (every.root, every.first_index)
+        assert upper.frontier.subtrees == every.frontier.subtrees
+        full, kept = every.frontier, upper.frontier
+
+
 def test_the_stored_hashes_are_the_subtrees_hashes() -> None:
     leaves = entries(37)
     source = InMemoryHashSource()

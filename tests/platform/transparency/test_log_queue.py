@@ -16,7 +16,7 @@ from conclave.platform.clock import utc_now
 from conclave.platform.db.batch import BatchWriter, Insert
 from conclave.platform.db.schema import tlog_logs
 from conclave.platform.tlog import IntegrationOutcome, LeafLocation, LogIntegrator, audit_log
-from conclave.platform.tlog.errors import LeafTooLarge
+from conclave.platform.tlog.errors import LeafTooLarge, LogCorrupted
 from conclave.platform.transparency import VerifierSet, leaf_hash
 from conclave.platform.transparency.errors import MalformedInput
 from tests.conftest import eventually
@@ -183,6 +183,48 @@ async def test_a_queued_row_that_holds_no_leaf_does_not_stop_the_log(
     assert "hold no leaf were dropped" in caplog.text
     await writer.write(log.queued(b"later").write)
     assert (await log.integrate()).outcome is IntegrationOutcome.INTEGRATED
+
+
+async def test_a_queued_row_kept_from_its_move_by_hand_fails_the_pass_whole(
+    log_engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    """On PostgreSQL the pass moves the queued rows it chose in one statement: if fewer move than
+    it allocated indices for (a trigger written by hand keeps one), it signs nothing and rolls
+    back, leaving no gap; once the trigger is gone, the next pass takes every leaf."""
+    if log_engine.dialect.name == "sqlite":
+        pytest.skip("the one-statement move is PostgreSQL's")
+    log = await open_test_log(log_engine)
+    for entry in (b"first", b"kept", b"third"):
+        await writer.write(log.queued(entry).write)
+    async with log_engine.begin() as connection:
+        await connection.execute(
+            text(
+                "CREATE FUNCTION keep_one() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF OLD.data = 'kept'::bytea THEN RETURN NULL; END IF; RETURN OLD; END $$"
+            )
+        )
+        await connection.execute(
+            text(
+                "CREATE TRIGGER keep_one BEFORE DELETE ON tlog_queue "
+                "FOR EACH ROW EXECUTE FUNCTION keep_one()"
+            )
+        )
+
+    with pytest.raises(LogCorrupted, match="vanished"):
+        await log.integrate()
+
+    state = await log.state()
+    assert (state.sequenced_size, state.integrated_size) == (0, 0)
+    assert await stored_leaves(log_engine, log) == []
+    assert await _queue_rows(log_engine) == 3
+    async with log_engine.begin() as connection:
+        await connection.execute(text("DROP TRIGGER keep_one ON tlog_queue"))
+    assert (await log.integrate()).outcome is IntegrationOutcome.INTEGRATED
+    assert [data for _, data in await stored_leaves(log_engine, log)] == [
+        b"first",
+        b"kept",
+        b"third",
+    ]
 
 
 async def test_a_leaf_is_located_by_its_hash(log_engine: AsyncEngine, writer: BatchWriter) -> None:
