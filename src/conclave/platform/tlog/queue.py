@@ -17,7 +17,6 @@ from conclave.platform.db.schema import (
     tlog_queue,
 )
 from conclave.platform.tlog import store
-from conclave.platform.tlog.errors import LogCorrupted
 from conclave.platform.tlog.sequencer import Limits
 from conclave.platform.transparency.hashing import leaf_hash
 
@@ -35,15 +34,23 @@ written by hand."""
 _MOVE_QUEUED = text(
     "WITH taken AS ("
     "DELETE FROM tlog_queue WHERE log_id = :log_id AND queue_id = ANY(CAST(:ids AS BIGINT[])) "
-    "RETURNING queue_id, data) "
+    "RETURNING queue_id, data), "
+    "counted AS (SELECT count(*) AS n FROM taken), "
+    "allocated AS (UPDATE tlog_logs SET sequenced_size = sequenced_size + (SELECT n FROM counted) "
+    "WHERE log_id = :log_id RETURNING sequenced_size) "
     "INSERT INTO tlog_leaves (log_id, leaf_index, leaf_hash, data) "
-    "SELECT :log_id, CAST(:first AS BIGINT) + row_number() OVER (ORDER BY queue_id) - 1, "
-    "sha256('\\x00'::bytea || data), data FROM taken "
+    "SELECT :log_id, allocated.sequenced_size - counted.n "
+    "+ row_number() OVER (ORDER BY taken.queue_id) - 1, "
+    "sha256('\\x00'::bytea || taken.data), taken.data "
+    "FROM taken CROSS JOIN counted CROSS JOIN allocated "
     "RETURNING leaf_index, leaf_hash"
 )
-"""PostgreSQL moves the chosen queued leaves to the log in one statement, hashing each leaf's
-data itself: the leaves never travel to the integrator and back (that round trip through Python
-was most of a pass's CPU), and what the tree commits to is still the data."""
+"""PostgreSQL moves the chosen queued leaves to the log in one statement: deletes them, gives
+exactly as many indices as rows it deleted (the same ``UPDATE`` of the log's row as an append, its
+lock held to the pass's commit), and inserts them hashing each leaf's data itself. The leaves never
+travel to the integrator and back (that round trip through Python was most of a pass's CPU), what
+the tree commits to is still the data, and a row that does not move (kept by a trigger written by
+hand) leaves no gap: it stays queued."""
 
 
 @dataclass(frozen=True)
@@ -82,12 +89,11 @@ async def sequence_queued(
         _report_dropped(name, dropped)
     if not good:
         return Sequenced(0, [])
-    first = await store.allocate(connection, log_id, len(good))
-    values = {"log_id": log_id, "ids": good, "first": first}
+    values = {"log_id": log_id, "ids": good}
     moved = sorted(tuple(row) for row in await connection.execute(_MOVE_QUEUED, values))
-    if len(moved) != len(good):
-        # Under the integration lock only this pass deletes queued rows: one went by hand.
-        raise LogCorrupted(f"queued leaves of the log {name!r} vanished during a pass")
+    if not moved:
+        return Sequenced(0, [])
+    first = moved[0][0]
     return Sequenced(first, [bytes(hashed) for _, hashed in moved])
 
 
