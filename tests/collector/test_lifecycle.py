@@ -160,6 +160,15 @@ async def test_history_filters_cursor_and_stats(backend, tmp_path) -> None:
             await client.get("/expedition/history", params={"since": "2999-01-01T00:00:00Z"})
         ).json()
         assert future["count"] == 0
+        # A time with no UTC moment, a cursor made by hand: clear problems, never a 500.
+        for params, status, code in (
+            ({"since": "9999-12-31T23:59:59-14:00"}, 422, "VALIDATION_FAILED"),
+            ({"until": "0001-01-01T00:00:00+14:00"}, 422, "VALIDATION_FAILED"),
+            ({"cursor": "MjAyNi0wMS0wMVQwMDowMDowMHx4"}, 400, "INVALID_CURSOR"),  # no zone
+            ({"cursor": "MjAyNi0wMS0wMVQwMDowMDowMFp8eAB5"}, 400, "INVALID_CURSOR"),  # NUL
+        ):
+            refused = await client.get("/expedition/history", params=params)
+            assert (refused.status_code, refused.json()["code"]) == (status, code), params
 
         stats = (await client.get("/stats")).json()
         assert stats["expeditions"]["by_status"]["completed"] == 3

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
@@ -31,6 +30,7 @@ from conclave.collector.store import ExpeditionRecord
 from conclave.collector.views import expedition_read
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.http import CurrentPrincipal, correlation_id
+from conclave.platform.keyset import UtcMoment
 from conclave.platform.openapi import HEALTH_RESPONSES, problem_responses
 
 router = APIRouter()
@@ -193,8 +193,8 @@ async def expedition_history(
     principal: CurrentPrincipal,
     status: Status | None = None,
     expedition_type: Annotated[str | None, Query(max_length=64)] = None,
-    since: Annotated[datetime | None, Query(description="Created at or after (RFC 3339).")] = None,
-    until: Annotated[datetime | None, Query(description="Created before (RFC 3339).")] = None,
+    since: Annotated[UtcMoment | None, Query(description="Created at or after (RFC 3339).")] = None,
+    until: Annotated[UtcMoment | None, Query(description="Created before (RFC 3339).")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=200, description="From `next_cursor`.")] = None,
 ) -> HistoryPage:

@@ -33,12 +33,13 @@ from conclave.collector.parameter_secrets import check_parameters
 from conclave.collector.registry import ExpeditionRegistry
 from conclave.collector.semantic.base import SemanticMemory
 from conclave.collector.store import ExpeditionRecord
-from conclave.collector.views import decode_cursor, encode_cursor, record_read
+from conclave.collector.views import record_read
 from conclave.platform.auth import Principal
 from conclave.platform.clock import as_utc, utc_now
 from conclave.platform.consumed_store import mark_consumed
 from conclave.platform.db.engine import store_errors
 from conclave.platform.errors import Conflict, NotFound, Unavailable, Unprocessable
+from conclave.platform.keyset import decode_cursor, encode_cursor
 from conclave.platform.outbox import add_event
 from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
@@ -324,7 +325,7 @@ class ExpeditionService:
                 requested_by=owner_filter(principal),
             )
         more = len(rows) == limit
-        return rows, encode_cursor(rows[-1]) if more else None
+        return rows, encode_cursor(rows[-1].created_at, rows[-1].expedition_id) if more else None
 
     async def stats(self) -> dict[str, Any]:
         """Counts by status and type, success rate, duration percentiles, queue, records."""

@@ -1,17 +1,12 @@
-"""The API views of the collector's records, and the opaque cursor of the history listing."""
+"""The API views of the collector's records."""
 
 from __future__ import annotations
-
-import base64
-from datetime import datetime
 
 from conclave.collector.events import duration_ms, optional_rfc3339
 from conclave.collector.models import ExpeditionRead, Progress, RecordRead
 from conclave.collector.records import CollectedRecord, ExpeditionRecord
 from conclave.platform.clock import rfc3339
 from conclave.platform.credentials import redact
-from conclave.platform.errors import BadRequest
-from conclave.platform.problem_types import ProblemCode
 
 
 def expedition_read(row: ExpeditionRecord) -> ExpeditionRead:
@@ -53,21 +48,3 @@ def record_read(row: CollectedRecord) -> RecordRead:
         created_at=rfc3339(row.created_at),
         updated_at=rfc3339(row.updated_at),
     )
-
-
-def encode_cursor(row: ExpeditionRecord) -> str:
-    """An opaque history cursor after ``row``."""
-    raw = f"{rfc3339(row.created_at)}|{row.expedition_id}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """Read a cursor made by :func:`encode_cursor` (400 when it is not one)."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        moment, expedition_id = raw.split("|", 1)
-        return datetime.fromisoformat(moment.replace("Z", "+00:00")), expedition_id
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(
-            "cursor must come from next_cursor.", code=ProblemCode.INVALID_CURSOR
-        ) from exc

@@ -13,10 +13,13 @@ from fastapi.routing import APIRoute
 from conclave import __version__
 from conclave.gateway import store
 from conclave.gateway.call_log import CALLS_LOG, receipt_path
+from conclave.gateway.call_search import CallFilter, search_calls
 from conclave.gateway.call_verify import verify_call
 from conclave.gateway.formats import render
 from conclave.gateway.models import (
     CORRELATION_ID_PATTERN,
+    CallPage,
+    CallSummary,
     CallVerificationRead,
     ExecuteRequest,
     ExecuteResponse,
@@ -28,7 +31,8 @@ from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.platform.auth import Principal
 from conclave.platform.bodies import read_model, request_model_schema
 from conclave.platform.clock import rfc3339
-from conclave.platform.errors import NotFound
+from conclave.platform.db.engine import store_errors
+from conclave.platform.errors import Forbidden, NotFound
 from conclave.platform.http import (
     CurrentPlatform,
     CurrentPrincipal,
@@ -41,6 +45,7 @@ from conclave.platform.inputs import (
     escape_unsafe,
 )
 from conclave.platform.jsontext import CompactJSONResponse
+from conclave.platform.keyset import CURSOR_MAX_LENGTH, UtcMoment, decode_cursor, encode_cursor
 from conclave.platform.openapi import BEARER_SECURITY, HEALTH_RESPONSES, problem_responses
 from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
@@ -238,6 +243,84 @@ def _idempotency_key(request: Request) -> str | None:
         }
         raise RequestValidationError([error])
     return key
+
+
+CallStatus = Literal["running", "succeeded", "rejected", "failed", "timeout"]
+Orthodoxy = Literal["blessed", "purified", "heretical"]
+
+
+@router.get(
+    "/calls",
+    tags=["tools"],
+    responses=problem_responses(
+        400,
+        403,
+        503,
+        s400="A cursor not from `next_cursor` (INVALID_CURSOR)",
+        s403="`user_id` names another user, and you are no operator (FORBIDDEN)",
+    ),
+)
+async def search_calls_route(
+    platform: CurrentPlatform,
+    principal: CurrentPrincipal,
+    request: Request,
+    tool: Annotated[str | None, Query(max_length=128, description="Canonical tool name.")] = None,
+    status: CallStatus | None = None,
+    orthodoxy_status: Orthodoxy | None = None,
+    user_id: Annotated[
+        str | None, Query(max_length=256, description="Whose calls (operators: anyone's).")
+    ] = None,
+    correlation_id: Annotated[str | None, Query(max_length=128)] = None,
+    since: Annotated[UtcMoment | None, Query(description="Created at or after (RFC 3339).")] = None,
+    until: Annotated[UtcMoment | None, Query(description="Created before (RFC 3339).")] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=CURSOR_MAX_LENGTH, description="From `next_cursor`.")
+    ] = None,
+) -> CallPage:
+    """The audit trail: your calls (anyone's for an operator, or by `user_id`), newest first,
+    filtered by tool, status, orthodoxy, correlation id and creation time; summaries without
+    arguments and results (`GET /calls/{id}` has those)."""
+    everyone = principal.is_operator or not request.app.state.authenticator.enabled
+    if user_id is not None and user_id != principal.user_id and not everyone:
+        raise Forbidden("Only operators may list another user's calls.")
+    after = decode_cursor(cursor) if cursor else None
+    kept = CallFilter(
+        user_id=user_id if everyone else principal.user_id,
+        tool=tool,
+        status=status,
+        orthodoxy_status=orthodoxy_status,
+        correlation_id=correlation_id,
+        since=since,
+        until=until,
+    )
+    with store_errors():
+        rows = await search_calls(platform.engine, kept, after, limit)
+    calls = [_call_summary(row) for row in rows]
+    last = rows[-1] if len(rows) == limit else None
+    return CallPage(
+        calls=calls,
+        count=len(calls),
+        next_cursor=encode_cursor(last.created_at, last.conclave_id) if last else None,
+    )
+
+
+def _call_summary(row: Any) -> CallSummary:
+    return CallSummary(
+        conclave_id=row.conclave_id,
+        tool_name=row.tool_name,
+        requested_tool=row.requested_tool,
+        user_id=row.user_id,
+        status=row.status,
+        orthodoxy_status=row.orthodoxy_status,
+        http_status=row.http_status,
+        error_code=row.error_code,
+        correlation_id=row.correlation_id,
+        duration_ms=row.duration_ms,
+        created_at=rfc3339(row.created_at),
+        completed_at=rfc3339(row.completed_at) if row.completed_at else None,
+        log_leaf_hash=row.log_leaf_hash.hex() if row.log_leaf_hash else None,
+    )
 
 
 @router.get("/calls/{conclave_id}", tags=["tools"], responses=problem_responses(503))

@@ -103,3 +103,31 @@ class ToolCall(BaseModel):
     receipt: str | None = Field(
         None, description="Path of the call's receipt (GET; 404 BEYOND_LOG until it is signed)."
     )
+
+
+class CallSummary(BaseModel):
+    """One call in the audit trail's search: its audit row without arguments and result."""
+
+    conclave_id: str
+    tool_name: str
+    requested_tool: str
+    user_id: str
+    status: str
+    orthodoxy_status: str
+    http_status: int | None
+    error_code: str | None
+    correlation_id: str | None
+    duration_ms: float | None
+    created_at: str
+    completed_at: str | None
+    log_leaf_hash: str | None = Field(None, description="As in GET /calls/{id}.")
+
+
+class CallPage(BaseModel):
+    """A page of the audit trail, newest first."""
+
+    calls: list[CallSummary]
+    count: int
+    next_cursor: str | None = Field(
+        None, description="Pass as `cursor` for the next page; null on the last page."
+    )

@@ -53,7 +53,17 @@ mcp_tool_calls = Table(
     Column("completed_at", DateTime(timezone=True), nullable=True),
     Column("log_leaf_hash", LargeBinary, nullable=True),
     Index("ix_mcp_tool_calls_created_at", "created_at"),
-    Index("ix_mcp_tool_calls_tool_name", "tool_name"),
+    # The audit trail's search (gateway/call_search.py): each filter that can pick few rows
+    # among millions walks one of these backwards from the newest (migration 0014).
+    Index("ix_mcp_tool_calls_tool_created", "tool_name", "created_at"),
+    Index("ix_mcp_tool_calls_user_created", "user_id", "created_at"),
+    Index(
+        "ix_mcp_tool_calls_correlation",
+        "correlation_id",
+        "created_at",
+        sqlite_where=Column("correlation_id").is_not(None),
+        postgresql_where=Column("correlation_id").is_not(None),
+    ),
     Index(
         "ix_mcp_tool_calls_running",
         "created_at",

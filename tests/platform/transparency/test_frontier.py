@@ -119,3 +119,9 @@ def test_the_in_memory_source_refuses_what_it_does_not_hold() -> None:
     for missing in [Subtree(0, 6), Subtree(1, 3), Subtree(3, 0), Subtree(0, -1), Subtree(-1, 0)]:
         with pytest.raises(SubtreeNotStored):
             source.subtree_hashes([missing])
+
+
+def test_a_level_below_zero_keeps_every_level() -> None:
+    hashes = [leaf_hash(bytes([n])) for n in range(4)]
+    every = AppendFrontier().append(hashes).stored
+    assert AppendFrontier().append(hashes, lowest_kept=-1).stored == every

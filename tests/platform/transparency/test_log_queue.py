@@ -15,7 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from conclave.platform.clock import utc_now
 from conclave.platform.db.batch import BatchWriter, Insert
 from conclave.platform.db.schema import tlog_logs
-from conclave.platform.tlog import IntegrationOutcome, LeafLocation, LogIntegrator, audit_log
+from conclave.platform.tlog import IntegrationOutcome, LeafLocation, LogIntegrator, audit_log, queue
+from conclave.platform.tlog import store as tlog_store
 from conclave.platform.tlog.errors import LeafTooLarge
 from conclave.platform.transparency import VerifierSet, leaf_hash
 from conclave.platform.transparency.errors import MalformedInput
@@ -333,3 +334,139 @@ async def test_two_replicas_queueing_at_once_make_one_log(log_engine: AsyncEngin
         for batch_writer in writers:
             await batch_writer.stop()
         await other_engine.dispose()
+
+
+async def _hand_queue(engine: AsyncEngine, data: object, name: str = "calls") -> None:
+    async with engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO tlog_queue (log_id, leaf_hash, data, queued_at) "
+                "SELECT log_id, :hash, :data, :at FROM tlog_logs WHERE name = :name"
+            ),
+            {"hash": b"\x00", "data": data, "at": utc_now(), "name": name},
+        )
+
+
+async def test_an_oversized_hand_written_row_at_the_head_does_not_stop_the_queue(
+    log_engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    """A row bigger than a pass's bytes is taken alone and dropped: the pass has nothing to sign,
+    and its drop commits (it once signed the same size again, failed, and rolled the drop back:
+    every later pass met the row, and no leaf of anyone was integrated again)."""
+    log = await open_test_log(log_engine, max_leaf_bytes=64, max_batch_bytes=128)
+    await _hand_queue(log_engine, b"x" * 200)
+    await writer.write(log.queued(b"a user's call").write)
+
+    dropping = await log.integrate()
+    assert (dropping.outcome, dropping.pending) == (IntegrationOutcome.UP_TO_DATE, 1)
+    assert (await log.integrate()).outcome is IntegrationOutcome.INTEGRATED
+    assert [data for _, data in await stored_leaves(log_engine, log)] == [b"a user's call"]
+    assert await _queue_rows(log_engine) == 0
+
+
+async def test_the_move_takes_no_row_past_the_leaf_limit_whatever_its_size_was(
+    postgres_engine: AsyncEngine,
+) -> None:
+    """PostgreSQL moves the rows a pass chose by id after reading their sizes; a row grown past the
+    leaf limit in between (an UPDATE by hand) is not moved: it stays queued, and the next pass
+    drops it."""
+    log = await open_test_log(postgres_engine, max_leaf_bytes=64)
+    await _hand_queue(postgres_engine, b"x" * 10_000)
+    async with postgres_engine.begin() as connection:
+        queue_id = await connection.scalar(text("SELECT queue_id FROM tlog_queue"))
+        moved = await connection.execute(
+            queue._MOVE_QUEUED,
+            {"log_id": log._log_id, "ids": [queue_id], "leaf_bytes": 64},
+        )
+        assert moved.all() == []
+    assert await _queue_rows(postgres_engine) == 1
+    assert (await log.integrate()).outcome is IntegrationOutcome.UP_TO_DATE
+    assert await _queue_rows(postgres_engine) == 0
+    assert await stored_leaves(postgres_engine, log) == []
+
+
+async def test_a_direct_append_committing_during_a_pass_is_folded_in_index_order(
+    postgres_engine: AsyncEngine,
+) -> None:
+    """A direct append that holds the log's row while a pass moves queued leaves: the pass waits
+    for it, its queued leaves take the indices after the append's, and the pass folds what the
+    store holds in index order (no gap, no duplicate)."""
+    log = await open_test_log(postgres_engine, max_leaves_per_checkpoint=4)
+    for n in range(4):
+        await _hand_queue(postgres_engine, f"queued {n}".encode())
+    direct = [b"direct 0", b"direct 1"]
+    async with postgres_engine.begin() as connection:
+        first = await tlog_store.allocate(connection, log._log_id, 2)
+        await tlog_store.insert_leaves(
+            connection, log._log_id, first, [leaf_hash(d) for d in direct], direct
+        )
+        passing = asyncio.create_task(log.integrate())
+        await asyncio.sleep(0.5)  # the pass has read the log's row, and waits for its lock
+        assert not passing.done()
+    assert (await passing).outcome is IntegrationOutcome.INTEGRATED
+    while (await log.integrate()).outcome is IntegrationOutcome.INTEGRATED:
+        pass
+    leaves = [data for _, data in await stored_leaves(postgres_engine, log)]
+    assert leaves == [*direct, *(f"queued {n}".encode() for n in range(4))]
+    assert (await verify_as_a_reader(postgres_engine, log)).checkpoint_sizes == [0, 4, 6]
+    assert (await audit_log(postgres_engine, log.name, VerifierSet(log.keys.verifiers))).ok
+
+
+async def test_hand_written_rows_of_other_logs_duplicates_and_low_ids_keep_the_log_whole(
+    log_engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    """Rows of another log are not taken, duplicate data makes two leaves, a row given a queue id
+    below those already taken is taken next, and the log verifies throughout."""
+    log = await open_test_log(log_engine)
+    other = await open_test_log(log_engine, name="other")
+    await _hand_queue(log_engine, b"y" * 5000, name="other")
+    await writer.write(log.queued(b"same").write)
+    await writer.write(log.queued(b"same").write)
+    assert (await log.integrate()).outcome is IntegrationOutcome.INTEGRATED
+    async with log_engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO tlog_queue (queue_id, log_id, leaf_hash, data, queued_at) "
+                "SELECT -5, log_id, :hash, :data, :at FROM tlog_logs WHERE name = 'calls'"
+            ),
+            {"hash": b"\x00", "data": b"low id", "at": utc_now()},
+        )
+    await writer.write(log.queued(b"later").write)
+    assert (await log.integrate()).outcome is IntegrationOutcome.INTEGRATED
+
+    leaves = [data for _, data in await stored_leaves(log_engine, log)]
+    assert leaves == [b"same", b"same", b"low id", b"later"]
+    assert (await verify_as_a_reader(log_engine, log)).checkpoint_sizes == [0, 2, 4]
+    assert (await audit_log(log_engine, log.name, VerifierSet(log.keys.verifiers))).ok
+    assert await stored_leaves(log_engine, other) == []
+    assert (await other.integrate()).outcome is IntegrationOutcome.INTEGRATED
+
+
+async def test_appends_wake_the_loop_whatever_its_schedule_without_the_poll(
+    log_engine: AsyncEngine,
+) -> None:
+    """The loop is woken only by news (a log not yet marked waiting): appends just after a pass,
+    within the interval, after idling, and to a second log are each integrated long before the
+    poll would have looked."""
+    log = await open_test_log(log_engine, checkpoint_interval=0.2)
+    other = await open_test_log(log_engine, name="other", checkpoint_interval=0.2)
+    integrator = LogIntegrator([log, other], poll_seconds=600, retry_seconds=0.2)
+    await integrator.start()
+    try:
+        for round_ in range(4):
+            await log.append([f"a {round_}".encode()])
+            await log.append([f"b {round_}".encode()])  # inside the interval: too soon
+
+            async def integrated(expected: int = 2 * (round_ + 1)) -> bool:
+                return await log.integrated_size() == expected
+
+            await eventually(integrated, timeout=3)
+            await asyncio.sleep(0.3 * round_)  # idle a while: the schedule is not waiting
+        await other.append([b"x"])
+
+        async def other_integrated() -> bool:
+            return await other.integrated_size() == 1
+
+        await eventually(other_integrated, timeout=3)
+    finally:
+        await integrator.stop()

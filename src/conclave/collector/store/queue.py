@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conclave.collector.records import ExpeditionRecord
 from conclave.collector.store.executor import Executor, all_rows, first_row, is_sqlite
 from conclave.collector.store.tables import expeditions
+from conclave.platform import keyset
 
 
 def _record(row: Row[Any] | None) -> ExpeditionRecord | None:
@@ -202,15 +203,8 @@ async def history(
     if until:
         statement = statement.where(expeditions.c.created_at < until)
     if after:
-        created, expedition_id = after
         statement = statement.where(
-            or_(
-                expeditions.c.created_at < created,
-                and_(
-                    expeditions.c.created_at == created,
-                    expeditions.c.expedition_id < expedition_id,
-                ),
-            )
+            keyset.after(expeditions.c.created_at, expeditions.c.expedition_id, after)
         )
     statement = statement.order_by(
         expeditions.c.created_at.desc(), expeditions.c.expedition_id.desc()

@@ -141,5 +141,6 @@ class LogIntegrator:
         elif result.outcome is IntegrationOutcome.BUSY:
             # Another process integrates; leaves appended after its pass began may be ours.
             schedule.due, schedule.waiting = now + interval, True
-        else:
+        else:  # up to date; or only rows holding no leaf were dropped, and more may wait
             schedule.due = now
+            schedule.waiting |= result.pending > 0

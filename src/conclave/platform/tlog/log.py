@@ -277,6 +277,11 @@ class TransparencyLog:
                     else queue.Sequenced(0, [])
                 )
                 hashes = await self._hashes_to_fold(connection, state, taken)
+                if not hashes:
+                    # The pass took only queued rows that hold no leaf: their drop commits (the
+                    # next pass meets the rows behind them), and there is nothing to sign.
+                    pending = max(0, waiting - taken.dropped)
+                    return Integration(IntegrationOutcome.UP_TO_DATE, pending=pending)
                 batch = await fold(frontier, hashes, tiles.TILE_LEVEL)
                 checkpoint = Checkpoint(self.origin, batch.frontier.size, batch.root)
                 note = sign(checkpoint, self._keys)

@@ -34,7 +34,7 @@ written by hand."""
 _MOVE_QUEUED = text(
     "WITH taken AS ("
     "DELETE FROM tlog_queue WHERE log_id = :log_id AND queue_id = ANY(CAST(:ids AS BIGINT[])) "
-    "RETURNING queue_id, data), "
+    "AND length(data) <= :leaf_bytes RETURNING queue_id, data), "
     "counted AS (SELECT count(*) AS n FROM taken), "
     "allocated AS (UPDATE tlog_logs SET sequenced_size = sequenced_size + (SELECT n FROM counted) "
     "WHERE log_id = :log_id RETURNING sequenced_size) "
@@ -60,6 +60,8 @@ class Sequenced:
 
     first: int
     hashes: list[bytes]
+    dropped: int = 0
+    """Queued rows that held no leaf, deleted by the pass (see :func:`_report_dropped`)."""
 
 
 async def sequence_queued(
@@ -82,19 +84,20 @@ async def sequence_queued(
     if connection.dialect.name == "sqlite":
         return await _sequence_in_python(connection, log_id, name, len(chosen), limits)
     good = [queue_id for queue_id, size in chosen if size is not None and size <= limits.leaf_bytes]
-    if len(good) < len(chosen):
-        kept = set(good)
-        dropped = [queue_id for queue_id, _ in chosen if queue_id not in kept]
+    kept = set(good)
+    dropped = [queue_id for queue_id, _ in chosen if queue_id not in kept]
+    if dropped:
         await connection.execute(tlog_queue.delete().where(tlog_queue.c.queue_id.in_(dropped)))
         _report_dropped(name, dropped)
     if not good:
-        return Sequenced(0, [])
-    values = {"log_id": log_id, "ids": good}
+        return Sequenced(0, [], len(dropped))
+    # The size is checked again as the rows move: a row grown since its size was read stays
+    # queued, and the next pass drops it.
+    values = {"log_id": log_id, "ids": good, "leaf_bytes": limits.leaf_bytes}
     moved = sorted(tuple(row) for row in await connection.execute(_MOVE_QUEUED, values))
     if not moved:
-        return Sequenced(0, [])
-    first = moved[0][0]
-    return Sequenced(first, [bytes(hashed) for _, hashed in moved])
+        return Sequenced(0, [], len(dropped))
+    return Sequenced(moved[0][0], [bytes(hashed) for _, hashed in moved], len(dropped))
 
 
 async def _sequence_in_python(
@@ -104,17 +107,17 @@ async def _sequence_in_python(
     may be of any type."""
     taken = await take_queued(connection, log_id, count)
     entries = [data for _, data in taken if data is not None and len(data) <= limits.leaf_bytes]
-    if len(entries) < len(taken):
-        dropped = [
-            queue_id for queue_id, data in taken if data is None or len(data) > limits.leaf_bytes
-        ]
+    dropped = [
+        queue_id for queue_id, data in taken if data is None or len(data) > limits.leaf_bytes
+    ]
+    if dropped:
         _report_dropped(name, dropped)
     if not entries:
-        return Sequenced(0, [])
+        return Sequenced(0, [], len(dropped))
     first = await store.allocate(connection, log_id, len(entries))
     hashes = [leaf_hash(entry) for entry in entries]
     await store.insert_leaves(connection, log_id, first, hashes, entries)
-    return Sequenced(first, hashes)
+    return Sequenced(first, hashes, len(dropped))
 
 
 def _report_dropped(name: str, dropped: list[int]) -> None:

@@ -62,7 +62,8 @@ class IntegrationOutcome(StrEnum):
     INTEGRATED = "integrated"
     """New leaves are in the tree and a new checkpoint is signed."""
     UP_TO_DATE = "up_to_date"
-    """Every sequenced leaf was already integrated: nothing was written."""
+    """Every sequenced leaf was already integrated: nothing was signed (queued rows that hold
+    no leaf may have been dropped; ``pending`` then says whether more wait)."""
     TOO_SOON = "too_soon"
     """Leaves wait, but the latest checkpoint is younger than the checkpoint interval."""
     BUSY = "busy"

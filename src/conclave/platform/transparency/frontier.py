@@ -111,7 +111,7 @@ class AppendFrontier:
             check_hash(leaf, "a leaf hash")
             if size == MAX_TREE_SIZE:
                 raise OutOfRange("the tree is full: 2^64 - 1 leaves")
-            if lowest_kept == 0:
+            if lowest_kept <= 0:
                 stored.append(SubtreeHash(Subtree(0, size), leaf))
             level, h = 0, leaf
             # Each carry merges the two rightmost equal subtrees into the one above them.

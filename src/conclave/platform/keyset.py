@@ -1,0 +1,72 @@
+"""Keyset pagination, newest first: the opaque cursor of a listing ordered by ``(created_at,
+key)`` descending, and the condition that continues after it.
+
+A cursor is the last row's creation time and key, base64url-encoded: it positions a listing, it
+grants nothing (the listing's own filters, the caller's scope among them, still apply), so it is
+not signed. It is read strictly: whatever a client sends in its place is 400 ``INVALID_CURSOR``,
+never a value the store would choke on (a NUL, a time without a zone, an unbounded key).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+from sqlalchemy import and_, or_
+from sqlalchemy.sql.elements import ColumnElement
+
+from conclave.platform.clock import as_utc, rfc3339
+from conclave.platform.errors import BadRequest
+from conclave.platform.problem_types import ProblemCode
+
+
+def _in_utc(moment: datetime) -> datetime:
+    try:
+        return as_utc(moment)
+    except OverflowError:  # 9999-12-31T23:00-14:00 is after the last UTC moment
+        raise ValueError("the time is outside the years 1 to 9999 in UTC") from None
+
+
+UtcMoment = Annotated[datetime, AfterValidator(_in_utc)]
+"""A listing's time filter (``since``, ``until``): RFC 3339, read in UTC (a time without a zone
+is UTC); a time that has no UTC moment is 422, not an overflow deep in the store."""
+
+CURSOR_MAX_LENGTH = 400
+"""The longest cursor a listing accepts (its key at most 256 characters)."""
+
+_KEY_MAX_LENGTH = 256
+
+
+def encode_cursor(created_at: datetime, key: str) -> str:
+    """The cursor of the page after the row created at ``created_at`` with key ``key``."""
+    raw = f"{rfc3339(created_at)}|{key}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The ``(created_at, key)`` a cursor of :func:`encode_cursor` holds; 400
+    ``INVALID_CURSOR`` for anything else."""
+    try:
+        if len(cursor) > CURSOR_MAX_LENGTH or not cursor.isascii():
+            raise ValueError("not a cursor")
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        moment_text, key = raw.split("|", 1)
+        moment = datetime.fromisoformat(moment_text.replace("Z", "+00:00"))
+        if moment.tzinfo is None or not 0 < len(key) <= _KEY_MAX_LENGTH or not key.isprintable():
+            raise ValueError("not a cursor")
+    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        raise BadRequest(
+            "cursor must come from next_cursor.", code=ProblemCode.INVALID_CURSOR
+        ) from exc
+    return moment.astimezone(UTC), key
+
+
+def after(
+    created_at: ColumnElement[Any], key: ColumnElement[Any], position: tuple[datetime, str]
+) -> ColumnElement[bool]:
+    """Rows after ``position`` in ``(created_at, key)`` descending order."""
+    moment, last_key = position
+    return or_(created_at < moment, and_(created_at == moment, key < last_key))
