@@ -141,6 +141,8 @@ async def test_history_filters_cursor_and_stats(backend, tmp_path) -> None:
         for expedition_id in [*ids, bad.json()["expedition_id"]]:
             await wait_terminal(client, expedition_id)
 
+        whole = (await client.get("/expedition/history", params={"limit": 4})).json()
+        assert (whole["count"], whole["next_cursor"]) == (4, None)  # full, and the last
         first = (await client.get("/expedition/history", params={"limit": 2})).json()
         assert first["count"] == 2 and first["next_cursor"]
         rest = (
@@ -166,6 +168,8 @@ async def test_history_filters_cursor_and_stats(backend, tmp_path) -> None:
             ({"until": "0001-01-01T00:00:00+14:00"}, 422, "VALIDATION_FAILED"),
             ({"cursor": "MjAyNi0wMS0wMVQwMDowMDowMHx4"}, 400, "INVALID_CURSOR"),  # no zone
             ({"cursor": "MjAyNi0wMS0wMVQwMDowMDowMFp8eAB5"}, 400, "INVALID_CURSOR"),  # NUL
+            # 0001-01-01T00:00:00+14:00|x: a time with no UTC moment
+            ({"cursor": "MDAwMS0wMS0wMVQwMDowMDowMCsxNDowMHx4"}, 400, "INVALID_CURSOR"),
         ):
             refused = await client.get("/expedition/history", params=params)
             assert (refused.status_code, refused.json()["code"]) == (status, code), params

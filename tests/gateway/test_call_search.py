@@ -54,6 +54,9 @@ async def test_a_user_pages_through_their_own_calls_newest_first(
         assert bad.status_code == 422
 
         calls = await _all_pages(client, ADA, limit=3)
+        # A last page holding exactly `limit` calls says it is the last.
+        whole = (await client.get("/calls", params={"limit": 8}, headers=ADA)).json()
+        assert (whole["count"], whole["next_cursor"]) == (8, None)
 
         rows = {row.conclave_id: row for row in await audit_rows(backend)}
         expected = sorted(
@@ -118,6 +121,10 @@ async def test_nobody_lists_another_users_calls_but_an_operator(
 
         everyone = await _all_pages(client, ROOT)
         assert sorted(call["user_id"] for call in everyone) == ["ada", "bob"]
+        # An operator opens any call the search lists; a user only their own.
+        adas_call = next(call["conclave_id"] for call in everyone if call["user_id"] == "ada")
+        assert (await client.get(f"/calls/{adas_call}", headers=ROOT)).status_code == 200
+        assert (await client.get(f"/calls/{adas_call}", headers=BOB)).status_code == 404
         adas = await _all_pages(client, ROOT, user_id="ada")
         assert [call["user_id"] for call in adas] == ["ada"]
         assert (await client.get("/calls")).status_code == 401
@@ -150,6 +157,9 @@ async def test_bad_search_input_is_a_clear_problem(backend: Backend, gateway: Ga
             ({"cursor": cursor(b"2026-01-01T00:00:00Z|x\x00y")}, 400, "INVALID_CURSOR"),
             ({"cursor": cursor(b"2026-01-01T00:00:00Z|\xff")}, 400, "INVALID_CURSOR"),
             ({"cursor": cursor(b"2026-01-01T00:00:00Z|" + b"k" * 260)}, 400, "INVALID_CURSOR"),
+            # A time with no UTC moment (a 500 until an outside attack found it).
+            ({"cursor": cursor(b"0001-01-01T00:00:00+14:00|x")}, 400, "INVALID_CURSOR"),
+            ({"cursor": cursor(b"9999-12-31T23:59:59-14:00|x")}, 400, "INVALID_CURSOR"),
             ({"cursor": "x" * 401}, 422, "VALIDATION_FAILED"),
             ({"limit": 0}, 422, "VALIDATION_FAILED"),
             ({"limit": 101}, 422, "VALIDATION_FAILED"),

@@ -39,7 +39,7 @@ from conclave.platform.clock import as_utc, utc_now
 from conclave.platform.consumed_store import mark_consumed
 from conclave.platform.db.engine import store_errors
 from conclave.platform.errors import Conflict, NotFound, Unavailable, Unprocessable
-from conclave.platform.keyset import decode_cursor, encode_cursor
+from conclave.platform.keyset import decode_cursor, page_of
 from conclave.platform.outbox import add_event
 from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
@@ -321,11 +321,10 @@ class ExpeditionService:
                 since=as_utc(since) if since else None,
                 until=as_utc(until) if until else None,
                 after=after,
-                limit=limit,
+                limit=limit + 1,  # one more: whether a next page exists is known, not guessed
                 requested_by=owner_filter(principal),
             )
-        more = len(rows) == limit
-        return rows, encode_cursor(rows[-1].created_at, rows[-1].expedition_id) if more else None
+        return page_of(rows, limit, lambda row: (row.created_at, row.expedition_id))
 
     async def stats(self) -> dict[str, Any]:
         """Counts by status and type, success rate, duration percentiles, queue, records."""

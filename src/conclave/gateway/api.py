@@ -45,7 +45,7 @@ from conclave.platform.inputs import (
     escape_unsafe,
 )
 from conclave.platform.jsontext import CompactJSONResponse
-from conclave.platform.keyset import CURSOR_MAX_LENGTH, UtcMoment, decode_cursor, encode_cursor
+from conclave.platform.keyset import CURSOR_MAX_LENGTH, UtcMoment, decode_cursor, page_of
 from conclave.platform.openapi import BEARER_SECURITY, HEALTH_RESPONSES, problem_responses
 from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
@@ -295,14 +295,11 @@ async def search_calls_route(
         until=until,
     )
     with store_errors():
-        rows = await search_calls(platform.engine, kept, after, limit)
-    calls = [_call_summary(row) for row in rows]
-    last = rows[-1] if len(rows) == limit else None
-    return CallPage(
-        calls=calls,
-        count=len(calls),
-        next_cursor=encode_cursor(last.created_at, last.conclave_id) if last else None,
-    )
+        # One row more than the page: whether a next page exists is known, not guessed.
+        rows = await search_calls(platform.engine, kept, after, limit + 1)
+    found, next_cursor = page_of(rows, limit, lambda row: (row.created_at, row.conclave_id))
+    calls = [_call_summary(row) for row in found]
+    return CallPage(calls=calls, count=len(calls), next_cursor=next_cursor)
 
 
 def _call_summary(row: Any) -> CallSummary:
@@ -327,8 +324,8 @@ def _call_summary(row: Any) -> CallSummary:
 async def get_call(
     conclave_id: str, platform: CurrentPlatform, principal: CurrentPrincipal, request: Request
 ) -> ToolCall:
-    """One audit row of your own calls."""
-    return _tool_call(await _call_or_404(conclave_id, platform, principal, request))
+    """One audit row of your own calls (anyone's, for an operator)."""
+    return _tool_call(await _call_or_404(conclave_id, platform, principal, request, operators=True))
 
 
 async def _call_or_404(

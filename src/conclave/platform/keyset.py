@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator
 from sqlalchemy import and_, or_
@@ -33,6 +34,8 @@ def _in_utc(moment: datetime) -> datetime:
 UtcMoment = Annotated[datetime, AfterValidator(_in_utc)]
 """A listing's time filter (``since``, ``until``): RFC 3339, read in UTC (a time without a zone
 is UTC); a time that has no UTC moment is 422, not an overflow deep in the store."""
+
+RowT = TypeVar("RowT")
 
 CURSOR_MAX_LENGTH = 400
 """The longest cursor a listing accepts (its key at most 256 characters)."""
@@ -57,11 +60,23 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         moment = datetime.fromisoformat(moment_text.replace("Z", "+00:00"))
         if moment.tzinfo is None or not 0 < len(key) <= _KEY_MAX_LENGTH or not key.isprintable():
             raise ValueError("not a cursor")
-    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        return moment.astimezone(UTC), key
+    except (ValueError, OverflowError, UnicodeDecodeError, binascii.Error) as exc:
+        # OverflowError: a time with no UTC moment (0001-01-01T00:00+14:00).
         raise BadRequest(
             "cursor must come from next_cursor.", code=ProblemCode.INVALID_CURSOR
         ) from exc
-    return moment.astimezone(UTC), key
+
+
+def page_of(
+    rows: Sequence[RowT], limit: int, position: Callable[[RowT], tuple[datetime, str]]
+) -> tuple[list[RowT], str | None]:
+    """The page of a listing read with ``limit + 1`` rows: its first ``limit`` rows, and the cursor
+    after the last of them when there is more (None on the last page, even a full one)."""
+    if len(rows) <= limit:
+        return list(rows), None
+    kept = list(rows[:limit])
+    return kept, encode_cursor(*position(kept[-1]))
 
 
 def after(

@@ -1,12 +1,17 @@
-"""What an integration pass computes before it writes: the leaves folded into the tree, and the
-checkpoint signed by every signing key of the log."""
+"""What an integration pass computes before it writes: the leaf hashes it folds, the leaves folded
+into the tree, and the checkpoint signed by every signing key of the log."""
 
 from __future__ import annotations
 
 import asyncio
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from conclave.platform.tlog import store
 from conclave.platform.tlog.errors import LogCorrupted
 from conclave.platform.tlog.keys import LogKeys
+from conclave.platform.tlog.queue import Sequenced
+from conclave.platform.tlog.records import LogState
 from conclave.platform.transparency.checkpoint import Checkpoint, sign_checkpoint
 from conclave.platform.transparency.errors import TransparencyError
 from conclave.platform.transparency.frontier import AppendedBatch, AppendFrontier
@@ -14,6 +19,30 @@ from conclave.platform.transparency.records import NoteSignature
 from conclave.platform.transparency.subtrees import SubtreeHash
 
 _FOLD_SLICE = 2048
+
+
+async def hashes_to_fold(
+    connection: AsyncConnection,
+    name: str,
+    state: LogState,
+    taken: Sequenced,
+    max_per_checkpoint: int,
+) -> list[bytes]:
+    """The leaf hashes a pass folds, in index order: the leaves sequenced before it, then those
+    it just took from the queue (known already, unless a direct append allocated indices between
+    them: then all are read). :class:`LogCorrupted` if the store misses one."""
+    start = state.integrated_size
+    sequenced = state.sequenced_size - start
+    count = min(sequenced + len(taken.hashes), max_per_checkpoint)
+    follows = taken.first == start + sequenced and sequenced + len(taken.hashes) == count
+    known = taken.hashes if follows else []
+    read = count - len(known)
+    rows = await store.leaf_hashes(connection, state.log_id, start, start + read)
+    if [index for index, _ in rows] != list(range(start, start + read)):
+        raise LogCorrupted(
+            f"the log {name!r} misses leaves in [{start}, {start + read}) below its sequenced size"
+        )
+    return [hashed for _, hashed in rows] + known
 
 
 async def fold(

@@ -35,7 +35,7 @@ from conclave.platform.tlog.errors import (
     CheckpointNotFound,
     LogCorrupted,
 )
-from conclave.platform.tlog.folding import fold, sign, signed_size
+from conclave.platform.tlog.folding import fold, hashes_to_fold, sign, signed_size
 from conclave.platform.tlog.keys import LogKeys, check_log_name
 from conclave.platform.tlog.records import (
     Integration,
@@ -276,7 +276,9 @@ class TransparencyLog:
                     if queued and room
                     else queue.Sequenced(0, [])
                 )
-                hashes = await self._hashes_to_fold(connection, state, taken)
+                hashes = await hashes_to_fold(
+                    connection, self._name, state, taken, self._max_per_checkpoint
+                )
                 if not hashes:
                     # The pass took only queued rows that hold no leaf: their drop commits (the
                     # next pass meets the rows behind them), and there is nothing to sign.
@@ -358,26 +360,6 @@ class TransparencyLog:
         if self._seen is None or self._seen[0] != key or now < self._seen[1]:
             self._seen = (key, now)
         return (now - self._seen[1]).total_seconds()
-
-    async def _hashes_to_fold(
-        self, connection: AsyncConnection, state: LogState, taken: queue.Sequenced
-    ) -> list[bytes]:
-        """The leaf hashes this pass folds, in index order: the leaves sequenced before it, then
-        those it just took from the queue (known already, unless a direct append allocated
-        indices between them: then all are read)."""
-        start = state.integrated_size
-        sequenced = state.sequenced_size - start
-        count = min(sequenced + len(taken.hashes), self._max_per_checkpoint)
-        follows = taken.first == start + sequenced and sequenced + len(taken.hashes) == count
-        known = taken.hashes if follows else []
-        read = count - len(known)
-        rows = await store.leaf_hashes(connection, self._log_id, start, start + read)
-        if [index for index, _ in rows] != list(range(start, start + read)):
-            raise LogCorrupted(
-                f"the log {self._name!r} misses leaves in [{start}, {start + read}) "
-                "below its sequenced size"
-            )
-        return [hashed for _, hashed in rows] + known
 
     async def _current_frontier(
         self, connection: AsyncConnection, state: LogState
