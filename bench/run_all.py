@@ -72,6 +72,10 @@ BENCHMARKS = [
         ["--points", "1000000", "--queries", "200"], ["--points", "100000", "--queries", "30"], 600,
     ),
     Benchmark(
+        "audit_search", "Audit trail search at 1M rows (issue 21)",
+        ["--rows", "1000000", "--samples", "200"], ["--rows", "100000", "--samples", "50"], 300,
+    ),
+    Benchmark(
         "tlog_proofs", "Transparency-log proofs at 10M leaves (issue 20)",
         ["--leaves", "10000000", "--samples", "2000"], ["--leaves", "200000", "--samples", "300"],
         1200,
