@@ -57,6 +57,22 @@ mcp_tool_calls = Table(
     # among millions walks one of these backwards from the newest (migration 0014).
     Index("ix_mcp_tool_calls_tool_created", "tool_name", "created_at"),
     Index("ix_mcp_tool_calls_user_created", "user_id", "created_at"),
+    # A rare outcome (rejected, failed, timed out, heretical, purified) is found without walking
+    # the successes; only those rows pay for these two on the write path.
+    Index(
+        "ix_mcp_tool_calls_unsuccessful",
+        "status",
+        "created_at",
+        sqlite_where=text("status <> 'succeeded'"),
+        postgresql_where=text("(status)::text <> 'succeeded'::text"),  # as PostgreSQL reflects it
+    ),
+    Index(
+        "ix_mcp_tool_calls_unblessed",
+        "orthodoxy_status",
+        "created_at",
+        sqlite_where=text("orthodoxy_status <> 'blessed'"),
+        postgresql_where=text("(orthodoxy_status)::text <> 'blessed'::text"),
+    ),
     Index(
         "ix_mcp_tool_calls_correlation",
         "correlation_id",
