@@ -117,8 +117,9 @@ class GatewaySettings(CommonSettings):
         "row's transaction and publish the log under /logs/calls (docs/transparency.md). On "
         "PostgreSQL the log's signer key must be in CONCLAVE_TLOG_SIGNER_KEYS (the gateway does "
         "not start without it); embedded, a key is generated in the data folder. Off by default "
-        "until it costs less: on a quiet 2-core machine governed /execute ran at 0.46 of a bare "
-        "endpoint with it, 0.69 without (docs/gateway.md, 'Receipts on answers').",
+        "until it costs less: on a 2-core machine governed /execute ran at 0.49 of a bare "
+        "endpoint with it, 0.67 without (bench/run_all, 2026-11-27; docs/gateway.md, 'Receipts "
+        "on answers').",
     )
 
     _split_lists = field_validator(

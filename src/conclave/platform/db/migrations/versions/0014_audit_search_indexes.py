@@ -4,9 +4,9 @@
 indexes are added: ``(user_id, created_at)`` for a user's own calls, ``(correlation_id,
 created_at)`` where a correlation id is set, and ``(status, created_at)`` / ``(orthodoxy_status,
 created_at)`` over the rows that did not succeed / are not blessed only (a rare outcome is found
-without walking the successes, and successes do not pay for them). A page of a filtered search is then a short backward
-walk of one index among millions of rows, not a scan and a sort. Building them takes the table's
-write lock for the time of the build (seconds per million rows).
+without walking the successes, and successes do not pay for them). A page of a filtered search is
+then a short backward walk of one index among millions of rows, not a scan and a sort. Building
+them takes the table's write lock for the time of the build (seconds per million rows).
 
 Revision ID: 0014
 Revises: 0013
