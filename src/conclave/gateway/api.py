@@ -303,21 +303,25 @@ async def search_calls_route(
 
 
 def _call_summary(row: Any) -> CallSummary:
-    return CallSummary(
-        conclave_id=row.conclave_id,
-        tool_name=row.tool_name,
-        requested_tool=row.requested_tool,
-        user_id=row.user_id,
-        status=row.status,
-        orthodoxy_status=row.orthodoxy_status,
-        http_status=row.http_status,
-        error_code=row.error_code,
-        correlation_id=row.correlation_id,
-        duration_ms=row.duration_ms,
-        created_at=rfc3339(row.created_at),
-        completed_at=rfc3339(row.completed_at) if row.completed_at else None,
-        log_leaf_hash=row.log_leaf_hash.hex() if row.log_leaf_hash else None,
-    )
+    return CallSummary(**_shown_columns(row), http_status=row.http_status)
+
+
+def _shown_columns(row: Any) -> dict[str, Any]:
+    """The audit row's columns every view of a call shows (a summary, the whole call)."""
+    return {
+        "conclave_id": row.conclave_id,
+        "tool_name": row.tool_name,
+        "requested_tool": row.requested_tool,
+        "user_id": row.user_id,
+        "status": row.status,
+        "orthodoxy_status": row.orthodoxy_status,
+        "error_code": row.error_code,
+        "correlation_id": row.correlation_id,
+        "duration_ms": row.duration_ms,
+        "created_at": rfc3339(row.created_at),
+        "completed_at": rfc3339(row.completed_at) if row.completed_at else None,
+        "log_leaf_hash": row.log_leaf_hash.hex() if row.log_leaf_hash else None,
+    }
 
 
 @router.get("/calls/{conclave_id}", tags=["tools"], responses=problem_responses(503))
@@ -372,22 +376,11 @@ async def verify_call_route(
 
 def _tool_call(row: AuditRow) -> ToolCall:
     return ToolCall(
-        conclave_id=row.conclave_id,
-        tool_name=row.tool_name,
-        requested_tool=row.requested_tool,
+        **_shown_columns(row),
         args=row.args,
         canonical_args=row.canonical_args,
         result=row.result,
-        orthodoxy_status=row.orthodoxy_status,
-        status=row.status,
-        error_code=row.error_code,
         error_message=row.error_message,
         warnings=list(row.warnings or []),
-        user_id=row.user_id,
-        correlation_id=row.correlation_id,
-        duration_ms=row.duration_ms,
-        created_at=rfc3339(row.created_at),
-        completed_at=rfc3339(row.completed_at) if row.completed_at else None,
-        log_leaf_hash=row.log_leaf_hash.hex() if row.log_leaf_hash else None,
         receipt=receipt_path(row.log_leaf_hash) if row.log_leaf_hash else None,
     )
