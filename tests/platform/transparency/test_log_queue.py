@@ -470,3 +470,39 @@ async def test_appends_wake_the_loop_whatever_its_schedule_without_the_poll(
         await eventually(other_integrated, timeout=3)
     finally:
         await integrator.stop()
+
+
+async def test_a_queued_row_that_never_moves_does_not_make_the_loop_busy(
+    log_engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    """A row kept from its move by a trigger written by hand is tried once per checkpoint
+    interval, not in a busy loop (each try is counted by the trigger itself)."""
+    if log_engine.dialect.name == "sqlite":
+        pytest.skip("the one-statement move is PostgreSQL's")
+    log = await open_test_log(log_engine, checkpoint_interval=0.2)
+    await writer.write(log.queued(b"kept").write)
+    async with log_engine.begin() as connection:
+        await connection.execute(text("CREATE TABLE tries (n integer)"))
+        await connection.execute(
+            text(
+                "CREATE FUNCTION keep_all() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "INSERT INTO tries VALUES (1); RETURN NULL; END $$"
+            )
+        )
+        await connection.execute(
+            text(
+                "CREATE TRIGGER keep_all BEFORE DELETE ON tlog_queue "
+                "FOR EACH ROW EXECUTE FUNCTION keep_all()"
+            )
+        )
+    integrator = LogIntegrator([log], poll_seconds=600, retry_seconds=0.2)
+    await integrator.start()
+    try:
+        await asyncio.sleep(1.5)
+    finally:
+        await integrator.stop()
+    async with log_engine.connect() as connection:
+        tries = int(await connection.scalar(text("SELECT count(*) FROM tries")) or 0)
+    assert 1 <= tries <= 10, tries  # about one a 0.2 s interval; a busy loop makes hundreds
+    assert await _queue_rows(log_engine) == 1
+    assert (await log.state()).sequenced_size == 0

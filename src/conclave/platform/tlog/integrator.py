@@ -142,5 +142,7 @@ class LogIntegrator:
             # Another process integrates; leaves appended after its pass began may be ours.
             schedule.due, schedule.waiting = now + interval, True
         else:  # up to date; or only rows holding no leaf were dropped, and more may wait
-            schedule.due = now
+            # Back one interval later, not at once: a row that never moves (a trigger written by
+            # hand keeping it) must not turn the loop into a busy one.
+            schedule.due = now + (interval if result.pending else 0.0)
             schedule.waiting |= result.pending > 0
