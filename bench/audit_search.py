@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 from sqlalchemy import text
 
-from bench.report import target
+from bench.report import percentile, target
 from bench.servers import Scratch, free_port, scratch_stores, start_process, wait_ready
 from conclave.platform.db.engine import create_engine
 from conclave.platform.db.migrate import migrate
@@ -87,11 +87,6 @@ async def _timed(samples: int, ask: Callable[[], Awaitable[httpx.Response]]) -> 
         if response.status_code != 200:
             raise SystemExit(f"{response.request.url}: {response.status_code} {response.text}")
     return times
-
-
-def _percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 async def main(rows: int, samples: int) -> None:
@@ -201,13 +196,13 @@ def _report(rows: int, samples: int, filled: float, results: dict[str, list[floa
     print("|---|---:|---:|---:|")
     for name, times in results.items():
         print(
-            f"| {name} | {statistics.median(times):.1f} | {_percentile(times, 0.99):.1f} "
+            f"| {name} | {statistics.median(times):.1f} | {percentile(times, 0.99):.1f} "
             f"| {max(times):.1f} |"
         )
-    baseline = _percentile(results["baseline: GET /calls/{id} (one row)"], 0.99)
+    baseline = percentile(results["baseline: GET /calls/{id} (one row)"], 0.99)
     pages = {name: times for name, times in results.items() if not name.startswith("baseline")}
     worst_name, worst = max(
-        ((name, _percentile(times, 0.99)) for name, times in pages.items()), key=lambda x: x[1]
+        ((name, percentile(times, 0.99)) for name, times in pages.items()), key=lambda x: x[1]
     )
     print(
         f"worst page p99: {worst:.1f} ms ({worst_name}); {worst / baseline:.1f}x the one-row "

@@ -48,14 +48,9 @@ import asyncpg
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.report import target
+from bench.report import percentile, target
 from bench.servers import Scratch, free_port, scratch_stores, start_process, wait_ready
 from conclave.collector.agents.context import content_hash
-
-
-def _percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 def _items(count: int) -> list[dict[str, Any]]:
@@ -368,7 +363,7 @@ async def main(records: int, starts: int, uploads: int) -> None:
     ):
         print(
             f"| {name} | p50 {statistics.median(values):.1f} ms, "
-            f"p99 {_percentile(values, 0.99):.1f} ms |"
+            f"p99 {percentile(values, 0.99):.1f} ms |"
         )
     print(
         f"| event-loop lateness during the discovery run | {_lateness_figures(lateness)}, "
@@ -378,12 +373,12 @@ async def main(records: int, starts: int, uploads: int) -> None:
     print(f"ratio discovery (structured store)/plain insert: {plain / stored:.2f} "
           f"(target >= 0.5)")  # fmt: skip
     print(f"ratio discovery (structured store alone)/plain insert: {plain / alone:.2f}")
-    print(f"start latency p99 across processes: {_percentile(crossed, 0.99):.1f} ms "
-          f"(target < 200 ms: {_percentile(crossed, 0.99) / 200:.2f} of it)")  # fmt: skip
-    print(f"upload → vector p99: {_percentile(vectors, 0.99):.0f} ms "
-          f"(target < 500 ms: {_percentile(vectors, 0.99) / 500:.2f} of it)")  # fmt: skip
-    ratio, start_p99 = plain / both, _percentile(crossed, 0.99)
-    vector_p99 = _percentile(vectors, 0.99)
+    print(f"start latency p99 across processes: {percentile(crossed, 0.99):.1f} ms "
+          f"(target < 200 ms: {percentile(crossed, 0.99) / 200:.2f} of it)")  # fmt: skip
+    print(f"upload → vector p99: {percentile(vectors, 0.99):.0f} ms "
+          f"(target < 500 ms: {percentile(vectors, 0.99) / 500:.2f} of it)")  # fmt: skip
+    ratio, start_p99 = plain / both, percentile(crossed, 0.99)
+    vector_p99 = percentile(vectors, 0.99)
     target("collector: discovery (both stores) / plain insert", f"{ratio:.3f}", ">= 0.3",
            ratio >= 0.3)  # fmt: skip
     structured = plain / stored  # the run completed, semantic memory indexing beside it

@@ -42,3 +42,9 @@ def target(name: str, measured: str, goal: str, met: bool) -> None:
 
 def _word(met: bool) -> str:
     return "met" if met else "not met"
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The value at ``share`` (0.99: p99) of ``values``, nearest rank below."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]

@@ -56,7 +56,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from bench.report import target
+from bench.report import percentile, target
 from bench.servers import PG_ADMIN, cpu_seconds, free_port, start_process, wait_ready
 from conclave.platform.clock import utc_now
 from conclave.platform.db.engine import create_engine
@@ -137,11 +137,6 @@ class Levels:
 
     def subtree_hashes(self, subtrees: Sequence[Subtree]) -> list[bytes]:
         return [self.hashes[s.level][s.index * 32 : s.index * 32 + 32] for s in subtrees]
-
-
-def _percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 @dataclass(frozen=True)
@@ -310,14 +305,14 @@ class Timings:
     client: list[float] | None = None
 
     def row(self) -> str:
-        figures = f"{_p50(self.millis):.3f} | {_percentile(self.millis, 0.99):.3f}"
+        figures = f"{_p50(self.millis):.3f} | {percentile(self.millis, 0.99):.3f}"
         if self.client is not None:
-            figures += f" | {_p50(self.client):.3f} | {_percentile(self.client, 0.99):.3f}"
+            figures += f" | {_p50(self.client):.3f} | {percentile(self.client, 0.99):.3f}"
         return f"| {self.name} | {figures} |"
 
 
 def _p50(values: list[float]) -> float:
-    return _percentile(values, 0.50)
+    return percentile(values, 0.50)
 
 
 def _inclusion_args(rng: random.Random, leaves: int, count: int) -> list[tuple[int, int]]:
@@ -570,8 +565,8 @@ def _statement_row(what: str, explained: list[Explained]) -> str:
     execution = [e.execution for e in explained]
     reads = [float(e.read) for e in explained]
     return (
-        f"| {what} | {_p50(planning):.3f} | {_percentile(planning, 0.99):.3f} | "
-        f"{_p50(execution):.3f} | {_percentile(execution, 0.99):.3f} | {_p50(reads):.0f} | "
+        f"| {what} | {_p50(planning):.3f} | {percentile(planning, 0.99):.3f} | "
+        f"{_p50(execution):.3f} | {percentile(execution, 0.99):.3f} | {_p50(reads):.0f} | "
         f"{max(reads):.0f} |"
     )
 
@@ -663,11 +658,11 @@ async def main(leaves: int, samples: int) -> None:
         print(f"ratio {timings.name} / checkpoint, server p50: {ratio:.2f}; / ping: {versus:.2f}")
     goal = "< 5 ms"
     for timings, what in ((proofs, "inclusion"), (extensions, "consistency")):
-        p99 = _percentile(timings.millis, 0.99)
+        p99 = percentile(timings.millis, 0.99)
         target(f"tlog: {what} proof p99 server time over HTTP at {leaves:,} leaves",
                f"{p99:.2f} ms", goal, p99 < 5)  # fmt: skip
     for timings, what in ((local[1], "inclusion"), (local[2], "consistency")):
-        p99 = _percentile(timings.millis, 0.99)
+        p99 = percentile(timings.millis, 0.99)
         target(f"tlog: {what} proof p99 in process at {leaves:,} leaves",
                f"{p99:.2f} ms", goal, p99 < 5)  # fmt: skip
 
