@@ -10,7 +10,6 @@ may not read (``no-cors``).
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,11 @@ from sqlalchemy import func, select
 
 from conclave.gateway.store import mcp_tool_calls
 from conclave.platform.runtime import Platform
-from tests.conftest import Backend, eventually, missing_service
+from tests.chromium import chromium
+from tests.conftest import Backend, eventually
 from tests.hostile.conftest import build_app, service_settings
 from tests.httpserver import running_server
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-HAVE_CHROMIUM = Path(CHROMIUM).exists()
 # Chromium's own Private/Local Network Access checks block a public page's requests to loopback;
 # Firefox, Safari and older Chromium do not, and a page on the local network is not "public".
 # They are turned off so that the test shows what the service itself refuses.
@@ -39,27 +37,12 @@ CALL = '{"tool": "evaluate_expression", "args": {"expression": "6*7"}}'
 
 @pytest.fixture
 async def browser() -> AsyncIterator[Any]:
-    """Debian's Chromium, headless; the test fails in CI when it is missing, as services do."""
-    try:
-        from playwright.async_api import async_playwright
-    except ImportError:
-        missing_service("Playwright is not installed (the dev extra)")
-    if not HAVE_CHROMIUM:
-        missing_service("Chromium is not installed (apt-get install chromium)")
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--host-resolver-rules=MAP evil.test 127.0.0.1, MAP friend.test 127.0.0.1",
-                f"--disable-features={NETWORK_ACCESS_CHECKS}",
-            ],
-        )
+    """Debian's Chromium, resolving the attacker's names to loopback."""
+    async with chromium(
+        "--host-resolver-rules=MAP evil.test 127.0.0.1, MAP friend.test 127.0.0.1",
+        f"--disable-features={NETWORK_ACCESS_CHECKS}",
+    ) as launched:
         yield launched
-        await launched.close()
 
 
 async def _audit_rows(backend: Backend) -> int:

@@ -21,6 +21,10 @@ LINKS: tuple[tuple[ServiceName, str, ServiceName], ...] = (
     (ServiceName.gateway, "graph_url", ServiceName.graph),
     (ServiceName.graph, "collector_url", ServiceName.collector),
     (ServiceName.collector, "edge_api_base", ServiceName.edge),
+    (ServiceName.console, "gateway_url", ServiceName.gateway),
+    (ServiceName.console, "collector_url", ServiceName.collector),
+    (ServiceName.console, "graph_url", ServiceName.graph),
+    (ServiceName.console, "edge_url", ServiceName.edge),
 )
 
 

@@ -150,7 +150,11 @@ async def _run_all(host: str, common: GatewaySettings) -> None:
             settings = every[name]
             if isinstance(settings, CollectorSettings):
                 inbox = settings.resolved_file_inbox()
-            app = spec.create_app(settings, platform=platform)
+            app = (
+                spec.create_app(settings, platform=platform)
+                if spec.uses_platform
+                else spec.create_app(settings)
+            )
             config = server_config(app, settings, host=host, port=settings.port, lifespan="on")
             servers.append(_EmbeddedServer(config))
             table.add_row(name.value, f"http://{host}:{settings.port}", spec.description)

@@ -1,4 +1,4 @@
-"""The four services by name: settings class and app factory (the CLI is the composition root)."""
+"""The services by name: settings class and app factory (the CLI is the composition root)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from conclave.settings import (
     CollectorSettings,
     CommonSettings,
+    ConsoleSettings,
     EdgeSettings,
     GatewaySettings,
     GraphSettings,
@@ -25,6 +26,7 @@ class ServiceName(StrEnum):
     collector = "collector"
     graph = "graph"
     edge = "edge"
+    console = "console"
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,9 @@ class ServiceSpec:
     settings: type[CommonSettings]
     app_module: str
     description: str
+    uses_platform: bool = True
+    """Whether the app runs on a store and a bus (shared under ``conclave up``); the console
+    has neither, only the other services' HTTP APIs."""
 
     def create_app(self, settings: Any, **kwargs: Any) -> FastAPI:
         """Build the service's app.
@@ -51,6 +56,9 @@ SERVICES: dict[ServiceName, ServiceSpec] = {
     ServiceName.collector: ServiceSpec(CollectorSettings, "conclave.collector.app", "expeditions"),
     ServiceName.graph: ServiceSpec(GraphSettings, "conclave.graph.app", "graph dispatch"),
     ServiceName.edge: ServiceSpec(EdgeSettings, "conclave.edge.app", "edge media intake"),
+    ServiceName.console: ServiceSpec(
+        ConsoleSettings, "conclave.console.app", "operator console (browser)", uses_platform=False
+    ),
 }
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp
 
@@ -27,7 +28,7 @@ from conclave.platform.fast_lane import ServiceApp
 from conclave.platform.jsontext import CompactJSONResponse
 from conclave.platform.metrics import Reading, ServiceMetrics
 from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
-from conclave.platform.openapi import install_problem_documentation
+from conclave.platform.openapi import install_problem_documentation, problem_responses
 from conclave.platform.outbox import OutboxRelay
 from conclave.platform.problems import install_problem_handlers
 from conclave.platform.request_origin import (
@@ -75,6 +76,19 @@ async def _principal(
 
 
 CurrentPrincipal = Annotated[Principal, Depends(_principal)]
+
+
+class Identity(BaseModel):
+    """The caller as a service authenticated them (``GET /whoami``)."""
+
+    user_id: str
+    roles: list[str] = Field(description="`operator` sees every user's resources; `service`.")
+    method: str = Field(description="`token`, `jwt`, or `none` when authentication is off.")
+    on_behalf_of: str | None = Field(
+        None, description="The service identity acting for this user, if any."
+    )
+
+
 """Route parameter type: the authenticated caller (401 problem when credentials are wrong), or
 the user a service principal acts for (``X-Conclave-Acting-User``)."""
 
@@ -144,6 +158,17 @@ def create_service_app(
     # Outside everything but the request ids: a refused Host or Origin reaches no other code.
     app.add_middleware(RequestGuardMiddleware, sources=sources)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
+
+    @app.get("/whoami", tags=["operations"], responses=problem_responses(401))
+    async def who_am_i(principal: CurrentPrincipal) -> Identity:
+        """Who this service takes the caller to be: user id, roles and how they authenticated
+        (the console's sign-in asks this; with auth off, everyone is `anonymous`, an operator)."""
+        return Identity(
+            user_id=principal.user_id,
+            roles=sorted(principal.roles),
+            method=principal.method,
+            on_behalf_of=principal.on_behalf_of,
+        )
 
     @app.get(
         "/metrics",

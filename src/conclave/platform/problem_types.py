@@ -255,6 +255,14 @@ class ProblemCode(StrEnum):
     LOG_CORRUPTED = ("LOG_CORRUPTED", (503,), "Log corrupted",
         "The stored log contradicts itself (a row edited in its database): nothing is proven from "
         "it until an operator audits it (`conclave log audit`) and repairs it.")
+    # Operator console (docs/console.md).
+    CSRF_FAILED = ("CSRF_FAILED", (403,), "Form not accepted",
+        "A console form's CSRF token is missing or not the session's: a stale page, or a form "
+        "another site made; reload the page and send it again.")
+    SERVICE_UNREACHABLE = ("SERVICE_UNREACHABLE", (503,), "Service unreachable",
+        "A service the console asks could not be reached, or did not answer in time.")
+    UPSTREAM_ANSWER_INVALID = ("UPSTREAM_ANSWER_INVALID", (502,), "Service answer unusable",
+        "A service answered the console with something it cannot show (not JSON, or too large).")
     # fmt: on
 
 

@@ -6,6 +6,7 @@ startup (``XSettings()``) and handed down; nothing else looks at ``os.environ``.
 
 from conclave.settings.collector import CollectorSettings
 from conclave.settings.common import CommonSettings
+from conclave.settings.console import ConsoleSettings
 from conclave.settings.edge import EdgeSettings
 from conclave.settings.edge_client import EdgeClientSettings
 from conclave.settings.gateway import GatewaySettings
@@ -14,6 +15,7 @@ from conclave.settings.graph import GraphSettings
 __all__ = [
     "CollectorSettings",
     "CommonSettings",
+    "ConsoleSettings",
     "EdgeClientSettings",
     "EdgeSettings",
     "GatewaySettings",

@@ -1,0 +1,70 @@
+// Conclave console: the overview's rate charts, and polling that backs off when a service
+// or the console is unreachable. No framework; htmx does the fragment swaps.
+"use strict";
+
+const samples = new Map();   // service -> [{at, requests, server_errors, rate_limited}]
+const KEEP = 60;             // samples per service (5 minutes at the 5 s poll)
+
+function readSamples(root) {
+  const section = root.querySelector("#services");
+  if (!section) return;
+  const at = Number(section.dataset.sampledAt);
+  for (const row of section.querySelectorAll("tr[data-service]")) {
+    if (row.dataset.requests === undefined) continue;
+    const list = samples.get(row.dataset.service) || [];
+    list.push({
+      at,
+      requests: Number(row.dataset.requests),
+      server_errors: Number(row.dataset.server_errors),
+      rate_limited: Number(row.dataset.rate_limited),
+    });
+    while (list.length > KEEP) list.shift();
+    samples.set(row.dataset.service, list);
+  }
+  draw();
+}
+
+function rates(list, key) {
+  const out = [];
+  for (let i = 1; i < list.length; i++) {
+    const seconds = list[i].at - list[i - 1].at;
+    const delta = list[i][key] - list[i - 1][key];
+    // A restarted service's counters start again from zero: no negative rate.
+    out.push(seconds > 0 && delta >= 0 ? delta / seconds : 0);
+  }
+  return out;
+}
+
+function draw() {
+  for (const figure of document.querySelectorAll("[data-chart-for]")) {
+    const list = samples.get(figure.dataset.chartFor) || [];
+    for (const cell of figure.querySelectorAll("[data-rate]")) {
+      const series = rates(list, cell.dataset.rate);
+      cell.textContent = series.length ? series[series.length - 1].toFixed(2) : "–";
+    }
+    const line = figure.querySelector("[data-spark]");
+    const series = rates(list, line.dataset.spark);
+    const top = Math.max(1e-9, ...series);
+    const step = series.length > 1 ? 120 / (series.length - 1) : 0;
+    line.setAttribute("points", series.map((value, i) =>
+      `${(i * step).toFixed(1)},${(29 - (value / top) * 28).toFixed(1)}`).join(" "));
+  }
+}
+
+// A failed poll (network error, 5xx) would end htmx's self-renewing poll: retry it, waiting
+// twice as long each time (5 s up to 2 minutes), until a poll succeeds again.
+let backoff = 5000;
+function retryLater(event) {
+  const section = event.detail && event.detail.elt;
+  if (!section || section.id !== "services") return;
+  setTimeout(() => htmx.trigger(section, "retry"), backoff);
+  backoff = Math.min(backoff * 2, 120000);
+}
+
+document.addEventListener("DOMContentLoaded", () => readSamples(document));
+document.addEventListener("htmx:afterSwap", (event) => {
+  backoff = 5000;
+  readSamples(document);
+});
+document.addEventListener("htmx:sendError", retryLater);
+document.addEventListener("htmx:responseError", retryLater);

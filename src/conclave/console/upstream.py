@@ -1,0 +1,186 @@
+"""The four services as the console reaches them: their public HTTP APIs, as the signed-in user.
+
+The console decides nothing about access: every request carries the user's own bearer token and
+each service answers what that user may see. A service's problem answer comes back as
+:class:`ServiceProblem`, shown to the user with its title and detail; a service that cannot be
+reached is a 503 ``SERVICE_UNREACHABLE`` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from conclave.console.session import Session
+from conclave.platform.errors import BadRequest
+from conclave.platform.problem_types import ProblemCode, title_of
+
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""Largest answer the console reads from a service: a call's arguments and result are bounded by
+the gateway's own body limits, so this only stops a misconfigured URL from filling memory."""
+
+
+@dataclass
+class ServiceProblem(Exception):
+    """A service answered with an error (or could not be reached)."""
+
+    service: str
+    status: int
+    title: str
+    detail: str
+    code: str
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"{self.service}: {self.status} {self.code}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A service's answer, read whole (at most :data:`MAX_ANSWER_BYTES`)."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+
+    @property
+    def is_success(self) -> bool:
+        """A 2xx status."""
+        return 200 <= self.status_code < 300
+
+    def json(self) -> Any:
+        """The body as JSON (``ValueError`` when it is none)."""
+        return json.loads(self.content)
+
+
+class SignInExpired(Exception):
+    """A service refused the session's credential (401): revoked token or expired JWT."""
+
+
+def path_segment(value: str, what: str) -> str:
+    """``value`` as one path segment of a service URL: percent-encoded, so a user-given id cannot
+    walk to another route of the service (``../tools``, ``a/b``, ``?x``)."""
+    if not value or value in (".", "..") or len(value) > 256:
+        raise BadRequest(f"{what} is not an id.")
+    return quote(value, safe="")
+
+
+class Services:
+    """One HTTP client shared by every page; a request per service call, as the user."""
+
+    def __init__(self, urls: dict[str, str], client: httpx.AsyncClient) -> None:
+        self._urls = urls
+        self._client = client
+
+    @property
+    def names(self) -> list[str]:
+        """The services, in the order the console shows them."""
+        return list(self._urls)
+
+    def url_of(self, service: str) -> str:
+        """A service's base URL."""
+        return self._urls[service]
+
+    async def get(
+        self, service: str, path: str, session: Session | None, params: dict[str, Any] | None = None
+    ) -> Any:
+        """``GET`` a JSON answer; a non-2xx answer raises :class:`ServiceProblem`."""
+        response = await self.request("GET", service, path, session, params=params)
+        return _json_of(service, response)
+
+    async def post(
+        self,
+        service: str,
+        path: str,
+        session: Session,
+        body: Any,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """``POST`` a JSON body; a non-2xx answer raises :class:`ServiceProblem`."""
+        response = await self.request(
+            "POST",
+            service,
+            path,
+            session,
+            content=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", **(headers or {})},
+        )
+        return _json_of(service, response)
+
+    async def request(
+        self,
+        method: str,
+        service: str,
+        path: str,
+        session: Session | None,
+        *,
+        params: dict[str, Any] | None = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
+        """One request to ``service`` as the session's user; the answer whatever its status,
+        except 401 (:class:`SignInExpired`) and no answer at all (503 ``ServiceProblem``)."""
+        sent = {**(session.authorization() if session else {}), **(headers or {})}
+        kept = {key: value for key, value in (params or {}).items() if value not in (None, "")}
+        try:
+            async with self._client.stream(
+                method, self._urls[service] + path, params=kept, content=content, headers=sent
+            ) as response:
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise _unusable(service, "an answer too large to show")
+                answer = Answer(response.status_code, response.headers, bytes(body))
+        except httpx.TimeoutException as exc:
+            raise _unavailable(service, "did not answer in time") from exc
+        except httpx.HTTPError as exc:
+            raise _unavailable(service, "cannot be reached") from exc
+        if answer.status_code == 401 and session is not None and session.credential:
+            raise SignInExpired(service)
+        return answer
+
+
+def _unavailable(service: str, why: str) -> ServiceProblem:
+    code = ProblemCode.SERVICE_UNREACHABLE
+    return ServiceProblem(service, 503, title_of(code), f"The {service} service {why}.", code)
+
+
+def _unusable(service: str, what: str) -> ServiceProblem:
+    code = ProblemCode.UPSTREAM_ANSWER_INVALID
+    detail = f"The {service} service answered {what}."
+    return ServiceProblem(service, 502, title_of(code), detail, code)
+
+
+def _json_of(service: str, response: Answer) -> Any:
+    if response.is_success:
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise _unusable(service, "something that is not JSON") from exc
+    raise problem_of(service, response)
+
+
+def problem_of(service: str, response: Answer) -> ServiceProblem:
+    """The problem a service's error answer carries (RFC 9457), or one made from its status."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        body = {}
+    errors = body.get("errors")
+    return ServiceProblem(
+        service=service,
+        status=response.status_code,
+        title=str(body.get("title") or "Error"),
+        detail=str(body.get("detail") or f"The {service} service answered {response.status_code}."),
+        code=str(body.get("code") or f"HTTP_{response.status_code}"),
+        errors=[error for error in errors if isinstance(error, dict)]
+        if isinstance(errors, list)
+        else [],
+    )

@@ -1,0 +1,170 @@
+"""What every page shares: templates, the signed-in user, CSRF checks, HTML problem pages."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import Depends, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from conclave.console.session import COOKIE_NAME, CSRF_FIELD, Session, SessionSealer
+from conclave.console.upstream import ServiceProblem, Services
+from conclave.platform.errors import ConclaveError, Forbidden
+from conclave.platform.problem_types import ProblemCode, title_of
+
+SHOWN_JSON_CHARS = 200_000
+"""Longest JSON document a page shows (a call's arguments or result); the rest is cut, with a
+note, so one huge result cannot make the page itself huge or slow to render."""
+
+_SAFE_NEXT = re.compile(r"/(?![/\\])[A-Za-z0-9/_\-.~%?=&+]*")
+
+templates = Jinja2Templates(
+    env=Environment(
+        loader=PackageLoader("conclave.console", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+)
+
+
+def pretty_json(value: Any) -> str:
+    """``value`` indented for reading, cut at :data:`SHOWN_JSON_CHARS`."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    if len(text) > SHOWN_JSON_CHARS:
+        return text[:SHOWN_JSON_CHARS] + f"\n… ({len(text) - SHOWN_JSON_CHARS:,} more characters)"
+    return text
+
+
+templates.env.filters["pretty_json"] = pretty_json
+
+
+class SignInNeeded(Exception):
+    """No valid session: the page answers with a way to the sign-in form."""
+
+
+def sealer_of(request: Request) -> SessionSealer:
+    """The app's session sealer."""
+    return request.app.state.sealer  # type: ignore[no-any-return]
+
+
+def services_of(request: Request) -> Services:
+    """The app's client of the four services."""
+    return request.app.state.services  # type: ignore[no-any-return]
+
+
+async def _signed_in(request: Request) -> Session:
+    session = sealer_of(request).open(request.cookies.get(COOKIE_NAME))
+    if session is None:
+        raise SignInNeeded()
+    return session
+
+
+SignedIn = Annotated[Session, Depends(_signed_in)]
+"""Route parameter: the signed-in user (no session: the browser is sent to sign in)."""
+
+ServicesDep = Annotated[Services, Depends(services_of)]
+"""Route parameter: the four services."""
+
+
+async def checked_form(request: Request, session: Session) -> dict[str, str]:
+    """A POSTed form whose CSRF token is the session's (403 ``CSRF_FAILED`` otherwise); only
+    single text values are kept (a file field or a repeated name is not a console form)."""
+    form = await request.form()
+    values = {key: value for key, value in form.items() if isinstance(value, str)}
+    if not session.csrf_matches(values.get(CSRF_FIELD)):
+        raise Forbidden(
+            "The form is stale or did not come from this console; reload the page and send it "
+            "again.",
+            code=ProblemCode.CSRF_FAILED,
+        )
+    return values
+
+
+def safe_next(value: str | None) -> str:
+    """Where to go after signing in: a path of this console only (no other site)."""
+    if value and len(value) <= 2000 and _SAFE_NEXT.fullmatch(value):
+        return value
+    return "/"
+
+
+def page(
+    request: Request,
+    template: str,
+    session: Session | None,
+    status_code: int = 200,
+    **context: Any,
+) -> HTMLResponse:
+    """Render a template with what every page shows (who is signed in, the CSRF token)."""
+    return templates.TemplateResponse(
+        request,
+        template,
+        {"session": session, "csrf_field": CSRF_FIELD, **context},
+        status_code=status_code,
+    )
+
+
+def problem_page(
+    request: Request,
+    status: int,
+    title: str,
+    detail: str,
+    code: str,
+    errors: list[dict[str, Any]] | None = None,
+    service: str | None = None,
+) -> HTMLResponse:
+    """A problem shown as a page: its title, detail and code, never a stack trace."""
+    session = sealer_of(request).open(request.cookies.get(COOKIE_NAME))
+    return page(
+        request,
+        "problem.html",
+        session,
+        status_code=status,
+        problem={
+            "status": status,
+            "title": title,
+            "detail": detail,
+            "code": code,
+            "errors": errors or [],
+            "service": service,
+        },
+    )
+
+
+def sign_in_redirect(request: Request) -> Response:
+    """Send the browser to the sign-in form, and back here afterwards. An htmx request gets
+    ``HX-Redirect`` (a 303 would be followed and its sign-in page swapped into a fragment)."""
+    wanted = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    target = f"/signin?next={_quote_next(wanted)}"
+    if request.headers.get("hx-request"):
+        return Response(status_code=204, headers={"HX-Redirect": target})
+    return RedirectResponse(target, status_code=303)
+
+
+def _quote_next(path: str) -> str:
+    return quote(safe_next(path), safe="/")
+
+
+def html_error(request: Request, error: ConclaveError) -> HTMLResponse:
+    """A console error (bad input, stale form) as a page."""
+    return problem_page(
+        request, error.status, title_of(error.code), error.detail, error.code, error.errors
+    )
+
+
+def service_problem_page(request: Request, problem: ServiceProblem) -> HTMLResponse:
+    """A service's problem as a page, naming the service."""
+    return problem_page(
+        request,
+        problem.status,
+        problem.title,
+        problem.detail,
+        problem.code,
+        problem.errors,
+        service=problem.service,
+    )

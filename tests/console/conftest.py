@@ -1,0 +1,104 @@
+"""The four services and the console on real loopback sockets, authentication on.
+
+Three people: ``alice`` and ``bob`` (users) and ``olga`` (an operator), each with a static token;
+HS256 JWTs are accepted too. The services share one embedded store and bus, as under ``conclave
+up``; the console reaches them over HTTP like any deployment would.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+
+from conclave.console.app import create_app as create_console
+from conclave.platform.runtime import Platform
+from conclave.settings import ConsoleSettings
+from tests.conftest import Backend
+from tests.hostile.conftest import JWT_SECRET, build_app, service_settings
+from tests.hostile.conftest import embedded as embedded  # the fixture, for these tests too
+from tests.httpserver import running_server
+
+TOKENS = {"alice": "alice-token", "bob": "bob-token", "olga": "olga-token"}
+TOKEN_TABLE = ",".join(f"{token}={user}" for user, token in TOKENS.items())
+SERVICES = ("gateway", "collector", "graph", "edge")
+
+
+def auth(user: str) -> dict[str, str]:
+    """The header a user's API calls carry."""
+    return {"Authorization": f"Bearer {TOKENS[user]}"}
+
+
+def user_jwt(user: str, lifetime: float = 3600, **claims: Any) -> str:
+    """A JWT the services accept for ``user``."""
+    now = int(time.time())
+    body = {"sub": user, "iat": now, "exp": now + int(lifetime), **claims}
+    return jwt.encode(body, JWT_SECRET, "HS256")
+
+
+@dataclass
+class Stack:
+    """Where everything listens."""
+
+    urls: dict[str, str]
+    console: str
+    backend: Backend
+
+    async def call_tool(self, user: str, tool: str, args: dict[str, Any], **headers: str) -> Any:
+        """A tool call through the gateway's API, as ``user``; its JSON answer."""
+        async with httpx.AsyncClient(base_url=self.urls["gateway"]) as client:
+            answer = await client.post(
+                "/execute", json={"tool": tool, "args": args}, headers={**auth(user), **headers}
+            )
+        return answer.json()
+
+
+@asynccontextmanager
+async def open_stack(
+    backend: Backend, data_dir: Path, services: tuple[str, ...] = SERVICES, **console: Any
+) -> AsyncIterator[Stack]:
+    """Start ``services`` and the console; yields when all listen."""
+    overrides = {"api_tokens": TOKEN_TABLE, "operators": ["olga"], "auto_migrate": False}
+    async with AsyncExitStack() as stack:
+        settings = service_settings("gateway", data_dir, **overrides)
+        platform = await stack.enter_async_context(
+            Platform.open(settings, engine=backend.engine, bus=backend.bus)
+        )
+        urls: dict[str, str] = {}
+        for name in services:
+            app = build_app(name, service_settings(name, data_dir, **overrides), platform)
+            urls[name] = await stack.enter_async_context(running_server(app))
+        closed = "http://127.0.0.1:9"
+        console_settings = ConsoleSettings(
+            gateway_url=urls.get("gateway", closed),
+            collector_url=urls.get("collector", closed),
+            graph_url=urls.get("graph", closed),
+            edge_url=urls.get("edge", closed),
+            data_dir=data_dir,
+            upstream_timeout_seconds=5.0,
+            **console,
+        )
+        console_app = create_console(console_settings)
+        console_url = await stack.enter_async_context(running_server(console_app))
+        yield Stack(urls, console_url, backend)
+
+
+@pytest.fixture
+async def stack(embedded: Backend, tmp_path: Path) -> AsyncIterator[Stack]:
+    """The four services and the console."""
+    async with open_stack(embedded, tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+async def gateway_stack(embedded: Backend, tmp_path: Path) -> AsyncIterator[Stack]:
+    """The gateway and the console only (the other services unreachable)."""
+    async with open_stack(embedded, tmp_path, services=("gateway",)) as running:
+        yield running
