@@ -1,4 +1,5 @@
-"""`conclave up` as a user starts it: one process, the four services on free loopback ports."""
+"""`conclave up` as a user starts it: one process, the four services and the console on free
+loopback ports."""
 
 from __future__ import annotations
 
@@ -14,15 +15,18 @@ from pathlib import Path
 
 import httpx
 
-SERVICES = ("gateway", "collector", "graph", "edge")
+SERVICES = ("gateway", "collector", "graph", "edge", "console")
 PORT_SETTINGS = {
     "gateway": "GATEWAY_PORT",
     "collector": "COLLECTOR_API_PORT",
     "graph": "GRAPH_PORT",
     "edge": "EDGE_PORT",
+    "console": "CONSOLE_PORT",
 }
 # Every setting family of the developer's shell that could steer the process under test.
-_SETTING_PREFIXES = ("CONCLAVE_", "RELDB_", "BUS_", "GATEWAY_", "GRAPH_", "COLLECTOR_", "EDGE_")
+_SETTING_PREFIXES = (
+    "CONCLAVE_", "RELDB_", "BUS_", "GATEWAY_", "GRAPH_", "COLLECTOR_", "EDGE_", "CONSOLE_"
+)  # fmt: skip
 
 
 def free_ports(count: int) -> list[int]:
@@ -49,7 +53,7 @@ class Up:
 
 def start_up(data_dir: Path, **settings: str) -> Up:
     """Start ``conclave up`` with ``data_dir`` as its data folder, its output in
-    ``data_dir/up.log``, the four services on free ports."""
+    ``data_dir/up.log``, the four services and the console on free ports."""
     ports = dict(zip(SERVICES, free_ports(len(SERVICES)), strict=True))
     environment = {k: v for k, v in os.environ.items() if not k.startswith(_SETTING_PREFIXES)}
     environment.update(CONCLAVE_DATA_DIR=str(data_dir), **settings)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import json
 import pathlib
+import re
 import socket
 import threading
 import time
@@ -52,7 +53,7 @@ def test_migrate_creates_the_embedded_store(tmp_path, monkeypatch: pytest.Monkey
     assert (tmp_path / "conclave.db").exists()
 
 
-def test_up_starts_all_four_services_embedded(tmp_path):
+def test_up_starts_all_four_services_and_the_console_embedded(tmp_path):
     with conclave_up(tmp_path, CONCLAVE_HEADER_TIMEOUT_SECONDS="1") as up:
         gateway, collector = up.urls["gateway"], up.urls["collector"]
         response = httpx.post(
@@ -81,6 +82,7 @@ def test_up_starts_all_four_services_embedded(tmp_path):
                   "parameters": {"sources": [{"type": "file", "path": "../conclave.db"}]}},
         )  # fmt: skip
         assert refused.json()["code"] == "FILE_REFUSED"
+        _console_shows_the_services(up.urls["console"])
         # All four at once: each waits out the 1 s header timeout (one after another took 4 s).
         with ThreadPoolExecutor(max_workers=len(up.ports)) as pool:
             codes = list(pool.map(_header_timeout, up.ports.values()))
@@ -89,6 +91,22 @@ def test_up_starts_all_four_services_embedded(tmp_path):
     assert "auth: off" in text
     assert "file source inbox" in text
     assert up.process.returncode == 0, text[-2000:]
+
+
+def _console_shows_the_services(console: str) -> None:
+    """With auth off the console's sign-in takes no token, and its overview finds the four
+    services where ``up`` started them (its addresses follow their ports)."""
+    with httpx.Client(base_url=console) as browser:
+        form = browser.get("/signin")
+        assert "Authentication is off" in form.text
+        token = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
+        assert token is not None
+        signed = browser.post("/signin", data={"csrf_token": token.group(1), "token": ""})
+        assert signed.status_code == 303, signed.text
+        overview = browser.get("/overview")
+        assert overview.text.count('class="badge healthy"') == 4, overview.text
+        calls = browser.get("/calls")
+        assert "echo" in calls.text  # the call made above, in the audit trail
 
 
 def _header_timeout(port: int) -> str:

@@ -45,8 +45,10 @@ def _png() -> bytes:
 
 def _traffic(urls: dict[str, str]) -> None:
     """Requests that succeed and requests that are refused, on every service."""
-    gateway, collector, graph, edge = (urls[name] for name in SERVICES)
+    gateway, collector, graph, edge, console = (urls[name] for name in SERVICES)
     with httpx.Client(timeout=30) as client:
+        assert client.get(f"{console}/signin").status_code == 200
+        assert client.get(f"{console}/calls").status_code == 303  # not signed in
         assert client.get(f"{gateway}/tools").status_code == 200
         execute = f"{gateway}/execute"
         assert client.post(execute, json={"tool": "echo", "args": {"message": "m"}}).is_success

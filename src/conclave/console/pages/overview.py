@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
+from conclave import __version__
 from conclave.console.figures import Figures, Health, figures_from_metrics, health_of
 from conclave.console.session import Session
 from conclave.console.upstream import ServiceProblem, Services
@@ -40,6 +41,13 @@ class ServiceView:
         return self.health.status != "healthy" or bool(
             self.health.warnings or self.health.outbox_quarantined or self.problem
         )
+
+
+@router.get("/health")
+async def health() -> JSONResponse:
+    """The console's own health: it serves (the services' health is on the overview; the
+    console stays up, and says so, while one of them is down)."""
+    return JSONResponse({"status": "healthy", "service": "console", "version": __version__})
 
 
 @router.get("/")
