@@ -65,7 +65,15 @@ async def open_stack(
     backend: Backend, data_dir: Path, services: tuple[str, ...] = SERVICES, **console: Any
 ) -> AsyncIterator[Stack]:
     """Start ``services`` and the console; yields when all listen."""
-    overrides = {"api_tokens": TOKEN_TABLE, "operators": ["olga"], "auto_migrate": False}
+    overrides = {
+        "api_tokens": TOKEN_TABLE,
+        "operators": ["olga"],
+        "auto_migrate": False,
+        # Every call in the transparency log, checkpoints signed quickly: a call's page shows
+        # its verification.
+        "call_log": True,
+        "tlog_checkpoint_interval_seconds": 0.2,
+    }
     async with AsyncExitStack() as stack:
         settings = service_settings("gateway", data_dir, **overrides)
         platform = await stack.enter_async_context(

@@ -18,7 +18,9 @@ HEADERS = [
     (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    # same-origin, not no-referrer: under no-referrer Chromium sends `Origin: null` with the
+    # console's own form posts, which the platform's origin guard (rightly) refuses.
+    (b"referrer-policy", b"same-origin"),
     (b"cross-origin-opener-policy", b"same-origin"),
 ]
 _NO_STORE = (b"cache-control", b"no-store")

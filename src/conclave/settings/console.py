@@ -51,6 +51,13 @@ class ConsoleSettings(CommonSettings):
         description="Mark the session cookie Secure: 'auto' when the request came over HTTPS "
         "(directly or through a proxy's X-Forwarded-Proto).",
     )
+    poll_seconds: float = Field(
+        5.0,
+        ge=1,
+        le=3600,
+        alias="CONSOLE_POLL_SECONDS",
+        description="How often live parts of a page (the overview) refresh themselves.",
+    )
     upstream_timeout_seconds: float = Field(
         10.0,
         gt=0,

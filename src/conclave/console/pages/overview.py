@@ -22,8 +22,6 @@ from conclave.console.web import ServicesDep, SignedIn, page
 
 router = APIRouter(include_in_schema=False)
 
-POLL_SECONDS = 5
-
 
 @dataclass
 class ServiceView:
@@ -61,7 +59,7 @@ async def overview(request: Request, session: SignedIn, services: ServicesDep) -
     """The overview page."""
     views = await _views(services, session)
     return page(request, "overview.html", session, views=views, sampled_at=time.time(),
-                poll_seconds=POLL_SECONDS)  # fmt: skip
+                poll_seconds=request.app.state.settings.poll_seconds)  # fmt: skip
 
 
 @router.get("/overview/services")
@@ -71,7 +69,7 @@ async def services_fragment(
     """The overview's live part, polled by the page."""
     views = await _views(services, session)
     return page(request, "_services.html", session, views=views, sampled_at=time.time(),
-                poll_seconds=POLL_SECONDS)  # fmt: skip
+                poll_seconds=request.app.state.settings.poll_seconds)  # fmt: skip
 
 
 async def _views(services: Services, session: Session) -> list[ServiceView]:
