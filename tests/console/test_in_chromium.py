@@ -52,7 +52,7 @@ class Watched:
 
     async def shot(self, name: str) -> None:
         if SCREENSHOTS:
-            Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+            # Playwright makes the folder.
             await self.page.screenshot(path=f"{SCREENSHOTS}/{name}.png", full_page=True)
 
 
@@ -86,7 +86,7 @@ async def test_overview_refreshes_itself_and_draws_rates(browser: Any, live_stac
     gateway_rate = page.locator("[data-chart-for=gateway] [data-rate=requests]")
     await page.wait_for_function(
         "() => document.querySelector('[data-chart-for=gateway] [data-rate=requests]')"
-        ".textContent !== '–'"
+        ".textContent !== '\\u2013'"  # the en dash shown before two samples exist
     )
     assert float(await gateway_rate.text_content() or "nan") >= 0
     await watched.shot("overview")
