@@ -76,6 +76,10 @@ BENCHMARKS = [
         ["--rows", "1000000", "--samples", "200"], ["--rows", "100000", "--samples", "50"], 300,
     ),
     Benchmark(
+        "console", "Operator console pages at 1M audit rows (issue 21)",
+        ["--rows", "1000000", "--samples", "200"], ["--rows", "100000", "--samples", "50"], 300,
+    ),
+    Benchmark(
         "tlog_proofs", "Transparency-log proofs at 10M leaves (issue 20)",
         ["--leaves", "10000000", "--samples", "2000"], ["--leaves", "200000", "--samples", "300"],
         1200,
