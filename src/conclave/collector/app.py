@@ -12,6 +12,7 @@ from conclave.collector.api import router
 from conclave.collector.metrics import CollectorMetrics
 from conclave.collector.registry import ExpeditionRegistry
 from conclave.collector.wiring import CollectorRuntime
+from conclave.platform.dead_letter_routes import router as dead_letters_router
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.runtime import Platform
 from conclave.settings import CollectorSettings
@@ -55,4 +56,5 @@ def create_app(
     )
     app.state.settings = settings
     app.include_router(router)
+    app.include_router(dead_letters_router)
     return app

@@ -16,6 +16,7 @@ from conclave.edge.metrics import EdgeMetrics
 from conclave.edge.pack_log import PACKS_LOG, may_read_pack
 from conclave.edge.parsing import ParserPool
 from conclave.edge.service import IntakeService
+from conclave.platform.dead_letter_routes import router as dead_letters_router
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.media_types import registered_media_types
 from conclave.platform.runtime import Platform
@@ -83,6 +84,7 @@ def create_app(settings: EdgeSettings, *, platform: Platform | None = None) -> F
     )
     app.state.settings = settings
     app.include_router(router)
+    app.include_router(dead_letters_router)
     app.include_router(tlog_router)
     # Ids, metrics and the body cap still apply to it (see platform/fast_lane.py).
     app.add_fast_lane(UPLOAD_ROUTE, "POST", upload_lanes(registered_media_types()))

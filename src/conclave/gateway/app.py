@@ -32,6 +32,7 @@ from conclave.gateway.service import GatewayService
 from conclave.gateway.signals import signals_table_fallback
 from conclave.gateway.tools import Tool
 from conclave.gateway.workers import WorkerPool
+from conclave.platform.dead_letter_routes import router as dead_letters_router
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.ratelimit import MemoryRateLimiter, Rate, RateLimiter, RedisRateLimiter
 from conclave.platform.runtime import Platform
@@ -150,6 +151,7 @@ def create_app(
     )
     app.state.settings = settings
     app.include_router(router)
+    app.include_router(dead_letters_router)
     app.include_router(tlog_router)
     # Ids, metrics and the body cap still apply to it (see platform/fast_lane.py).
     app.add_fast_lane(EXECUTE_ROUTE, "POST")

@@ -18,6 +18,7 @@ from conclave.graph.intents import IntentClassifier, load_intents
 from conclave.graph.metrics import GraphMetrics
 from conclave.graph.runner import dispatch_runner
 from conclave.graph.service import DispatchService
+from conclave.platform.dead_letter_routes import router as dead_letters_router
 from conclave.platform.embedding import load_embedder
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.runtime import Platform
@@ -84,6 +85,7 @@ def create_app(
     )
     app.state.settings = settings
     app.include_router(router)
+    app.include_router(dead_letters_router)
     # Ids, metrics and the body cap still apply to it (see platform/fast_lane.py).
     app.add_fast_lane(DISPATCH_ROUTE, "POST")
     return app

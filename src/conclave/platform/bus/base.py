@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import is_store_down
@@ -15,6 +15,9 @@ from conclave.platform.errors import Unavailable
 from conclave.platform.ids import new_id
 from conclave.platform.jsontext import COMPACT
 from conclave.platform.logs import correlation_id_var
+
+if TYPE_CHECKING:
+    from conclave.platform.bus.dead_letters import DeadLetter
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +152,22 @@ class EventBus(Protocol):
     async def drop_group(self, channel: str, group: str) -> None:
         """Delete the consumer group ``group`` of ``channel`` (nothing if there is none). For
         groups of one process (a broadcast read), when that process stops."""
+        ...
+
+    async def dead_letter_channels(self, limit: int = 100) -> list[str]:
+        """The channels (at most ``limit``, by name) whose dead-letter stream holds entries."""
+        ...
+
+    async def dead_letters(self, channel: str, limit: int = 100) -> list[DeadLetter]:
+        """The oldest ``limit`` entries of ``channel``'s dead-letter stream."""
+        ...
+
+    async def dead_letter(self, channel: str, entry_id: str) -> DeadLetter | None:
+        """One entry of ``channel``'s dead-letter stream, or ``None``."""
+        ...
+
+    async def remove_dead_letter(self, channel: str, entry_id: str) -> bool:
+        """Delete one entry of ``channel``'s dead-letter stream; whether it was there."""
         ...
 
     async def close(self) -> None:

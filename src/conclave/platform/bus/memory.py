@@ -16,6 +16,7 @@ from conclave.platform.bus.base import (
     dead_letter_channel,
     deliver_once,
 )
+from conclave.platform.bus.dead_letters import DeadLetter, dead_letter_of
 from conclave.platform.bus.entry import DEFAULT_MAX_EVENT_BYTES, PublishRefused, encode_entries
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ class _Delivery:
 class _Group:
     next_seq: int
     pending: dict[int, _Delivery] = field(default_factory=dict)
+    name: str = ""
 
 
 @dataclass
@@ -62,6 +64,8 @@ class MemoryBus:
         self._claim_idle = claim_idle_seconds
         self._streams: dict[str, _Stream] = {}
         self._changed = asyncio.Condition()
+        # Why each dead-letter entry is there: (dead-letter stream, seq) -> (reason, group).
+        self._dead_reasons: dict[tuple[str, int], tuple[str, str]] = {}
 
     def _stream(self, channel: str) -> _Stream:
         return self._streams.setdefault(channel, _Stream())
@@ -98,7 +102,7 @@ class MemoryBus:
         stream = self._stream(channel)
         if group not in stream.groups:
             first = stream.next_seq if start == "$" else 0
-            stream.groups[group] = _Group(next_seq=first)
+            stream.groups[group] = _Group(next_seq=first, name=group)
         state = stream.groups[group]
         while True:
             work = self._claim(state) or self._next(stream, state)
@@ -119,7 +123,7 @@ class MemoryBus:
                     extra={"channel": channel, "reason": reason},
                 )
                 state.pending.pop(seq, None)
-                self._append(dead_letter_channel(channel), delivery.event)
+                self._dead_letter(channel, delivery.event, reason or "rejected", group)
             elif outcome is Delivered.WAITING:
                 # Not the event's fault: this delivery does not count.
                 delivery.deliveries = max(delivery.deliveries - 1, 0)
@@ -138,6 +142,11 @@ class MemoryBus:
                 return seq, delivery
         return None
 
+    def _dead_letter(self, channel: str, event: Event, reason: str, group: str) -> None:
+        dead = dead_letter_channel(channel)
+        self._dead_reasons[(dead, self._stream(dead).next_seq)] = (reason, group)
+        self._append(dead, event)
+
     def _claim(self, state: _Group) -> tuple[int, _Delivery] | None:
         now = time.monotonic()
         for seq, delivery in list(state.pending.items()):
@@ -145,12 +154,57 @@ class MemoryBus:
                 continue
             if delivery.deliveries >= self._max_deliveries:
                 del state.pending[seq]
-                self._append(dead_letter_channel(delivery.event.channel), delivery.event)
+                self._dead_letter(
+                    delivery.event.channel, delivery.event, "too many deliveries", state.name
+                )
                 continue
             delivery.deliveries += 1
             delivery.delivered_at = now
             return seq, delivery
         return None
+
+    async def dead_letter_channels(self, limit: int = 100) -> list[str]:
+        """Channels whose dead-letter stream holds entries, by name."""
+        suffix = dead_letter_channel("")
+        found = sorted(
+            name.removesuffix(suffix)
+            for name, stream in self._streams.items()
+            if name.endswith(suffix) and stream.entries
+        )
+        return found[:limit]
+
+    async def dead_letters(self, channel: str, limit: int = 100) -> list[DeadLetter]:
+        """The oldest ``limit`` entries of ``channel``'s dead-letter stream."""
+        dead = dead_letter_channel(channel)
+        stream = self._streams.get(dead)
+        if stream is None:
+            return []
+        letters = []
+        for seq, event in list(stream.entries.items())[:limit]:
+            reason, group = self._dead_reasons.get((dead, seq), ("", ""))
+            letters.append(dead_letter_of(channel, f"{seq}-0", event.to_fields(), reason, group))
+        return letters
+
+    async def dead_letter(self, channel: str, entry_id: str) -> DeadLetter | None:
+        """One dead-letter entry, or ``None``."""
+        dead = dead_letter_channel(channel)
+        seq = _memory_seq(entry_id)
+        stream = self._streams.get(dead)
+        event = stream.entries.get(seq) if stream is not None and seq is not None else None
+        if event is None or seq is None:
+            return None
+        reason, group = self._dead_reasons.get((dead, seq), ("", ""))
+        return dead_letter_of(channel, entry_id, event.to_fields(), reason, group)
+
+    async def remove_dead_letter(self, channel: str, entry_id: str) -> bool:
+        """Delete one dead-letter entry; whether it was there."""
+        dead = dead_letter_channel(channel)
+        stream = self._streams.get(dead)
+        seq = _memory_seq(entry_id)
+        if stream is None or seq is None:
+            return False
+        self._dead_reasons.pop((dead, seq), None)
+        return stream.entries.pop(seq, None) is not None
 
     async def drop_group(self, channel: str, group: str) -> None:
         """Forget ``group`` (its pending entries with it)."""
@@ -160,3 +214,11 @@ class MemoryBus:
 
     async def close(self) -> None:
         """Nothing to release."""
+
+
+def _memory_seq(entry_id: str) -> int | None:
+    """The sequence number of an entry id this bus gave (``<seq>-0``), or ``None``."""
+    seq_text, _, rest = entry_id.partition("-")
+    if rest != "0" or not seq_text.isdigit() or len(seq_text) > 20:
+        return None
+    return int(seq_text)

@@ -23,6 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from conclave.platform.bus.base import Delivered, Event, Handler, dead_letter_channel, deliver_once
+from conclave.platform.bus.dead_letters import DeadLetter, dead_letter_of
 from conclave.platform.bus.entry import (
     DEFAULT_MAX_EVENT_BYTES,
     PublishRefused,
@@ -100,6 +101,11 @@ def publish_command(entries: Sequence[tuple[bytes, list[bytes]]], maxlen: int) -
         parts += fields
         count += 1 + len(fields)
     return b"*%d\r\n" % count + b"".join(parts)
+
+
+def _glob_escaped(text: str) -> str:
+    """``text`` matched literally in a Redis ``MATCH`` pattern."""
+    return "".join("\\" + char if char in "*?[]\\" else char for char in text)
 
 
 class RedisStreamsBus:
@@ -199,6 +205,48 @@ class RedisStreamsBus:
             event_from_entry(fields, entry_id=entry_id, channel=channel)
             for entry_id, fields in reversed(entries)
         ]
+
+    async def dead_letter_channels(self, limit: int = 100) -> list[str]:
+        """Channels whose dead-letter stream holds entries (found by ``SCAN``), by name."""
+        suffix = dead_letter_channel("")
+        pattern = _glob_escaped(self._prefix) + "*" + _glob_escaped(suffix)
+        found: set[str] = set()
+        try:
+            async for key in self._redis.scan_iter(match=pattern, count=1000, _type="stream"):
+                found.add(key[len(self._prefix) : -len(suffix)])
+                if len(found) >= 10 * limit:  # a bounded walk, whatever the keyspace holds
+                    break
+        except (RedisError, OSError) as exc:
+            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+        return sorted(found)[:limit]
+
+    async def dead_letters(self, channel: str, limit: int = 100) -> list[DeadLetter]:
+        """The oldest ``limit`` entries of ``channel``'s dead-letter stream."""
+        try:
+            entries: Any = await self._redis.xrange(
+                self.key(dead_letter_channel(channel)), count=limit
+            )
+        except (RedisError, OSError) as exc:
+            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+        return [dead_letter_of(channel, entry_id, fields) for entry_id, fields in entries]
+
+    async def dead_letter(self, channel: str, entry_id: str) -> DeadLetter | None:
+        """One dead-letter entry (``XRANGE`` from and to its id), or ``None``."""
+        try:
+            entries: Any = await self._redis.xrange(
+                self.key(dead_letter_channel(channel)), min=entry_id, max=entry_id, count=1
+            )
+        except (RedisError, OSError) as exc:
+            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+        return dead_letter_of(channel, *entries[0]) if entries else None
+
+    async def remove_dead_letter(self, channel: str, entry_id: str) -> bool:
+        """``XDEL`` one dead-letter entry; whether it was there."""
+        try:
+            removed = await self._redis.xdel(self.key(dead_letter_channel(channel)), entry_id)
+        except (RedisError, OSError) as exc:
+            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+        return bool(removed)
 
     async def close(self) -> None:
         """Close the connection pool."""
