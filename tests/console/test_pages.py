@@ -10,6 +10,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 
@@ -247,3 +248,24 @@ async def signed_in_gateway_only(stack: Stack) -> AsyncIterator[httpx.AsyncClien
         signed_in(Stack(stack.urls, url, stack.backend), TOKENS["bob"]) as client,
     ):
         yield client
+
+
+async def test_a_gateway_url_that_is_no_gateway_is_a_clear_problem_at_sign_in() -> None:
+    async def anything(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b'{"ok": true}'})
+
+    async with running_server(anything) as elsewhere:
+        settings = ConsoleSettings(gateway_url=elsewhere)
+        async with (
+            running_server(create_app(settings)) as console,
+            httpx.AsyncClient(base_url=console) as client,
+        ):
+            token = await signin_form(client)
+            answer = await client.post("/signin", data={"csrf_token": token, "token": "t"})
+            assert answer.status_code == 502
+            assert "UPSTREAM_ANSWER_INVALID" in answer.text and "CONSOLE_GATEWAY_URL" in answer.text
+            assert COOKIE_NAME not in client.cookies

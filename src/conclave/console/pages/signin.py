@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from conclave.console.session import COOKIE_NAME, CSRF_FIELD, MAX_CREDENTIAL_CHARS
-from conclave.console.upstream import ServiceProblem, problem_of
+from conclave.console.upstream import Answer, ServiceProblem, problem_of
 from conclave.console.web import (
     SignedIn,
     checked_form,
@@ -25,6 +25,7 @@ from conclave.console.web import (
     sealer_of,
     services_of,
 )
+from conclave.platform.problem_types import ProblemCode, title_of
 
 router = APIRouter(include_in_schema=False)
 
@@ -66,13 +67,15 @@ async def sign_in(request: Request) -> Response:
     if not answer.is_success:
         refused = problem_of("gateway", answer)
         return await _form(request, target, error=_shown(refused), status_code=refused.status)
-    identity = answer.json()
-    session = sealer.new_session(
-        credential,
-        str(identity["user_id"]),
-        tuple(str(role) for role in identity.get("roles", [])),
-        str(identity.get("method", "")),
-    )
+    identity = _identity_of(answer)
+    if identity is None:
+        unusable = ServiceProblem(
+            "gateway", 502, title_of(ProblemCode.UPSTREAM_ANSWER_INVALID),
+            "The gateway's /whoami answer names no user: is CONSOLE_GATEWAY_URL the gateway?",
+            ProblemCode.UPSTREAM_ANSWER_INVALID,
+        )  # fmt: skip
+        return await _form(request, target, error=_shown(unusable), status_code=502)
+    session = sealer.new_session(credential, *identity)
     response = RedirectResponse(target, status_code=303)
     _set_session_cookie(request, response, sealer.seal(session), sealer.max_age_seconds)
     response.delete_cookie(SIGN_IN_COOKIE, path="/signin")
@@ -104,6 +107,20 @@ def _credential_problem(credential: str) -> dict[str, str] | None:
     else:
         return None
     return {"title": "Token not usable", "detail": detail, "code": "VALIDATION_FAILED"}
+
+
+def _identity_of(answer: Answer) -> tuple[str, tuple[str, ...], str] | None:
+    """User id, roles and method from a ``/whoami`` answer, or ``None`` when it is not one."""
+    try:
+        body = answer.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    user_id, roles, method = body.get("user_id"), body.get("roles", []), body.get("method", "")
+    if not isinstance(user_id, str) or not user_id or not isinstance(roles, list):
+        return None
+    return user_id, tuple(str(role) for role in roles), str(method)
 
 
 def _shown(problem: ServiceProblem) -> dict[str, str]:
