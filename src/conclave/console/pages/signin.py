@@ -94,7 +94,7 @@ async def sign_out(request: Request, session: SignedIn) -> Response:
 _STALE_FORM = {
     "title": "Form not accepted",
     "detail": "The sign-in form expired or came from another page; sign in again.",
-    "code": "CSRF_FAILED",
+    "code": ProblemCode.CSRF_FAILED,
 }
 
 
@@ -106,7 +106,7 @@ def _credential_problem(credential: str) -> dict[str, str] | None:
         detail = "A token is printable ASCII without spaces."
     else:
         return None
-    return {"title": "Token not usable", "detail": detail, "code": "VALIDATION_FAILED"}
+    return {"title": "Token not usable", "detail": detail, "code": ProblemCode.VALIDATION_FAILED}
 
 
 def _identity_of(answer: Answer) -> tuple[str, tuple[str, ...], str] | None:
