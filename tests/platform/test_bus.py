@@ -492,3 +492,51 @@ async def test_redis_rejection_reason_and_oversized_entries(
 async def _entries(client: Redis, key: str, count: int) -> list | None:
     entries = await client.xrange(key)
     return entries if len(entries) >= count else None
+
+
+async def test_consumer_lag_counts_what_a_group_has_not_acknowledged(make_bus: BusFactory) -> None:
+    bus = make_bus()
+    release = asyncio.Event()
+    seen: list[Event] = []
+
+    async def slow(e: Event) -> None:
+        seen.append(e)
+        await release.wait()
+
+    assert await bus.consumer_lag(CHANNEL, "g") is None  # no such group (nor stream)
+    async with consuming(bus, "g", slow, start="0"):
+        await bus.publish([event(n) for n in range(3)])
+        await until(lambda: seen)  # one delivered and pending, two not delivered
+        assert await bus.consumer_lag(CHANNEL, "g") == 3
+        release.set()
+        await until(lambda: len(seen) == 3)
+
+        async def caught_up() -> bool:
+            return await bus.consumer_lag(CHANNEL, "g") == 0
+
+        await eventually(caught_up)
+    assert await bus.consumer_lag(CHANNEL, "other") is None
+
+
+async def test_dead_letters_are_listed_found_and_removed(make_bus: BusFactory) -> None:
+    bus = make_bus()
+    rejected = event(7)
+
+    async def reject(_e: Event) -> None:
+        raise EventRejected("no customer")
+
+    async with consuming(bus, "orders", reject, start="0"):
+        await bus.publish([rejected])
+        await eventually(lambda: bus.dead_letters(CHANNEL))
+    assert CHANNEL in await bus.dead_letter_channels()
+    (letter,) = await bus.dead_letters(CHANNEL)
+    assert letter.channel == CHANNEL and letter.group == "orders"
+    assert "no customer" in letter.reason
+    assert letter.event().event_id == rejected.event_id
+    assert letter.event().payload == rejected.payload
+    assert await bus.dead_letter(CHANNEL, letter.entry_id) == letter
+    assert await bus.dead_letter(CHANNEL, "1-999") is None
+    assert await bus.remove_dead_letter(CHANNEL, letter.entry_id) is True
+    assert await bus.remove_dead_letter(CHANNEL, letter.entry_id) is False
+    assert await bus.dead_letters(CHANNEL) == []
+    assert CHANNEL not in await bus.dead_letter_channels()

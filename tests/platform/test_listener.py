@@ -128,3 +128,29 @@ async def test_a_bus_that_is_down_does_not_fail_the_stop() -> None:
     await listener.start()
     await listener.stop()
     assert not listener.running
+
+
+async def test_the_listener_measures_each_groups_lag() -> None:
+    bus = MemoryBus(claim_idle_seconds=0.5)
+    metrics = ServiceMetrics("demo")
+    listener = Listener(bus, "c1", ConsumerMetrics(metrics), lag_interval_seconds=0.05)
+    release = asyncio.Event()
+
+    async def slow(_event: Event) -> None:
+        await release.wait()
+
+    listener.subscribe(CHANNEL, "g", slow, start="0")
+    await bus.publish([Event(channel=CHANNEL, payload={"n": n}, source="t") for n in range(4)])
+    await listener.start()
+
+    def lag() -> float | None:
+        labels = {"channel": CHANNEL, "group": "g"}
+        return metrics.registry.get_sample_value("conclave_demo_bus_consumer_lag_entries", labels)
+
+    async def lag_is(value: float) -> bool:
+        return lag() == value
+
+    await eventually(lambda: lag_is(4))
+    release.set()
+    await eventually(lambda: lag_is(0))
+    await listener.stop()

@@ -30,6 +30,9 @@ class Figures:
     latency_p99_ms: float | None = None
     loop_lateness_max_ms: float | None = None
     outbox_quarantined: float = 0.0
+    bus_lag: float | None = None
+    """Entries the service's consumer groups have not acknowledged yet (``None``: it consumes
+    nothing, or has not measured yet)."""
 
     @property
     def latency_mean_ms(self) -> float | None:
@@ -63,6 +66,8 @@ def figures_from_metrics(text: str) -> Figures:
                 figures.loop_lateness_max_ms = 1000 * value
             elif name.endswith("_outbox_quarantined_events"):
                 figures.outbox_quarantined = value
+            elif name.endswith("_bus_consumer_lag_entries"):
+                figures.bus_lag = (figures.bus_lag or 0.0) + value
     figures.latency_p99_ms = _quantile_ms(buckets, 0.99)
     return figures
 

@@ -29,6 +29,7 @@ from conclave.platform.metrics import ServiceMetrics
 log = logging.getLogger(__name__)
 
 HANDLED, REJECTED, FAILED = "handled", "rejected", "failed"
+LAG_INTERVAL_SECONDS = 15.0
 
 
 class ConsumerMetrics:
@@ -46,6 +47,17 @@ class ConsumerMetrics:
             "rejected: dead-lettered at once; failed: left pending for redelivery).",
             ["channel", "outcome"],
         )
+
+        self.lag = metrics.gauge(
+            "bus_consumer_lag_entries",
+            "Entries of a channel its consumer group has not acknowledged yet (not delivered, or "
+            "delivered and pending), as last measured (every 15 s).",
+            ["channel", "group"],
+        )
+
+    def set_lag(self, channel: str, group: str, entries: int) -> None:
+        """Record a group's lag on a channel."""
+        self._metrics.child(self.lag, channel, group).set(entries)
 
     def count(self, channel: str, outcome: str) -> None:
         """Count one delivery of an event of ``channel`` that ended in ``outcome``."""
@@ -67,8 +79,15 @@ class Listener:
     """Consumes the channels it is subscribed to, one task per subscription, until stopped.
     ``consumer`` names this process in every group it reads (unique per process: a worker id)."""
 
-    def __init__(self, bus: EventBus, consumer: str, metrics: ConsumerMetrics) -> None:
+    def __init__(
+        self,
+        bus: EventBus,
+        consumer: str,
+        metrics: ConsumerMetrics,
+        lag_interval_seconds: float = LAG_INTERVAL_SECONDS,
+    ) -> None:
         self._bus = bus
+        self._lag_interval = lag_interval_seconds
         self._consumer = consumer
         self._metrics = metrics
         self._subscriptions: list[Subscription] = []
@@ -117,6 +136,20 @@ class Listener:
             )
             name = f"consume {subscription.channel} ({subscription.group})"
             self._tasks.append(asyncio.create_task(consume, name=name))
+        self._tasks.append(asyncio.create_task(self._measure_lag(), name="measure bus lag"))
+
+    async def _measure_lag(self) -> None:
+        """Keep the lag gauge of every subscription current (docs/observability.md)."""
+        while True:
+            for subscription in self._subscriptions:
+                try:
+                    lag = await self._bus.consumer_lag(subscription.channel, subscription.group)
+                except Exception as exc:  # a bus that is down: the consumers say so already
+                    log.debug("bus lag not measured: %s", exc)
+                    continue
+                if lag is not None:
+                    self._metrics.set_lag(subscription.channel, subscription.group, lag)
+            await asyncio.sleep(self._lag_interval)
 
     async def stop(self) -> None:
         """Cancel the consumer tasks and wait for them (nothing if not running); events not yet

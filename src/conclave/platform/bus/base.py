@@ -154,6 +154,11 @@ class EventBus(Protocol):
         groups of one process (a broadcast read), when that process stops."""
         ...
 
+    async def consumer_lag(self, channel: str, group: str) -> int | None:
+        """Entries of ``channel`` that ``group`` has not acknowledged yet (never delivered, or
+        delivered and pending); ``None`` when the bus cannot tell (no such group)."""
+        ...
+
     async def dead_letter_channels(self, limit: int = 100) -> list[str]:
         """The channels (at most ``limit``, by name) whose dead-letter stream holds entries."""
         ...

@@ -163,6 +163,15 @@ class MemoryBus:
             return seq, delivery
         return None
 
+    async def consumer_lag(self, channel: str, group: str) -> int | None:
+        """Entries not delivered to ``group`` yet plus those delivered and pending."""
+        stream = self._streams.get(channel)
+        state = stream.groups.get(group) if stream is not None else None
+        if stream is None or state is None:
+            return None
+        undelivered = sum(1 for seq in stream.entries if seq >= state.next_seq)
+        return undelivered + len(state.pending)
+
     async def dead_letter_channels(self, limit: int = 100) -> list[str]:
         """Channels whose dead-letter stream holds entries, by name."""
         suffix = dead_letter_channel("")

@@ -206,8 +206,25 @@ class RedisStreamsBus:
             for entry_id, fields in reversed(entries)
         ]
 
+    async def consumer_lag(self, channel: str, group: str) -> int | None:
+        """``XINFO GROUPS``: the group's ``lag`` (entries not delivered yet; Redis 7) plus its
+        ``pending``; ``None`` when the group does not exist or Redis cannot tell the lag (after
+        deletions in the stream, Redis 7 reports it unknown)."""
+        try:
+            groups: Any = await self._redis.xinfo_groups(self.key(channel))
+        except ResponseError:
+            return None  # no such stream
+        except (RedisError, OSError) as exc:
+            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+        for info in groups:
+            if info.get("name") == group:
+                lag = info.get("lag")
+                return None if lag is None else int(lag) + int(info.get("pending", 0))
+        return None
+
     async def dead_letter_channels(self, limit: int = 100) -> list[str]:
-        """Channels whose dead-letter stream holds entries (found by ``SCAN``), by name."""
+        """Channels whose dead-letter stream holds entries (found by ``SCAN``, then ``XLEN``),
+        by name."""
         suffix = dead_letter_channel("")
         pattern = _glob_escaped(self._prefix) + "*" + _glob_escaped(suffix)
         found: set[str] = set()
@@ -216,9 +233,12 @@ class RedisStreamsBus:
                 found.add(key[len(self._prefix) : -len(suffix)])
                 if len(found) >= 10 * limit:  # a bounded walk, whatever the keyspace holds
                     break
+            # A stream emptied by discards or replays stays as a key: only those with entries.
+            names = sorted(found)
+            lengths = [await self._redis.xlen(self.key(dead_letter_channel(n))) for n in names]
         except (RedisError, OSError) as exc:
             raise BusUnavailable("The bus (Redis) is not reachable.") from exc
-        return sorted(found)[:limit]
+        return [name for name, length in zip(names, lengths, strict=True) if length][:limit]
 
     async def dead_letters(self, channel: str, limit: int = 100) -> list[DeadLetter]:
         """The oldest ``limit`` entries of ``channel``'s dead-letter stream."""
