@@ -36,7 +36,9 @@ async def test_an_operator_resolves_dead_letters_and_a_user_cannot_see_them(stac
         assert len(entries) == 1 and "seven" in listed.text
         csrf = session_csrf(listed.text)
 
-        stale = await olga.post(f"/dead-letters/gateway/bus/{CHANNEL}/{entries[0]}/replay")
+        stale = await olga.post(
+            f"/dead-letters/gateway/bus/{CHANNEL}/{entries[0]}/replay", data={"csrf_token": "old"}
+        )
         assert stale.status_code == 403 and "CSRF_FAILED" in stale.text
         replayed = await olga.post(
             f"/dead-letters/gateway/bus/{CHANNEL}/{entries[0]}/replay", data={"csrf_token": csrf}

@@ -227,7 +227,8 @@ async def test_overview_shows_every_service_and_an_unreachable_one(stack: Stack)
         assert page.status_code == 200
         for name in ("gateway", "collector", "graph", "edge"):
             assert f'data-service="{name}"' in page.text
-        assert page.text.count('class="badge healthy"') == 4
+        shown = re.findall(r'class="badge ([a-z]+)".*?(?:<small>([^<]*)</small>)?', page.text)
+        assert page.text.count('class="badge healthy"') == 4, shown
 
     async with signed_in_gateway_only(stack) as client:
         page = await client.get("/overview/services")

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.resources import files
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
@@ -23,7 +22,7 @@ from conclave import __version__
 from conclave.console.pages import audit, dead_letters, overview, signin
 from conclave.console.security_headers import SecurityHeadersMiddleware
 from conclave.console.session import COOKIE_NAME, SessionSealer
-from conclave.console.upstream import ServiceProblem, Services, SignInExpired
+from conclave.console.upstream import ServiceProblem, Services, SignInExpired, service_client
 from conclave.console.web import (
     SignInNeeded,
     html_error,
@@ -46,12 +45,14 @@ def create_app(settings: ConsoleSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        timeout = httpx.Timeout(settings.upstream_timeout_seconds)
-        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
-        # trust_env=False: the services' addresses come from settings, never from a proxy
-        # variable of the environment the console happens to run in.
-        async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
-            app.state.services = Services(settings.service_urls(), client)
+        urls = settings.service_urls()
+        budget = settings.upstream_timeout_seconds
+        async with AsyncExitStack() as stack:
+            clients = {
+                name: await stack.enter_async_context(service_client(budget)) for name in urls
+            }
+            app.state.services = Services(urls, clients, budget)
+            app.state.overview = overview.SharedOverview(app.state.services)
             yield
 
     app = create_service_app(
@@ -62,6 +63,7 @@ def create_app(settings: ConsoleSettings) -> FastAPI:
         settings=settings,
         metrics=ServiceMetrics("console"),
         lifespan=lifespan,
+        identity_route=False,  # it authenticates nobody itself: the services do
         docs_url=None,
         redoc_url=None,
         openapi_url=None,

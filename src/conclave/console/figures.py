@@ -13,8 +13,22 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-MAX_METRICS_CHARS = 4 * 1024 * 1024
-"""Longest exposition parsed (the parser is pure Python): a service's is tens of kilobytes."""
+MAX_METRICS_BYTES = 512 * 1024
+"""Largest exposition read (the parser is pure Python): a service's is tens of kilobytes."""
+MAX_HEALTH_BYTES = 256 * 1024
+"""Largest ``/health`` answer read: a service's is a few hundred bytes."""
+SHOWN_WARNINGS = 10
+SHOWN_CHECKS = 12
+SHOWN_TEXT = 300
+_WANTED = (
+    "_http_requests_total",
+    "_http_request_duration_seconds_bucket",
+    "_http_request_duration_seconds_sum",
+    "_http_request_duration_seconds_count",
+    "_event_loop_lateness_max_seconds",
+    "_outbox_quarantined_events",
+    "_bus_consumer_lag_entries",
+)
 
 
 @dataclass
@@ -42,34 +56,50 @@ class Figures:
         return 1000 * self.latency_sum_seconds / self.latency_count
 
 
-def figures_from_metrics(text: str) -> Figures:
-    """Read the HTTP, event-loop and outbox figures out of a Prometheus text exposition (any
-    service's: names are matched by their suffix, after the ``conclave_<service>_`` prefix)."""
+def figures_from_metrics(text: str) -> Figures | None:
+    """Read the HTTP, event-loop, outbox and bus figures out of a Prometheus text exposition
+    (any service's: names are matched by their suffix, after the ``conclave_<service>_``
+    prefix); ``None`` when it is not an exposition. Only the samples read here are parsed: the
+    lines of every other metric are dropped first."""
     figures = Figures()
     buckets: dict[float, float] = defaultdict(float)
-    if len(text) > MAX_METRICS_CHARS:
-        return figures
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name, labels, value = sample.name, sample.labels, sample.value
-            if not math.isfinite(value):
-                continue
-            if name.endswith("_http_requests_total"):
-                _count_request(figures, labels.get("status", ""), value)
-            elif name.endswith("_http_request_duration_seconds_bucket"):
-                buckets[float(labels.get("le", "inf"))] += value
-            elif name.endswith("_http_request_duration_seconds_sum"):
-                figures.latency_sum_seconds += value
-            elif name.endswith("_http_request_duration_seconds_count"):
-                figures.latency_count += value
-            elif name.endswith("_event_loop_lateness_max_seconds"):
-                figures.loop_lateness_max_ms = 1000 * value
-            elif name.endswith("_outbox_quarantined_events"):
-                figures.outbox_quarantined = value
-            elif name.endswith("_bus_consumer_lag_entries"):
-                figures.bus_lag = (figures.bus_lag or 0.0) + value
+    kept = "\n".join(line for line in text.splitlines() if _wanted(line))
+    if not kept:
+        return None  # every service exposes at least its event-loop gauge: this is none
+    try:
+        for family in text_string_to_metric_families(kept):
+            for sample in family.samples:
+                _read(figures, buckets, sample.name, sample.labels, sample.value)
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None
     figures.latency_p99_ms = _quantile_ms(buckets, 0.99)
     return figures
+
+
+def _wanted(line: str) -> bool:
+    name = line.split("{", 1)[0].split(" ", 1)[0]
+    return name.endswith(_WANTED)
+
+
+def _read(
+    figures: Figures, buckets: dict[float, float], name: str, labels: dict[str, str], value: float
+) -> None:
+    if not math.isfinite(value):
+        return
+    if name.endswith("_http_requests_total"):
+        _count_request(figures, labels.get("status", ""), value)
+    elif name.endswith("_http_request_duration_seconds_bucket"):
+        buckets[float(labels.get("le", "inf"))] += value
+    elif name.endswith("_http_request_duration_seconds_sum"):
+        figures.latency_sum_seconds += value
+    elif name.endswith("_http_request_duration_seconds_count"):
+        figures.latency_count += value
+    elif name.endswith("_event_loop_lateness_max_seconds"):
+        figures.loop_lateness_max_ms = 1000 * value
+    elif name.endswith("_outbox_quarantined_events"):
+        figures.outbox_quarantined = value
+    elif name.endswith("_bus_consumer_lag_entries"):
+        figures.bus_lag = (figures.bus_lag or 0.0) + value
 
 
 def _count_request(figures: Figures, status: str, value: float) -> None:
@@ -107,18 +137,28 @@ class Health:
 
 
 def health_of(body: Any, status_code: int) -> Health:
-    """Read a health answer (200 healthy, 503 unhealthy; the graph's carries no checks)."""
+    """Read a health answer (200 healthy, 503 unhealthy; the graph's carries no checks). Any
+    shape is read without failing: what is not as expected is left out, and what is shown is
+    bounded (a few checks and warnings, each cut short)."""
     if not isinstance(body, dict):
         return Health("unhealthy" if status_code >= 500 else "unknown", {}, [])
     raw_checks = body.get("checks")
     checks = {
-        str(name): check
-        for name, check in (raw_checks.items() if isinstance(raw_checks, dict) else [])
+        _short(name): {_short(key): _short(value) for key, value in list(check.items())[:8]}
+        for name, check in (list(raw_checks.items()) if isinstance(raw_checks, dict) else [])[
+            :SHOWN_CHECKS
+        ]
         if isinstance(check, dict)
     }
-    warnings = [str(item) for item in body.get("warnings", []) if isinstance(item, str)]
-    status = str(body.get("status") or ("unhealthy" if status_code >= 500 else "healthy"))
-    outbox = checks.get("outbox", {})
+    raw_warnings = body.get("warnings")
+    warnings = [
+        _short(item)
+        for item in (raw_warnings if isinstance(raw_warnings, list) else [])[:SHOWN_WARNINGS]
+        if isinstance(item, str)
+    ]
+    status = _short(body.get("status") or ("unhealthy" if status_code >= 500 else "healthy"))
+    outbox = raw_checks.get("outbox") if isinstance(raw_checks, dict) else None
+    outbox = outbox if isinstance(outbox, dict) else {}
     return Health(
         status=status,
         checks=checks,
@@ -128,7 +168,17 @@ def health_of(body: Any, status_code: int) -> Health:
     )
 
 
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else str(value)[:SHOWN_TEXT]
+    return text[:SHOWN_TEXT]
+
+
 def _number(value: Any) -> float | None:
+    """A finite count, or ``None`` (not a number, non-finite, too large for a float)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None

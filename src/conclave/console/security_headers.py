@@ -44,7 +44,10 @@ class SecurityHeadersMiddleware:
                 headers = list(message.get("headers", []))
                 present = {name.lower() for name, _ in headers}
                 headers += [header for header in HEADERS if header[0] not in present]
-                if not is_static and _NO_STORE[0] not in present:
+                # A static file may be cached; nothing else may (a missing file's page names
+                # the signed-in user and carries their CSRF token).
+                cacheable = is_static and message.get("status") in (200, 304)
+                if not cacheable and _NO_STORE[0] not in present:
                     headers.append(_NO_STORE)
                 message = {**message, "headers": headers}
             await send(message)

@@ -20,6 +20,8 @@ from cryptography.fernet import Fernet, InvalidToken
 
 COOKIE_NAME = "conclave_console"
 CSRF_FIELD = "csrf_token"
+MAX_REVOKED = 100_000
+"""Most signed-out sessions remembered at once (a few MB): past it, the oldest expire first."""
 MAX_CREDENTIAL_CHARS = 2048
 """Longest bearer token or JWT accepted at sign-in: the sealed cookie must stay under the 4 KB
 browsers keep per cookie (Fernet and base64 grow it by about 40 %)."""
@@ -59,6 +61,8 @@ class SessionSealer:
         key = base64.urlsafe_b64encode(hashlib.sha256(secret.encode()).digest())
         self._fernet = Fernet(key)
         self._max_age = max(1, int(max_age_seconds))
+        # Sessions signed out in this process, by their CSRF token, until they would expire.
+        self._revoked: dict[str, float] = {}
 
     @classmethod
     def with_random_key(cls, max_age_seconds: float) -> SessionSealer:
@@ -97,6 +101,8 @@ class SessionSealer:
         try:
             plain = self._fernet.decrypt(cookie.encode("ascii"), ttl=self._max_age)
             document = json.loads(plain)
+            if str(document["x"]) in self._revoked:
+                return None
             return Session(
                 credential=str(document["c"]),
                 user_id=str(document["u"]),
@@ -106,3 +112,15 @@ class SessionSealer:
             )
         except (InvalidToken, UnicodeEncodeError, ValueError, KeyError, TypeError):
             return None
+
+    def revoke(self, cookie: str) -> None:
+        """End the session a cookie holds, here, even if a copy of the cookie is kept (signing
+        out). Kept in this process until the session would have expired anyway: with several
+        console replicas, a copy still works on the others until then (docs/console.md)."""
+        session = self.open(cookie)
+        if session is None:
+            return
+        now = time.monotonic()
+        self._revoked = {csrf: until for csrf, until in self._revoked.items() if until > now}
+        if len(self._revoked) < MAX_REVOKED:
+            self._revoked[session.csrf] = now + self._max_age

@@ -8,8 +8,10 @@ reached is a 503 ``SERVICE_UNREACHABLE`` naming it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 from urllib.parse import quote
 
@@ -53,8 +55,11 @@ class Answer:
         return 200 <= self.status_code < 300
 
     def json(self) -> Any:
-        """The body as JSON (``ValueError`` when it is none)."""
-        return json.loads(self.content)
+        """The body as JSON (``ValueError`` when it is none, or nests too deeply to read)."""
+        try:
+            return json.loads(self.content)
+        except RecursionError as exc:
+            raise ValueError("the JSON nests too deeply") from exc
 
 
 class SignInExpired(Exception):
@@ -69,12 +74,38 @@ def path_segment(value: str, what: str) -> str:
     return quote(value, safe="")
 
 
-class Services:
-    """One HTTP client shared by every page; a request per service call, as the user."""
+class _NoCookies(CookieJar):
+    """A cookie jar that keeps nothing: the console's clients serve every user, so a cookie one
+    service URL sets while one user looks (a proxy's session, a sticky load balancer) must never
+    travel with another user's requests."""
 
-    def __init__(self, urls: dict[str, str], client: httpx.AsyncClient) -> None:
+    def __init__(self) -> None:
+        super().__init__(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+
+def service_client(timeout_seconds: float) -> httpx.AsyncClient:
+    """An HTTP client for one service: its own connection pool (a slow service holds only its
+    own connections), no cookies, no proxy from the environment (the services' addresses come
+    from settings), and answers asked uncompressed (``identity``) so that what is read is what
+    is counted against :data:`MAX_ANSWER_BYTES`."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout_seconds),
+        limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        trust_env=False,
+        cookies=_NoCookies(),  # the jar itself: httpx would copy a Cookies into a plain jar
+        headers={"Accept-Encoding": "identity"},
+    )
+
+
+class Services:
+    """The services' clients, shared by every page; a request per service call, as the user."""
+
+    def __init__(
+        self, urls: dict[str, str], clients: dict[str, httpx.AsyncClient], budget_seconds: float
+    ) -> None:
         self._urls = urls
-        self._client = client
+        self._clients = clients
+        self._budget = budget_seconds
 
     @property
     def names(self) -> list[str]:
@@ -121,22 +152,20 @@ class Services:
         params: dict[str, Any] | None = None,
         content: bytes | None = None,
         headers: dict[str, str] | None = None,
+        max_bytes: int = MAX_ANSWER_BYTES,
     ) -> Answer:
-        """One request to ``service`` as the session's user; the answer whatever its status,
-        except 401 (:class:`SignInExpired`) and no answer at all (503 ``ServiceProblem``)."""
+        """One request to ``service`` as the session's user (``None``: no credential, for the
+        routes that take none); the answer whatever its status, except 401 to a credential
+        (:class:`SignInExpired`) and no usable answer within the time budget, whole answer
+        included (503 ``ServiceProblem``) or past ``max_bytes`` or compressed (502)."""
         sent = {**(session.authorization() if session else {}), **(headers or {})}
         kept = {key: value for key, value in (params or {}).items() if value not in (None, "")}
         try:
-            async with self._client.stream(
-                method, self._urls[service] + path, params=kept, content=content, headers=sent
-            ) as response:
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_ANSWER_BYTES:
-                        raise _unusable(service, "an answer too large to show")
-                answer = Answer(response.status_code, response.headers, bytes(body))
-        except httpx.TimeoutException as exc:
+            # The budget bounds the whole answer: httpx's own time-outs bound each read, and a
+            # service sending a byte now and then would hold the page (and a connection) for ever.
+            async with asyncio.timeout(self._budget):
+                answer = await self._exchange(method, service, path, kept, content, sent, max_bytes)
+        except (TimeoutError, httpx.TimeoutException) as exc:
             raise _unavailable(service, "did not answer in time") from exc
         except httpx.HTTPError as exc:
             raise _unavailable(service, "cannot be reached") from exc
@@ -144,10 +173,42 @@ class Services:
             raise SignInExpired(service)
         return answer
 
+    async def _exchange(
+        self,
+        method: str,
+        service: str,
+        path: str,
+        params: dict[str, Any],
+        content: bytes | None,
+        headers: dict[str, str],
+        max_bytes: int,
+    ) -> Answer:
+        client = self._clients[service]
+        url = self._urls[service] + path
+        async with client.stream(
+            method, url, params=params, content=content, headers=headers
+        ) as response:
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            if encoding != "identity":
+                # Asked for identity: a compressed answer could inflate far past the limit
+                # before it is counted.
+                raise _unusable(service, f"a compressed answer ({encoding[:20]})")
+            body = bytearray()
+            async for chunk in response.aiter_raw():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise _unusable(service, "an answer too large to show")
+            return Answer(response.status_code, response.headers, bytes(body))
+
 
 def _unavailable(service: str, why: str) -> ServiceProblem:
     code = ProblemCode.SERVICE_UNREACHABLE
     return ServiceProblem(service, 503, title_of(code), f"The {service} service {why}.", code)
+
+
+def unusable_answer(service: str, what: str) -> ServiceProblem:
+    """502 ``UPSTREAM_ANSWER_INVALID``: ``service`` answered ``what``, which no page can show."""
+    return _unusable(service, what)
 
 
 def _unusable(service: str, what: str) -> ServiceProblem:

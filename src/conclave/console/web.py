@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -14,7 +14,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from conclave.console.session import COOKIE_NAME, CSRF_FIELD, Session, SessionSealer
 from conclave.console.upstream import ServiceProblem, Services
-from conclave.platform.errors import ConclaveError, Forbidden
+from conclave.platform.errors import ConclaveError, Forbidden, UnsupportedMediaType
 from conclave.platform.problem_types import ProblemCode, title_of
 
 SHOWN_JSON_CHARS = 200_000
@@ -72,11 +72,23 @@ ServicesDep = Annotated[Services, Depends(services_of)]
 """Route parameter: the four services."""
 
 
+async def url_encoded_form(request: Request) -> dict[str, str]:
+    """A POSTed URL-encoded form's single text values (a repeated name keeps its last value).
+
+    Any other body is refused (415) before it is read: the platform's body limit exempts
+    multipart bodies (the edge streams its uploads), and Starlette's parser would spool every
+    file part of one to disk however large, for anyone who can reach ``/signin``."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/x-www-form-urlencoded":
+        raise UnsupportedMediaType("The console's forms are URL-encoded.")
+    form = await request.form()
+    return {key: value for key, value in form.items() if isinstance(value, str)}
+
+
 async def checked_form(request: Request, session: Session) -> dict[str, str]:
     """A POSTed form whose CSRF token is the session's (403 ``CSRF_FAILED`` otherwise); only
-    single text values are kept (a file field or a repeated name is not a console form)."""
-    form = await request.form()
-    values = {key: value for key, value in form.items() if isinstance(value, str)}
+    URL-encoded forms are read (:func:`url_encoded_form`)."""
+    values = await url_encoded_form(request)
     if not session.csrf_matches(values.get(CSRF_FIELD)):
         raise Forbidden(
             "The form is stale or did not come from this console; reload the page and send it "
@@ -140,9 +152,13 @@ def sign_in_redirect(request: Request) -> Response:
     """Send the browser to the sign-in form, and back here afterwards. An htmx request gets
     ``HX-Redirect`` (a 303 would be followed and its sign-in page swapped into a fragment)."""
     wanted = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    target = f"/signin?next={_quote_next(wanted)}"
     if request.headers.get("hx-request"):
+        # A fragment's poll: back to the page that was polling, not to the bare fragment.
+        page_url = urlsplit(request.headers.get("hx-current-url", ""))
+        shown = page_url.path + (f"?{page_url.query}" if page_url.query else "")
+        target = f"/signin?next={_quote_next(shown)}"
         return Response(status_code=204, headers={"HX-Redirect": target})
+    target = f"/signin?next={_quote_next(wanted)}"
     return RedirectResponse(target, status_code=303)
 
 

@@ -76,6 +76,8 @@ async def _principal(
 
 
 CurrentPrincipal = Annotated[Principal, Depends(_principal)]
+"""Route parameter type: the authenticated caller (401 problem when credentials are wrong), or
+the user a service principal acts for (``X-Conclave-Acting-User``)."""
 
 
 class Identity(BaseModel):
@@ -87,10 +89,6 @@ class Identity(BaseModel):
     on_behalf_of: str | None = Field(
         None, description="The service identity acting for this user, if any."
     )
-
-
-"""Route parameter type: the authenticated caller (401 problem when credentials are wrong), or
-the user a service principal acts for (``X-Conclave-Acting-User``)."""
 
 
 def correlation_id(request: Request) -> str:
@@ -108,6 +106,7 @@ def create_service_app(
     metrics: ServiceMetrics,
     lifespan: Lifespan,
     tracing: Tracing | None = None,
+    identity_route: bool = True,
     **fastapi_kwargs: Any,
 ) -> ServiceApp:
     """A FastAPI app with Conclave's cross-cutting behaviour installed; routes are added after.
@@ -159,16 +158,8 @@ def create_service_app(
     app.add_middleware(RequestGuardMiddleware, sources=sources)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
 
-    @app.get("/whoami", tags=["operations"], responses=problem_responses(401))
-    async def who_am_i(principal: CurrentPrincipal) -> Identity:
-        """Who this service takes the caller to be: user id, roles and how they authenticated
-        (the console's sign-in asks this; with auth off, everyone is `anonymous`, an operator)."""
-        return Identity(
-            user_id=principal.user_id,
-            roles=sorted(principal.roles),
-            method=principal.method,
-            on_behalf_of=principal.on_behalf_of,
-        )
+    if identity_route:
+        _add_identity_route(app)
 
     @app.get(
         "/metrics",
@@ -182,6 +173,22 @@ def create_service_app(
         return Response(metrics.render(), media_type=metrics.content_type)
 
     return app
+
+
+def _add_identity_route(app: FastAPI) -> None:
+    """``GET /whoami``: who the service takes the caller to be (``identity_route=False`` for an
+    app that authenticates nobody itself, the console)."""
+
+    @app.get("/whoami", tags=["operations"], responses=problem_responses(401))
+    async def who_am_i(principal: CurrentPrincipal) -> Identity:
+        """Who this service takes the caller to be: user id, roles and how they authenticated
+        (the console's sign-in asks this; with auth off, everyone is `anonymous`, an operator)."""
+        return Identity(
+            user_id=principal.user_id,
+            roles=sorted(principal.roles),
+            method=principal.method,
+            on_behalf_of=principal.on_behalf_of,
+        )
 
 
 def _served(lifespan: Lifespan, metrics: ServiceMetrics, tracing: Tracing) -> Lifespan:

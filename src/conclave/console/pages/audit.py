@@ -9,12 +9,14 @@ the gateway's keyset cursor (``next_cursor``), so page 10,000 costs what page 1 
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from conclave.console.upstream import ServiceProblem, path_segment
+from conclave.console.session import Session
+from conclave.console.upstream import ServiceProblem, Services, path_segment, unusable_answer
 from conclave.console.web import ServicesDep, SignedIn, page
 
 router = APIRouter(include_in_schema=False)
@@ -53,12 +55,16 @@ async def calls(
     found = await services.get(
         "gateway", "/calls", session, params={**shown, "cursor": cursor, "limit": PAGE_SIZE}
     )
+    listed = found.get("calls") if isinstance(found, dict) else None
+    next_cursor = found.get("next_cursor") if isinstance(found, dict) else None
+    if not isinstance(listed, list) or not isinstance(next_cursor, str | None):
+        raise unusable_answer("gateway", "a page of calls that is not one")
     return page(
         request,
         "calls.html",
         session,
-        calls=found.get("calls", []),
-        next_cursor=found.get("next_cursor"),
+        calls=[_shown_call(call) for call in listed if isinstance(call, dict)],
+        next_cursor=next_cursor,
         filters=shown,
         paged=bool(cursor),
         statuses=STATUSES,
@@ -76,14 +82,33 @@ async def call_detail(
         services.get("gateway", path, session),
         _verification(services, path, session),
     )
-    return page(request, "call.html", session, call=call, verification=verification)
+    if not isinstance(call, dict) or not isinstance(call.get("conclave_id"), str):
+        raise unusable_answer("gateway", "a call that is not one")
+    return page(request, "call.html", session, call=_shown_call(call), verification=verification)
 
 
-async def _verification(services: Any, path: str, session: Any) -> dict[str, Any]:
+def _shown_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A call as the pages show it: its numbers only when they are numbers (the templates
+    format them), its texts as texts."""
+    duration = call.get("duration_ms")
+    shown = {key: value for key, value in call.items() if isinstance(key, str)}
+    shown["duration_ms"] = duration if _finite(duration) else None
+    warnings = call.get("warnings")
+    shown["warnings"] = [str(item) for item in warnings] if isinstance(warnings, list) else []
+    return shown
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+async def _verification(services: Services, path: str, session: Session) -> dict[str, Any]:
     """The call checked against the transparency log; a log that is off or unreachable is a
     status to show, not a failed page."""
     try:
-        result: dict[str, Any] = await services.get("gateway", path + "/verify", session)
+        result = await services.get("gateway", path + "/verify", session)
     except ServiceProblem as exc:
         return {"ok": False, "problem": exc.code.lower(), "detail": exc.detail}
-    return result
+    if not isinstance(result, dict):
+        return {"ok": False, "problem": "unreadable", "detail": "The answer was not a check."}
+    return {**result, "ok": result.get("ok") is True}

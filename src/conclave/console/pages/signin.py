@@ -24,6 +24,7 @@ from conclave.console.web import (
     safe_next,
     sealer_of,
     services_of,
+    url_encoded_form,
 )
 from conclave.platform.problem_types import ProblemCode, title_of
 
@@ -31,6 +32,8 @@ router = APIRouter(include_in_schema=False)
 
 SIGN_IN_COOKIE = "conclave_console_signin"
 _SIGN_IN_FORM_SECONDS = 3600
+MAX_COOKIE_CHARS = 4000
+"""Longest session cookie value set: browsers keep 4,096 bytes of name, value and attributes."""
 
 
 @router.get("/signin")
@@ -46,12 +49,11 @@ async def sign_in_form(
 @router.post("/signin")
 async def sign_in(request: Request) -> Response:
     """Check the credential with the gateway and start a session."""
-    form = await request.form()
-    values = {key: value for key, value in form.items() if isinstance(value, str)}
+    values = await url_encoded_form(request)
     target = safe_next(values.get("next"))
     expected = request.cookies.get(SIGN_IN_COOKIE)
     submitted = values.get(CSRF_FIELD)
-    if not expected or not submitted or not secrets.compare_digest(expected, submitted):
+    if not expected or not submitted or not _same(expected, submitted):
         return await _form(request, target, error=_STALE_FORM, status_code=403)
     credential = values.get("token", "").strip()
     problem = _credential_problem(credential)
@@ -76,8 +78,19 @@ async def sign_in(request: Request) -> Response:
         )  # fmt: skip
         return await _form(request, target, error=_shown(unusable), status_code=502)
     session = sealer.new_session(credential, *identity)
+    sealed = sealer.seal(session)
+    if len(sealed) > MAX_COOKIE_CHARS:
+        # A browser drops a larger cookie without a word, and the user would be sent back here
+        # for ever.
+        too_long = {
+            "title": "Identity too long to keep",
+            "detail": "This credential and user id do not fit in a browser cookie; use a "
+            "shorter token or a user id of fewer characters.",
+            "code": ProblemCode.VALIDATION_FAILED,
+        }
+        return await _form(request, target, error=too_long, status_code=422)
     response = RedirectResponse(target, status_code=303)
-    _set_session_cookie(request, response, sealer.seal(session), sealer.max_age_seconds)
+    _set_session_cookie(request, response, sealed, sealer.max_age_seconds)
     response.delete_cookie(SIGN_IN_COOKIE, path="/signin")
     return response
 
@@ -86,6 +99,7 @@ async def sign_in(request: Request) -> Response:
 async def sign_out(request: Request, session: SignedIn) -> Response:
     """End the session (the form carries the CSRF token: no other site can sign you out)."""
     await checked_form(request, session)
+    sealer_of(request).revoke(request.cookies.get(COOKIE_NAME, ""))
     response = RedirectResponse("/signin", status_code=303)
     response.delete_cookie(COOKIE_NAME, path="/")
     return response
@@ -96,6 +110,13 @@ _STALE_FORM = {
     "detail": "The sign-in form expired or came from another page; sign in again.",
     "code": ProblemCode.CSRF_FAILED,
 }
+
+
+def _same(expected: str, submitted: str) -> bool:
+    """Constant-time comparison of any two texts (``compare_digest`` takes only ASCII ``str``)."""
+    return secrets.compare_digest(
+        expected.encode("utf-8", "surrogatepass"), submitted.encode("utf-8", "surrogatepass")
+    )
 
 
 def _credential_problem(credential: str) -> dict[str, str] | None:
