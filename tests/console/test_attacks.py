@@ -16,7 +16,7 @@ import hmac
 import json
 import resource
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -47,7 +47,7 @@ NO_METRICS = (200, b"", "text/plain")
 
 
 def hostile_upstream(
-    routes: dict[str, Route],
+    routes: Mapping[str, Route],
     seen: list[tuple[str, dict[str, str]]] | None = None,
     set_cookie: str | None = None,
 ) -> Callable[..., Awaitable[None]]:
@@ -86,7 +86,7 @@ def hostile_upstream(
 
 @asynccontextmanager
 async def console_with(
-    routes: dict[str, Route],
+    routes: Mapping[str, Route],
     gateway_url: str | None = None,
     seen: list[tuple[str, dict[str, str]]] | None = None,
     set_cookie: str | None = None,
@@ -214,7 +214,7 @@ async def test_a_gateway_whoami_answer_that_is_not_an_identity_is_a_problem_page
                 and COOKIE_NAME not in client.cookies
             )
             if not shown:
-                failures.append((whoami[1][:30], answer.status_code))
+                failures.append((repr(whoami[1])[:40], answer.status_code))
     assert failures == []
 
 
@@ -232,7 +232,7 @@ async def test_a_gateway_answering_garbage_for_calls_is_a_problem_page() -> None
     }
     async with console_with(routes) as console, httpx.AsyncClient(base_url=console) as client:
         assert (await sign_in(client, "")).status_code == 303
-        failures = []
+        failures: list[tuple[str, object]] = []
         for path in ("/calls", "/calls/a", "/calls/b", "/calls/c"):
             answer = await client.get(path)
             if answer.status_code >= 500 and answer.status_code != 502:
@@ -450,10 +450,11 @@ async def test_a_non_ascii_sign_in_form_token_is_a_stale_form_not_a_500(
         typed = await client.post("/signin", content=b"csrf_token=%C3%A9&token=x", headers=form)
         assert typed.status_code == 403 and "CSRF_FAILED" in typed.text
     async with httpx.AsyncClient(base_url=gateway_stack.console) as client:
-        cookie = {"Cookie": "conclave_console_signin=\xc3\xa9".encode("latin-1")}
-        tossed = await client.post(
-            "/signin", content=b"csrf_token=x&token=x", headers={**form, **cookie}
-        )
+        raw_headers = [
+            (b"content-type", b"application/x-www-form-urlencoded"),
+            (b"cookie", b"conclave_console_signin=\xc3\xa9"),
+        ]
+        tossed = await client.post("/signin", content=b"csrf_token=x&token=x", headers=raw_headers)
         assert tossed.status_code == 403 and "CSRF_FAILED" in tossed.text
 
 
