@@ -16,6 +16,7 @@ import httpx
 
 from conclave.console.app import create_app
 from conclave.console.session import COOKIE_NAME
+from conclave.console.web import pretty_json
 from conclave.settings import ConsoleSettings
 from tests.console.conftest import TOKENS, Stack, user_jwt
 from tests.httpserver import running_server
@@ -270,3 +271,29 @@ async def test_a_gateway_url_that_is_no_gateway_is_a_clear_problem_at_sign_in() 
             assert answer.status_code == 502
             assert "UPSTREAM_ANSWER_INVALID" in answer.text and "CONSOLE_GATEWAY_URL" in answer.text
             assert COOKIE_NAME not in client.cookies
+
+
+def test_a_large_document_is_shown_compact_and_cut() -> None:
+    small = pretty_json({"a": [1, 2]})
+    assert small == '{\n  "a": [\n    1,\n    2\n  ]\n}'
+    big = pretty_json({"rows": ["x" * 100] * 5000})
+    assert big.startswith('{"rows": ["xxx') and "\n" in big  # compact, then the note
+    assert big.endswith("more characters)") and len(big) < 200_100
+
+
+async def test_behind_a_tls_proxy_the_cookie_is_secure_and_https_is_kept(
+    gateway_stack: Stack,
+) -> None:
+    https = {"X-Forwarded-Proto": "https"}  # from loopback, a trusted proxy (uvicorn's default)
+    async with httpx.AsyncClient(base_url=gateway_stack.console, headers=https) as client:
+        form = await client.get("/signin")
+        assert form.headers["strict-transport-security"] == "max-age=31536000"
+        token = CSRF.search(form.text)
+        assert token is not None
+        answer = await client.post(
+            "/signin", data={"csrf_token": token.group(1), "token": TOKENS["alice"]}
+        )
+        cookie = next(c for c in answer.headers.get_list("set-cookie") if c.startswith(COOKIE_NAME))
+        assert "secure" in cookie.lower()
+    async with httpx.AsyncClient(base_url=gateway_stack.console) as plain:
+        assert "strict-transport-security" not in (await plain.get("/signin")).headers

@@ -24,6 +24,7 @@ HEADERS = [
     (b"cross-origin-opener-policy", b"same-origin"),
 ]
 _NO_STORE = (b"cache-control", b"no-store")
+_HSTS = (b"strict-transport-security", b"max-age=31536000")
 
 
 class SecurityHeadersMiddleware:
@@ -38,12 +39,16 @@ class SecurityHeadersMiddleware:
             await self.app(scope, receive, send)
             return
         is_static = str(scope.get("path", "")).startswith("/static/")
+        # Over HTTPS (directly, or as a trusted proxy says), browsers are told to keep to it.
+        https = scope.get("scheme") == "https"
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 present = {name.lower() for name, _ in headers}
                 headers += [header for header in HEADERS if header[0] not in present]
+                if https and _HSTS[0] not in present:
+                    headers.append(_HSTS)
                 # A static file may be cached; nothing else may (a missing file's page names
                 # the signed-in user and carries their CSRF token).
                 cacheable = is_static and message.get("status") in (200, 304)
