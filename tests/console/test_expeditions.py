@@ -283,7 +283,20 @@ async def test_schedules_are_added_listed_and_removed_per_user(stack: Stack) -> 
             },
         )
         assert taken.status_code == 409 and "SCHEDULE_EXISTS" in taken.text
-        # Bob's schedule is not alice's to remove: the collector's 404.
+        # Resumed, then paused again, with the row's buttons.
+        resumed = await alice.post("/schedules/hourly-things/resume", data={"csrf_token": csrf})
+        assert resumed.status_code == 303
+        row = (await alice.get("/schedules")).text.split('data-schedule="hourly-things"')[1]
+        assert "<td>active</td>" in row.split("</tr>")[0] and ">Pause</button>" in row
+        paused = await alice.post("/schedules/hourly-things/pause", data={"csrf_token": csrf})
+        assert paused.status_code == 303
+        row = (await alice.get("/schedules")).text.split('data-schedule="hourly-things"')[1]
+        assert "<td>paused</td>" in row.split("</tr>")[0] and ">Resume</button>" in row
+        # Bob's schedule is not alice's to pause or remove: the collector's 404.
+        other = await alice.post("/schedules/bobs-nightly/pause", data={"csrf_token": csrf})
+        assert other.status_code == 404 and "SCHEDULE_NOT_FOUND" in other.text
+        stale = await alice.post("/schedules/hourly-things/resume", data={"csrf_token": "x"})
+        assert stale.status_code == 403
         other = await alice.post("/schedules/bobs-nightly/remove", data={"csrf_token": csrf})
         assert other.status_code == 404 and "SCHEDULE_NOT_FOUND" in other.text
         removed = await alice.post("/schedules/hourly-things/remove", data={"csrf_token": csrf})

@@ -1,13 +1,11 @@
 """Schedules: the collector's cron schedules listed (``GET /schedules``), added
-(``POST /schedules``) and removed (``DELETE /schedules/{name}``).
-
-The collector has no call that pauses or resumes a stored schedule: a schedule can be added
-paused (``enabled: false``), and otherwise removed and added again. The page says so rather than
-pretending.
+(``POST /schedules``), paused and resumed (``PATCH /schedules/{name}``) and removed
+(``DELETE /schedules/{name}``), as the signed-in user.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -58,6 +56,40 @@ async def remove_schedule(
     await checked_form(request, session)
     segment = path_segment(name, "The schedule name")
     answer = await services.request("DELETE", "collector", f"/schedules/{segment}", session)
+    if not answer.is_success:
+        raise problem_of("collector", answer)
+    return RedirectResponse("/schedules", status_code=303)
+
+
+@router.post("/schedules/{name}/pause")
+async def pause_schedule(
+    request: Request, name: str, session: SignedIn, services: ServicesDep
+) -> Response:
+    """Pause a schedule: no tick fires until it is resumed."""
+    return await _set_enabled(request, name, session, services, enabled=False)
+
+
+@router.post("/schedules/{name}/resume")
+async def resume_schedule(
+    request: Request, name: str, session: SignedIn, services: ServicesDep
+) -> Response:
+    """Resume a schedule at its next tick after now (missed ticks are not made up)."""
+    return await _set_enabled(request, name, session, services, enabled=True)
+
+
+async def _set_enabled(
+    request: Request, name: str, session: Session, services: Services, *, enabled: bool
+) -> Response:
+    await checked_form(request, session)
+    segment = path_segment(name, "The schedule name")
+    answer = await services.request(
+        "PATCH",
+        "collector",
+        f"/schedules/{segment}",
+        session,
+        content=json.dumps({"enabled": enabled}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     if not answer.is_success:
         raise problem_of("collector", answer)
     return RedirectResponse("/schedules", status_code=303)
