@@ -90,15 +90,17 @@ async def test_trigger_follow_cancel_and_dispatch_in_chromium(
         discovery_id = follow.url.rsplit("/", 1)[1]
         assert await follow.get_attribute("#expedition-live", "data-status") == "queued"
         assert await follow.text_content("[data-field='progress']") == "0 %"
+        assert await follow.locator("text=Cancel expedition").is_visible()
 
         # Cancel the slow one with its page's button; the worker turns to the discovery, and
         # its page, polling, follows it to the end without a reload.
         await page.click("text=Cancel expedition")
         await page.wait_for_selector("#expedition-live[data-status='cancelled']")
-        assert await page.locator("text=Cancel expedition").count() == 0
+        assert not await page.locator("text=Cancel expedition").is_visible()
         await follow.wait_for_selector("#expedition-live[data-status='completed']", timeout=30_000)
         assert await follow.text_content("[data-field='progress']") == "100 %"
-        assert await follow.locator("text=Cancel expedition").count() == 0
+        # The Cancel button went with the last poll.
+        await follow.wait_for_selector("#expedition-actions", state="hidden")
         agents = await follow.text_content("[data-field='agents']")
         assert agents is not None and "binder" in agents.split(", ")
         await follow.close()

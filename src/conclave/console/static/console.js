@@ -68,10 +68,20 @@ function retryLater(event) {
 }
 
 document.addEventListener("DOMContentLoaded", () => readSamples(document));
+// Actions that only make sense while a polled part is live (an expedition's Cancel button) sit
+// outside it, so polling never replaces a focused button; they go once the part stops polling.
+function hideFinishedActions() {
+  for (const action of document.querySelectorAll("[data-while-live]")) {
+    const part = document.getElementById(action.dataset.whileLive);
+    if (part && !part.hasAttribute("data-poll")) action.hidden = true;
+  }
+}
+
 document.addEventListener("htmx:afterSwap", (event) => {
   const target = event.detail && event.detail.target;
   if (target && target.id) backoffs.delete(target.id);
   readSamples(document);
 });
+document.addEventListener("htmx:afterSettle", hideFinishedActions);
 document.addEventListener("htmx:sendError", retryLater);
 document.addEventListener("htmx:responseError", retryLater);
