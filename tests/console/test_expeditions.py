@@ -301,6 +301,13 @@ async def test_schedules_are_added_listed_and_removed_per_user(stack: Stack) -> 
         assert other.status_code == 404 and "SCHEDULE_NOT_FOUND" in other.text
         removed = await alice.post("/schedules/hourly-things/remove", data={"csrf_token": csrf})
         assert removed.status_code == 303
+        # ".." is a schedule name the collector takes; the page's buttons name it by its id.
+        dots = {"csrf_token": csrf, "name": "..", "cron": "0 * * * *", "expedition_type": "audit"}
+        assert (await alice.post("/schedules", data=dots)).status_code == 303
+        row = (await alice.get("/schedules")).text.split('data-schedule=".."')[1]
+        action = re.search(r'action="(/schedules/[^"]+/remove)"', row)
+        assert action is not None
+        assert (await alice.post(action.group(1), data={"csrf_token": csrf})).status_code == 303
         assert "No schedules." in (await alice.get("/schedules")).text
     async with signed_in(stack, TOKENS["olga"]) as olga:
         page = await olga.get("/schedules")

@@ -1,6 +1,7 @@
 """Schedules: the collector's cron schedules listed (``GET /schedules``), added
 (``POST /schedules``), paused and resumed (``PATCH /schedules/{name}``) and removed
-(``DELETE /schedules/{name}``), as the signed-in user.
+(``DELETE /schedules/{name}``), as the signed-in user. The page's buttons name a schedule by its
+id: a name may be ``..``, which no URL path can carry as one segment.
 """
 
 from __future__ import annotations
