@@ -83,9 +83,15 @@ async def test_a_user_follows_and_cancels_only_their_own_expeditions(stack: Stac
         page = await alice.get("/expeditions")
         assert page.status_code == 200
         assert listed(page.text) == {alice_id}
-        assert (
-            listed((await alice.get("/expeditions", params={"status": "completed"})).text) == set()
-        )
+        # Her expedition is queued: the list polls its first page, filters kept.
+        assert 'data-live="yes"' in page.text
+        assert 'hx-get="/expeditions/table"' in page.text
+        assert "All users: 2 queued" in page.text  # the collector's counts, everyone's
+        table = await alice.get("/expeditions/table", params={"status": "queued"})
+        assert listed(table.text) == {alice_id} and "<html" not in table.text
+        assert 'hx-get="/expeditions/table?status=queued"' in table.text
+        done = await alice.get("/expeditions", params={"status": "completed"})
+        assert listed(done.text) == set() and 'data-live="no"' in done.text
         own = await alice.get(f"/expeditions/{alice_id}")
         assert own.status_code == 200
         assert 'data-field="status">queued' in own.text

@@ -8,6 +8,7 @@ an operator; another user's answers 404, which the page shows as it came.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Annotated, Any
 
@@ -26,6 +27,7 @@ UNFINISHED = ("queued", "running")
 PRIORITIES = ("critical", "high", "medium", "low")
 PAGE_SIZE = 50
 POLL_SECONDS = 2
+LIST_POLL_SECONDS = 5
 _COLLECTION_SPLIT = re.compile(r"[\s,]+")
 
 
@@ -39,28 +41,61 @@ async def expeditions(
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> HTMLResponse:
     """A page of the history, newest first; the collector validates the filters."""
-    filters = {
-        key: value
-        for key, value in (("status", status), ("expedition_type", expedition_type))
-        if value
+    filters = _filters(status, expedition_type)
+    history, types = await asyncio.gather(
+        _history(services, session, filters, cursor), _type_names(services, session)
+    )
+    return page(request, "expeditions.html", session, **history, statuses=STATUSES, types=types)
+
+
+@router.get("/expeditions/table")
+async def expeditions_table(
+    request: Request,
+    session: SignedIn,
+    services: ServicesDep,
+    status: Annotated[str | None, Query(max_length=32)] = None,
+    expedition_type: Annotated[str | None, Query(max_length=64)] = None,
+) -> HTMLResponse:
+    """The history's first page alone, polled by the page while any of it is unfinished."""
+    history = await _history(services, session, _filters(status, expedition_type), None)
+    return page(request, "_expedition_table.html", session, **history)
+
+
+def _filters(status: str | None, expedition_type: str | None) -> dict[str, str]:
+    chosen = (("status", status), ("expedition_type", expedition_type))
+    return {key: value for key, value in chosen if value}
+
+
+async def _history(
+    services: Services, session: Session, filters: dict[str, str], cursor: str | None
+) -> dict[str, Any]:
+    """A page of history and the deployment's counts (``GET /stats``: counts only, everyone's;
+    shown without them when the collector cannot count)."""
+    params = {**filters, "cursor": cursor, "limit": PAGE_SIZE}
+    found, stats = await asyncio.gather(
+        services.get("collector", "/expedition/history", session, params=params),
+        _stats(services, session),
+    )
+    listed = found.get("expeditions", [])
+    return {
+        "expeditions": listed,
+        "next_cursor": found.get("next_cursor"),
+        "filters": filters,
+        "paged": bool(cursor),
+        # Only the first page is live: a later one is a look at the past, and its cursor a
+        # position that new expeditions do not move.
+        "live": not cursor and any(item.get("status") in UNFINISHED for item in listed),
+        "stats": stats,
+        "poll_seconds": LIST_POLL_SECONDS,
     }
-    found = await services.get(
-        "collector",
-        "/expedition/history",
-        session,
-        params={**filters, "cursor": cursor, "limit": PAGE_SIZE},
-    )
-    return page(
-        request,
-        "expeditions.html",
-        session,
-        expeditions=found.get("expeditions", []),
-        next_cursor=found.get("next_cursor"),
-        filters=filters,
-        paged=bool(cursor),
-        statuses=STATUSES,
-        types=await _type_names(services, session),
-    )
+
+
+async def _stats(services: Services, session: Session) -> dict[str, Any] | None:
+    try:
+        stats: dict[str, Any] = await services.get("collector", "/stats", session)
+    except ServiceProblem:
+        return None
+    return stats
 
 
 @router.get("/expeditions/new")
