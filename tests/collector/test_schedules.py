@@ -142,6 +142,13 @@ async def test_a_paused_schedule_fires_no_tick_and_resumes_at_its_next_one(
         ):
             refused = await client.patch("/schedules/hourly", json=body)
             assert refused.status_code == 422, body
+        # A page of another site can send text/plain without asking first: refused.
+        plain = await client.patch(
+            "/schedules/hourly",
+            content=b'{"enabled": false}',
+            headers={"Content-Type": "text/plain"},
+        )
+        assert plain.status_code == 415
         missing = await client.patch("/schedules/nope", json={"enabled": False})
         assert (missing.status_code, missing.json()["code"]) == (404, "SCHEDULE_NOT_FOUND")
 
