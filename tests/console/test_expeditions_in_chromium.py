@@ -42,6 +42,8 @@ async def working_stack(embedded: Backend, tmp_path: Path) -> AsyncIterator[Stac
         "run_workers": True,
         "poll_seconds": 0.05,
         "worker_concurrency": 1,
+        # The lease's heartbeat is what notices a cancel: a short lease frees the worker soon.
+        "lease_seconds": 3.0,
         "egress_allow_networks": ["127.0.0.1/32"],
     }
     async with open_stack(embedded, tmp_path, per_service={"collector": collector}) as running:
