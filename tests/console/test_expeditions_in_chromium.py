@@ -99,7 +99,7 @@ async def test_trigger_follow_cancel_and_dispatch_in_chromium(
         await page.click("text=Cancel expedition")
         await page.wait_for_selector("#expedition-live[data-status='cancelled']")
         assert not await page.locator("text=Cancel expedition").is_visible()
-        await follow.wait_for_selector("#expedition-live[data-status='completed']", timeout=30_000)
+        await follow.wait_for_selector("#expedition-live[data-status='completed']", timeout=60_000)
         assert await follow.text_content("[data-field='progress']") == "100 %"
         # The Cancel button went with the last poll.
         await follow.wait_for_selector("#expedition-actions", state="hidden")
