@@ -1,8 +1,10 @@
-"""`conclave collector schedule add|list|remove` against the real expedition service."""
+"""`conclave collector schedule add|list|pause|resume|remove` against the real expedition
+service."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 from typer.testing import CliRunner
 
@@ -45,6 +47,15 @@ async def test_schedule_lifecycle_through_the_cli(sqlite_engine, memory_bus, tmp
             "add", "x", "* * * * *", "audit", "--parameters", "{", "--server", url
         )
         assert not_json.exit_code == 2
+
+        paused = await _cli("pause", "nightly-audit", "--server", url)
+        assert paused.exit_code == 0 and "paused" in paused.output, paused.output
+        assert re.search(r"\blow\s+no\s", (await _cli("list", "--server", url)).output)
+        resumed = await _cli("resume", "nightly-audit", "--server", url)
+        assert resumed.exit_code == 0 and "next fires at" in resumed.output, resumed.output
+        assert re.search(r"\blow\s+yes\s", (await _cli("list", "--server", url)).output)
+        unknown = await _cli("pause", "no-such", "--server", url)
+        assert unknown.exit_code == 1 and "SCHEDULE_NOT_FOUND" in unknown.output
 
         removed = await _cli("remove", "nightly-audit", "--server", url)
         assert removed.exit_code == 0, removed.output

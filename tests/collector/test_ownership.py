@@ -110,8 +110,13 @@ async def test_users_list_and_delete_only_their_own_schedules(backend, tmp_path)
         for name in ("ann-nightly", created.json()["schedule_id"]):
             refused = await client.delete(f"/schedules/{name}", headers=BOB)
             assert (refused.status_code, refused.json()["code"]) == (404, "SCHEDULE_NOT_FOUND")
+        for name in ("ann-nightly", created.json()["schedule_id"]):
+            paused = await client.patch(f"/schedules/{name}", json={"enabled": False}, headers=BOB)
+            assert (paused.status_code, paused.json()["code"]) == (404, "SCHEDULE_NOT_FOUND")
         [kept] = (await client.get("/schedules", headers=ANN)).json()["schedules"]
-        assert kept["name"] == "ann-nightly"
+        assert (kept["name"], kept["enabled"]) == ("ann-nightly", True)
+        paused = await client.patch("/schedules/ann-nightly", json={"enabled": False}, headers=OLGA)
+        assert paused.status_code == 200 and paused.json()["enabled"] is False
 
         [seen] = (await client.get("/schedules", headers=OLGA)).json()["schedules"]
         assert seen["created_by"] == "ann"

@@ -122,3 +122,52 @@ async def test_a_stored_schedule_without_a_next_tick_does_not_stop_the_others(
         fired_row = history["expeditions"][0]
         assert fired_row["requested_by"] == "anonymous"  # the creator (auth off)
         assert fired_row["correlation_id"] == "schedule:hourly"
+
+
+async def test_a_paused_schedule_fires_no_tick_and_resumes_at_its_next_one(
+    backend, tmp_path
+) -> None:
+    settings = collector_settings(tmp_path, run_workers=False)
+    async with collector_app(backend, settings) as (client, app):
+        created = await client.post(
+            "/schedules",
+            json={"name": "hourly", "cron": "0 * * * *", "expedition_type": "audit"},
+        )
+        assert created.status_code == 201
+        for body in (
+            {"enabled": "no"},
+            {"enabled": 0},
+            {},
+            {"enabled": False, "cron": "* * * * *"},
+        ):
+            refused = await client.patch("/schedules/hourly", json=body)
+            assert refused.status_code == 422, body
+        # A page of another site can send text/plain without asking first: refused.
+        plain = await client.patch(
+            "/schedules/hourly",
+            content=b'{"enabled": false}',
+            headers={"Content-Type": "text/plain"},
+        )
+        assert plain.status_code == 415
+        missing = await client.patch("/schedules/nope", json={"enabled": False})
+        assert (missing.status_code, missing.json()["code"]) == (404, "SCHEDULE_NOT_FOUND")
+
+        paused = await client.patch("/schedules/hourly", json={"enabled": False})
+        assert paused.status_code == 200 and paused.json()["enabled"] is False
+        # Its tick comes while it is paused: nothing fires.
+        past = utc_now() - timedelta(hours=3)
+        async with backend.engine.begin() as connection:
+            await connection.execute(update(store.schedules).values(next_fire_at=past))
+        scheduler = Scheduler(app.state.collector.service, 1.0)
+        assert await scheduler.fire_due() == []
+
+        # Resumed (by id this time): its next tick is the next one after now, the missed ones
+        # are not made up.
+        resumed = await client.patch(
+            f"/schedules/{created.json()['schedule_id']}", json={"enabled": True}
+        )
+        assert resumed.status_code == 200 and resumed.json()["enabled"] is True
+        assert resumed.json()["next_fire_at"] > created.json()["created_at"]
+        assert resumed.json()["next_fire_at"].endswith(":00:00.000000Z")
+        assert await scheduler.fire_due() == []
+        assert (await client.get("/expedition/history")).json()["count"] == 0

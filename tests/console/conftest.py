@@ -62,9 +62,14 @@ class Stack:
 
 @asynccontextmanager
 async def open_stack(
-    backend: Backend, data_dir: Path, services: tuple[str, ...] = SERVICES, **console: Any
+    backend: Backend,
+    data_dir: Path,
+    services: tuple[str, ...] = SERVICES,
+    per_service: dict[str, dict[str, Any]] | None = None,
+    **console: Any,
 ) -> AsyncIterator[Stack]:
-    """Start ``services`` and the console; yields when all listen."""
+    """Start ``services`` and the console; yields when all listen. ``per_service`` adds settings
+    of one service (``{"collector": {"run_workers": True}}``)."""
     overrides = {
         "api_tokens": TOKEN_TABLE,
         "operators": ["olga"],
@@ -81,7 +86,8 @@ async def open_stack(
         )
         urls: dict[str, str] = {}
         for name in services:
-            app = build_app(name, service_settings(name, data_dir, **overrides), platform)
+            extra = {**overrides, **(per_service or {}).get(name, {})}
+            app = build_app(name, service_settings(name, data_dir, **extra), platform)
             urls[name] = await stack.enter_async_context(running_server(app))
         closed = "http://127.0.0.1:9"
         console_settings = ConsoleSettings(

@@ -64,7 +64,8 @@ def service_settings(service: str, data_dir: Path, **overrides: Any) -> Any:
                          graph_url=CLOSED_URL, **overrides)  # fmt: skip
         return GatewaySettings(**values)
     if service == "collector":
-        values = _common(data_dir, run_workers=False, file_roots=[data_dir], **overrides)
+        # Queued, never run, unless a test asks for workers (``run_workers=True``).
+        values = _common(data_dir, **{"run_workers": False, "file_roots": [data_dir], **overrides})
         return CollectorSettings(**values)
     if service == "graph":
         values = _common(data_dir, collector_url=CLOSED_URL, collector_timeout_seconds=1.0,

@@ -1,4 +1,5 @@
-"""``conclave collector schedule add|list|remove``: manage cron schedules over the HTTP API."""
+"""``conclave collector schedule add|list|pause|resume|remove``: manage cron schedules over the
+HTTP API."""
 
 from __future__ import annotations
 
@@ -110,3 +111,27 @@ def remove(
     with _client(server, token) as client:
         _checked(client.delete(f"/schedules/{path_segment(name)}"))
     console.print(f"schedule [bold]{name}[/bold] removed")
+
+
+@schedule_app.command("pause")
+def pause(
+    name: Annotated[str, typer.Argument(help="Schedule to pause (no tick fires).")],
+    server: Server = None,
+    token: Token = None,
+) -> None:
+    """Pause a schedule."""
+    with _client(server, token) as client:
+        _checked(client.patch(f"/schedules/{path_segment(name)}", json={"enabled": False}))
+    console.print(f"schedule [bold]{name}[/bold] paused")
+
+
+@schedule_app.command("resume")
+def resume(
+    name: Annotated[str, typer.Argument(help="Schedule to resume at its next tick after now.")],
+    server: Server = None,
+    token: Token = None,
+) -> None:
+    """Resume a paused schedule."""
+    with _client(server, token) as client:
+        resumed = _checked(client.patch(f"/schedules/{path_segment(name)}", json={"enabled": True}))
+    console.print(f"schedule [bold]{name}[/bold] resumed, next fires at {resumed['next_fire_at']}")

@@ -22,6 +22,7 @@ from conclave.collector.models import (
     RecordRead,
     ScheduleCreate,
     ScheduleRead,
+    ScheduleUpdate,
     SearchResult,
     Status,
 )
@@ -290,3 +291,12 @@ async def delete_schedule(name: str, service: Service, principal: CurrentPrincip
     """Remove one of your schedules by name or id."""
     await scheduler.remove_schedule(service, name, principal)
     return Response(status_code=204)
+
+
+@router.patch("/schedules/{name}", tags=["schedules"], responses=problem_responses(503))
+async def update_schedule(
+    name: str, body: ScheduleUpdate, service: Service, principal: CurrentPrincipal
+) -> ScheduleRead:
+    """Pause (`enabled: false`) or resume one of your schedules by name or id; resumed, it fires
+    at its next tick after now."""
+    return await scheduler.set_schedule_enabled(service, name, body.enabled, principal)

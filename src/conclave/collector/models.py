@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 Priority = Literal["critical", "high", "medium", "low"]
 Status = Literal["queued", "running", "completed", "failed", "cancelled"]
@@ -159,6 +159,16 @@ class ScheduleCreate(ExpeditionCreate):
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
     cron: str = Field(min_length=1, max_length=128, description="Five-field cron, UTC.")
     enabled: bool = True
+
+
+class ScheduleUpdate(BaseModel):
+    """``PATCH /schedules/{name}``: pause (``enabled: false``) or resume a schedule."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: StrictBool = Field(
+        description="false pauses (no tick fires), true resumes at the next tick after now."
+    )
 
 
 class ScheduleRead(BaseModel):

@@ -138,6 +138,26 @@ async def remove_schedule(
         raise NotFound(f"No schedule {name_or_id!r}.", code=ProblemCode.SCHEDULE_NOT_FOUND)
 
 
+async def set_schedule_enabled(
+    service: ExpeditionService, name_or_id: str, enabled: bool, principal: Principal
+) -> ScheduleRead:
+    """Pause or resume a schedule (404 when unknown or another user's). A resumed schedule
+    fires at its next tick after now: the ticks it missed while paused are not made up."""
+    engine = service.platform.engine
+    owner = owner_filter(principal)
+    following = None
+    if enabled:
+        with store_errors():
+            found = await store.get_schedule(engine, name_or_id, owner)
+        if found is not None:
+            following = next_tick(found.cron, utc_now())
+    with store_errors():
+        row = await store.set_schedule_enabled(engine, name_or_id, enabled, following, owner)
+    if row is None:
+        raise NotFound(f"No schedule {name_or_id!r}.", code=ProblemCode.SCHEDULE_NOT_FOUND)
+    return schedule_read(row)
+
+
 class Scheduler:
     """Fires due schedules every ``poll_seconds``."""
 

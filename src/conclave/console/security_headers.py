@@ -3,6 +3,11 @@
 The content security policy admits only the console's own scripts and styles (no inline script,
 no other origin): a value shown on a page that slipped past escaping still could not run. Pages
 cannot be framed (clickjacking), and no page's address leaks to another site as a referrer.
+
+The referrer policy is ``same-origin``, not ``no-referrer``: under ``no-referrer`` Chromium sends
+``Origin: null`` with the console's own form posts, which the request guard every Conclave app
+runs (:mod:`conclave.platform.request_origin`) refuses as a foreign page (403
+``ORIGIN_NOT_ALLOWED``), so no form of the console could be sent from a real browser.
 """
 
 from __future__ import annotations

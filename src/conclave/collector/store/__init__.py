@@ -28,8 +28,10 @@ from conclave.collector.store.cron import (
     advance_schedule,
     delete_schedule,
     due_schedules,
+    get_schedule,
     insert_schedule,
     list_schedules,
+    set_schedule_enabled,
 )
 from conclave.collector.store.owners import claim_collections, owned_by, owners_of
 from conclave.collector.store.queue import (
@@ -80,6 +82,7 @@ __all__ = [
     "get_expedition",
     "get_record",
     "get_records",
+    "get_schedule",
     "history",
     "insert_expedition",
     "insert_schedule",
@@ -98,6 +101,7 @@ __all__ = [
     "repair_hash",
     "requeue",
     "schedules",
+    "set_schedule_enabled",
     "stored_documents",
     "total_records",
     "upsert_records",

@@ -52,19 +52,36 @@ function draw() {
 }
 
 // A failed poll (network error, 5xx) would end htmx's self-renewing poll: retry it, waiting
-// twice as long each time (5 s up to 2 minutes), until a poll succeeds again.
-let backoff = 5000;
+// twice as long each time (5 s up to 2 minutes), until a poll succeeds again. Any element marked
+// `data-poll` (the overview's services, an expedition's live status, the graph's heartbeat) polls
+// this way; each keeps its own backoff, by id.
+const backoffs = new Map();
 function retryLater(event) {
   const section = event.detail && event.detail.elt;
-  if (!section || section.id !== "services") return;
-  setTimeout(() => htmx.trigger(section, "retry"), backoff);
-  backoff = Math.min(backoff * 2, 120000);
+  if (!section || !section.hasAttribute("data-poll") || !section.id) return;
+  const wait = backoffs.get(section.id) || 5000;
+  setTimeout(() => {
+    const current = document.getElementById(section.id);
+    if (current && current.hasAttribute("data-poll")) htmx.trigger(current, "retry");
+  }, wait);
+  backoffs.set(section.id, Math.min(wait * 2, 120000));
 }
 
 document.addEventListener("DOMContentLoaded", () => readSamples(document));
+// Actions that only make sense while a polled part is live (an expedition's Cancel button) sit
+// outside it, so polling never replaces a focused button; they go once the part stops polling.
+function hideFinishedActions() {
+  for (const action of document.querySelectorAll("[data-while-live]")) {
+    const part = document.getElementById(action.dataset.whileLive);
+    if (part && !part.hasAttribute("data-poll")) action.hidden = true;
+  }
+}
+
 document.addEventListener("htmx:afterSwap", (event) => {
-  backoff = 5000;
+  const target = event.detail && event.detail.target;
+  if (target && target.id) backoffs.delete(target.id);
   readSamples(document);
 });
+document.addEventListener("htmx:afterSettle", hideFinishedActions);
 document.addEventListener("htmx:sendError", retryLater);
 document.addEventListener("htmx:responseError", retryLater);
