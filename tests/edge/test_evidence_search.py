@@ -209,8 +209,8 @@ _FILL = """
 INSERT INTO edge_evidence_packs (evidence_id, chain_seq, media_type, format, mime_type, filename,
   sha256, size_bytes, client_metadata, extracted, device_id, correlation_id, idempotency_key,
   part_index, sampling_policy_ref, event_id, created_at, uploaded_by)
-SELECT md5(n::text)::uuid::text, n, (CAST(:types AS text[]))[1 + n % :type_count], 'png', 'image/png', 'f.png',
-  md5(n::text) || md5(n::text), 10, '{}', '{}', 'device-' || (n % 50),
+SELECT md5(n::text)::uuid::text, n, (CAST(:types AS text[]))[1 + n % :type_count], 'png',
+  'image/png', 'f.png', md5(n::text) || md5(n::text), 10, '{}', '{}', 'device-' || (n % 50),
   CASE WHEN n % 100 = 0 THEN 'case-' || (n % 1000) END, NULL, 0, NULL,
   md5(n::text || 'e')::uuid::text, timestamptz '2026-01-01' + n * interval '1 second',
   'user-' || (n % 100)

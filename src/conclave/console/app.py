@@ -20,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conclave import __version__
-from conclave.console.pages import audit, overview, signin
+from conclave.console.pages import audit, evidence, overview, signin
 from conclave.console.security_headers import SecurityHeadersMiddleware
 from conclave.console.session import COOKIE_NAME, SessionSealer
 from conclave.console.upstream import ServiceProblem, Services, SignInExpired
@@ -72,7 +72,7 @@ def create_app(settings: ConsoleSettings) -> FastAPI:
     app.add_middleware(SecurityHeadersMiddleware)
     static = files("conclave.console") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
-    for module in (signin, overview, audit):
+    for module in (signin, overview, audit, evidence):
         app.include_router(module.router)
     return app
 
