@@ -3,6 +3,7 @@ which is relayed from the edge as the user and never shown as a page."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from conclave.console.upstream import MAX_ANSWER_BYTES
+from tests.chromium import chromium
 from tests.conftest import Backend, eventually
 from tests.console.conftest import TOKENS, Stack, auth, open_stack
 from tests.console.test_pages import signed_in
@@ -162,3 +164,36 @@ async def test_bad_evidence_requests_are_problem_pages(edge_stack: Stack) -> Non
             assert answer.headers["content-type"].startswith("text/html")
             assert code in answer.text, params
             assert "Traceback" not in answer.text
+
+
+async def test_in_chromium_a_pack_is_found_opened_and_its_file_saved(edge_stack: Stack) -> None:
+    """The way a person does it: sign in, find the pack in the list by keyboard-free clicks,
+    open it, press Download; the browser saves the file and stays on the pack's page, and the
+    pages break none of the console's content rules."""
+    content = samples.png(24, 12)
+    evidence_id = await upload(edge_stack, "alice", "page.html", content)
+    async with chromium() as browser:
+        context = await browser.new_context(accept_downloads=True)
+        page = await context.new_page()
+        refused: list[str] = []
+        page.on("console", lambda message: refused.append(message.text))
+        await page.goto(f"{edge_stack.console}/signin?next=/evidence")
+        await page.get_by_label("Bearer token or JWT").fill(TOKENS["alice"])
+        await page.get_by_role("button", name="Sign in").click()
+        await page.wait_for_url(f"{edge_stack.console}/evidence")
+        row = page.locator(f'tr[data-pack="{evidence_id}"]')
+        assert "page.html" in await row.inner_text()
+        await row.get_by_role("link").click()
+        await page.wait_for_url(f"{edge_stack.console}/evidence/{evidence_id}")
+        assert await page.get_by_role("heading", level=1).inner_text() == (
+            f"page.html Evidence Pack {evidence_id}"
+        )
+        async with page.expect_download() as waiting:
+            await page.get_by_role("link", name="Download the original file").click()
+        download = await waiting.value
+        assert download.suggested_filename == "page.html"
+        saved = await download.path()
+        assert await asyncio.to_thread(Path(saved).read_bytes) == content
+        assert page.url == f"{edge_stack.console}/evidence/{evidence_id}"
+        assert not [text for text in refused if "Content Security Policy" in text], refused
+        await context.close()

@@ -18,7 +18,10 @@ HEADERS = [
     (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    # Not ``no-referrer``: under it Chromium sends ``Origin: null`` with the console's own form
+    # posts, which the platform's origin check refuses (sign-in and sign-out failed in a real
+    # browser). ``same-origin`` still sends no page address to another site.
+    (b"referrer-policy", b"same-origin"),
     (b"cross-origin-opener-policy", b"same-origin"),
 ]
 _NO_STORE = (b"cache-control", b"no-store")
