@@ -89,8 +89,10 @@ async def chain_the_old_way(engine: AsyncEngine, blob_dir: Path, count: int) -> 
         pack = link(new, seq, previous)
         assert pack.chain_hash is not None
         previous = pack.chain_hash
-        # The columns of the table before the migration (it added ``log_leaf_hash``).
-        columns = {k: v for k, v in pack.columns().items() if k != "log_leaf_hash"}
+        # The columns of the table before the migration (it added ``log_leaf_hash``, and 0015
+        # ``uploaded_by``).
+        added = ("log_leaf_hash", "uploaded_by")
+        columns = {k: v for k, v in pack.columns().items() if k not in added}
         async with engine.begin() as connection:
             await connection.execute(evidence_packs.insert().values(**columns))
             await add_event(connection, evidence_created(new))

@@ -23,6 +23,7 @@ from conclave.console.pages import (
     audit,
     collections,
     dead_letters,
+    evidence,
     expeditions,
     graph,
     overview,
@@ -84,7 +85,8 @@ def create_app(settings: ConsoleSettings) -> FastAPI:
     static = files("conclave.console") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     for module in (
-        signin, overview, audit, expeditions, schedules, collections, graph, dead_letters
+        signin, overview, audit, evidence, expeditions, schedules, collections, graph,
+        dead_letters,
     ):  # fmt: skip
         app.include_router(module.router)
     return app

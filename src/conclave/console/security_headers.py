@@ -23,8 +23,9 @@ HEADERS = [
     (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
-    # same-origin, not no-referrer: under no-referrer Chromium sends `Origin: null` with the
-    # console's own form posts, which the platform's origin guard (rightly) refuses.
+    # Not ``no-referrer``: under it Chromium sends ``Origin: null`` with the console's own form
+    # posts, which the platform's origin check refuses (sign-in and sign-out failed in a real
+    # browser). ``same-origin`` still sends no page address to another site.
     (b"referrer-policy", b"same-origin"),
     (b"cross-origin-opener-policy", b"same-origin"),
 ]

@@ -200,6 +200,36 @@ class Services:
                     raise _unusable(service, "an answer too large to show")
             return Answer(response.status_code, response.headers, bytes(body))
 
+    async def open_stream(self, service: str, path: str, session: Session) -> httpx.Response:
+        """``GET`` a body to relay as it arrives, never read whole: a 2xx answer whose body the
+        caller reads and must close (``aclose``); any other status raises as :meth:`get` does
+        (401 :class:`SignInExpired`, else :class:`ServiceProblem`)."""
+        # Identity encoding: the bytes relayed are the stored ones, and so is their length.
+        headers = {**session.authorization(), "Accept-Encoding": "identity"}
+        client = self._clients[service]
+        request = client.build_request("GET", self._urls[service] + path, headers=headers)
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise _unavailable(service, "did not answer in time") from exc
+        except httpx.HTTPError as exc:
+            raise _unavailable(service, "cannot be reached") from exc
+        if response.is_success:
+            return response
+        try:
+            body = bytearray()
+            async for chunk in response.aiter_raw():
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise _unusable(service, "an answer too large to show")
+        except httpx.HTTPError as exc:
+            raise _unavailable(service, "cannot be reached") from exc
+        finally:
+            await response.aclose()
+        if response.status_code == 401 and session.credential:
+            raise SignInExpired(service)
+        raise problem_of(service, Answer(response.status_code, response.headers, bytes(body)))
+
 
 def _unavailable(service: str, why: str) -> ServiceProblem:
     code = ProblemCode.SERVICE_UNREACHABLE

@@ -12,12 +12,15 @@ from fastapi.routing import APIRoute
 from conclave import __version__
 from conclave.edge import integrity, store
 from conclave.edge.events import CHANNEL
+from conclave.edge.evidence_search import PackFilter, search_packs
 from conclave.edge.media import media_type_or_404
 from conclave.edge.models import (
     ChainVerifyResult,
     Delivery,
     EventPage,
     EvidencePack,
+    EvidencePage,
+    EvidenceSummary,
     IntakeEvent,
     PackReceipt,
     UploadResponse,
@@ -26,10 +29,12 @@ from conclave.edge.models import (
 from conclave.edge.pack_log import receipt_path
 from conclave.edge.records import OutboxState, PackEvent, PackLeaf
 from conclave.edge.service import IntakeService, UploadCommand
-from conclave.platform.auth import ACTING_USER_HEADER
+from conclave.platform.auth import ACTING_USER_HEADER, Principal
 from conclave.platform.clock import rfc3339, utc_now
-from conclave.platform.errors import BadRequest, NotFound
+from conclave.platform.db.engine import store_errors
+from conclave.platform.errors import BadRequest, Forbidden, NotFound
 from conclave.platform.http import CurrentPrincipal, correlation_id
+from conclave.platform.keyset import CURSOR_MAX_LENGTH, UtcMoment, decode_cursor, page_of
 from conclave.platform.media_types import media_type_names
 from conclave.platform.middleware import declared_length
 from conclave.platform.openapi import BEARER_SECURITY, HEALTH_RESPONSES, problem_responses
@@ -50,6 +55,12 @@ async def _service(request: Request) -> IntakeService:
 
 
 Service = Annotated[IntakeService, Depends(_service)]
+
+
+def _own_only(principal: Principal) -> str | None:
+    """Whose packs ``principal`` reads: ``None`` for everyone's (an operator, or anyone with
+    authentication off), else the user's own uploads."""
+    return None if principal.is_operator else principal.user_id
 
 
 @router.get("/health", tags=["operations"], responses=HEALTH_RESPONSES)
@@ -224,12 +235,13 @@ async def pipeline(service: Service, _principal: CurrentPrincipal) -> dict[str, 
 )
 async def events(
     service: Service,
-    _principal: CurrentPrincipal,
+    principal: CurrentPrincipal,
     type: Annotated[str | None, Query(description="Only events of this media type.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=20, description="From `next_cursor`.")] = None,
 ) -> EventPage:
-    """Recent evidence-created events, newest first, with their delivery state."""
+    """Recent evidence-created events of your uploads (everyone's, for an operator), newest
+    first, with their delivery state."""
     media_type = media_type_or_404(type, service.media_types) if type else None
     # ``isdigit`` alone admits digits ``int`` refuses (superscripts); check ASCII and range too.
     valid = cursor is None or (cursor.isascii() and cursor.isdigit() and int(cursor) <= MAX_SEQ)
@@ -238,6 +250,7 @@ async def events(
     found = await store.list_events(
         service.engine,
         media_type=media_type,
+        uploaded_by=_own_only(principal),
         before_seq=int(cursor) if cursor else None,
         limit=limit,
     )
@@ -285,13 +298,93 @@ def _event(event: PackEvent) -> IntakeEvent:
     )
 
 
-@router.get(PREFIX + "/evidence/{evidence_id}", tags=["evidence"], responses=problem_responses(503))
+_NOT_YOURS = "No such Evidence Pack among your uploads (EVIDENCE_NOT_FOUND; operators read all)"
+
+
+@router.get(
+    PREFIX + "/evidence",
+    tags=["evidence"],
+    responses=problem_responses(
+        400,
+        403,
+        404,
+        503,
+        s400="A cursor not from `next_cursor` (INVALID_CURSOR)",
+        s403="`user_id` names another user, and you are no operator (FORBIDDEN)",
+        s404="`type` names no media type (UNKNOWN_MEDIA_TYPE)",
+    ),
+)
+async def search_evidence(
+    service: Service,
+    principal: CurrentPrincipal,
+    type: Annotated[str | None, Query(description="Only packs of this media type.")] = None,
+    device_id: Annotated[str | None, Query(max_length=256)] = None,
+    correlation_id: Annotated[str | None, Query(max_length=128)] = None,
+    user_id: Annotated[
+        str | None, Query(max_length=256, description="Who uploaded (operators: anyone).")
+    ] = None,
+    since: Annotated[UtcMoment | None, Query(description="Created at or after (RFC 3339).")] = None,
+    until: Annotated[UtcMoment | None, Query(description="Created before (RFC 3339).")] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=CURSOR_MAX_LENGTH, description="From `next_cursor`.")
+    ] = None,
+) -> EvidencePage:
+    """Your Evidence Packs (anyone's for an operator, or by `user_id`), newest first, filtered
+    by media type, device, correlation id and creation time; summaries without metadata and
+    extracted facts (`GET /evidence/{id}` has those)."""
+    own = _own_only(principal)
+    if user_id is not None and own is not None and user_id != own:
+        raise Forbidden("Only operators may list another user's Evidence Packs.")
+    media_type = media_type_or_404(type, service.media_types) if type else None
+    after = decode_cursor(cursor) if cursor else None
+    kept = PackFilter(
+        uploaded_by=own if own is not None else user_id,
+        media_type=media_type,
+        device_id=device_id,
+        correlation_id=correlation_id,
+        since=since,
+        until=until,
+    )
+    with store_errors():
+        # One row more than the page: whether a next page exists is known, not guessed.
+        rows = await search_packs(service.engine, kept, after, limit + 1)
+    found, next_cursor = page_of(rows, limit, lambda row: (row.created_at, row.evidence_id))
+    packs = [_summary(row) for row in found]
+    return EvidencePage(packs=packs, count=len(packs), next_cursor=next_cursor)
+
+
+def _summary(row: Any) -> EvidenceSummary:
+    hashed = row.log_leaf_hash
+    return EvidenceSummary(
+        evidence_id=row.evidence_id,
+        media_type=row.media_type,
+        format=row.format,
+        mime_type=row.mime_type,
+        filename=row.filename,
+        sha256=row.sha256,
+        size_bytes=row.size_bytes,
+        device_id=row.device_id,
+        uploaded_by=row.uploaded_by,
+        correlation_id=row.correlation_id,
+        part_index=row.part_index,
+        created_at=rfc3339(row.created_at),
+        log_leaf_hash=None if hashed is None else hashed.hex(),
+        url=f"{PREFIX}/evidence/{row.evidence_id}",
+    )
+
+
+@router.get(
+    PREFIX + "/evidence/{evidence_id}",
+    tags=["evidence"],
+    responses=problem_responses(404, 503, s404=_NOT_YOURS),
+)
 async def get_evidence(
-    evidence_id: str, service: Service, _principal: CurrentPrincipal
+    evidence_id: str, service: Service, principal: CurrentPrincipal
 ) -> EvidencePack:
-    """One Evidence Pack: its metadata, extracted facts, position, and its leaf in the log
-    ``packs`` (or, stored before the log, its chain link)."""
-    row = await integrity.pack_or_404(service.engine, evidence_id)
+    """One of your Evidence Packs (any, for an operator): its metadata, extracted facts,
+    position, and its leaf in the log ``packs`` (or, stored before the log, its chain link)."""
+    row = await integrity.pack_or_404(service.engine, evidence_id, uploaded_by=_own_only(principal))
     base = f"{PREFIX}/evidence/{row.evidence_id}"
     hashed = row.log_leaf_hash
     derived = ("metadata", "created_at", "content_url", "verify_url", "log_leaf_hash", "receipt")
@@ -315,14 +408,15 @@ async def get_evidence(
             "description": "The bytes, with the pack's media type",
             "content": {"application/octet-stream": {"schema": {"type": "string"}}},
         },
-        **problem_responses(503),
+        **problem_responses(404, 503, s404=_NOT_YOURS + ", or its bytes (CONTENT_MISSING)"),
     },
 )
 async def get_content(
-    evidence_id: str, service: Service, _principal: CurrentPrincipal
+    evidence_id: str, service: Service, principal: CurrentPrincipal
 ) -> FileResponse:
-    """The stored bytes of an Evidence Pack, exactly as uploaded."""
-    row = await integrity.pack_or_404(service.engine, evidence_id)
+    """The stored bytes of one of your Evidence Packs (any, for an operator), exactly as
+    uploaded."""
+    row = await integrity.pack_or_404(service.engine, evidence_id, uploaded_by=_own_only(principal))
     path = service.blobs.path_for(row.sha256)
     if not path.is_file():
         raise NotFound(
@@ -337,14 +431,23 @@ async def get_content(
 
 
 @router.get(
-    PREFIX + "/evidence/{evidence_id}/verify", tags=["evidence"], responses=problem_responses(503)
+    PREFIX + "/evidence/{evidence_id}/verify",
+    tags=["evidence"],
+    responses=problem_responses(404, 503, s404=_NOT_YOURS),
 )
 async def verify_evidence(
-    evidence_id: str, service: Service, _principal: CurrentPrincipal
+    evidence_id: str, service: Service, principal: CurrentPrincipal
 ) -> VerifyResult:
-    """Re-hash the pack's content; check a logged pack's entry and inclusion against the log
-    ``packs``, a pack stored before the log its record and both chain links."""
-    return await integrity.verify_pack(service.engine, service.blobs, evidence_id, service.pack_log)
+    """Re-hash one of your packs' content (any pack's, for an operator); check a logged pack's
+    entry and inclusion against the log ``packs``, a pack stored before the log its record and
+    both chain links."""
+    return await integrity.verify_pack(
+        service.engine,
+        service.blobs,
+        evidence_id,
+        service.pack_log,
+        uploaded_by=_own_only(principal),
+    )
 
 
 @router.get(

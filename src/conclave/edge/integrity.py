@@ -25,13 +25,17 @@ from conclave.platform.tlog.log import TransparencyLog
 _EVIDENCE_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
-async def pack_or_404(engine: AsyncEngine, evidence_id: str) -> EvidencePack:
-    """The Evidence Pack ``evidence_id``, or a 404 (422 ``UNSAFE_INPUT`` for NUL)."""
+async def pack_or_404(
+    engine: AsyncEngine, evidence_id: str, *, uploaded_by: str | None = None
+) -> EvidencePack:
+    """The Evidence Pack ``evidence_id``, or a 404 (422 ``UNSAFE_INPUT`` for NUL). With
+    ``uploaded_by``, only a pack that user uploaded: another's, or one stored before uploaders
+    were recorded, is answered exactly as a missing one, so that ids cannot be probed."""
     kind = text_problem(evidence_id)
     if kind is not None:
         raise UnsafeInput(UnsafeValue(("path", "evidence_id"), kind))
     row = await store.get_pack(engine, evidence_id) if _EVIDENCE_ID.match(evidence_id) else None
-    if row is None:
+    if row is None or (uploaded_by is not None and row.uploaded_by != uploaded_by):
         raise NotFound(
             f"No Evidence Pack {evidence_id[:64]!r}.", code=ProblemCode.EVIDENCE_NOT_FOUND
         )
@@ -55,11 +59,17 @@ async def _content(blobs: BlobStore, row: EvidencePack) -> dict[str, Any]:
 
 
 async def verify_pack(
-    engine: AsyncEngine, blobs: BlobStore, evidence_id: str, pack_log: TransparencyLog | None
+    engine: AsyncEngine,
+    blobs: BlobStore,
+    evidence_id: str,
+    pack_log: TransparencyLog | None,
+    *,
+    uploaded_by: str | None = None,
 ) -> VerifyResult:
     """Re-hash one pack's content; check a chained pack's record hash and both of its links, a
-    logged pack's entry, content and inclusion against the log ``pack_log``."""
-    row = await pack_or_404(engine, evidence_id)
+    logged pack's entry, content and inclusion against the log ``pack_log``. With
+    ``uploaded_by``, only a pack that user uploaded (:func:`pack_or_404`)."""
+    row = await pack_or_404(engine, evidence_id, uploaded_by=uploaded_by)
     content = await _content(blobs, row)
     if not row.chained:
         logged = await check_logged(pack_log, row, content)

@@ -44,6 +44,10 @@ class EvidencePack(BaseModel):
     metadata: dict[str, Any]
     extracted: dict[str, Any]
     device_id: str
+    uploaded_by: str | None = Field(
+        description="The user who uploaded the pack; null for a pack stored before uploaders "
+        "were recorded (only operators read those)."
+    )
     correlation_id: str | None
     idempotency_key: str | None
     part_index: int
@@ -61,6 +65,40 @@ class EvidencePack(BaseModel):
     receipt: str | None = Field(description="Where the leaf's receipt is served, or null.")
     content_url: str
     verify_url: str
+
+
+class EvidenceSummary(BaseModel):
+    """One Evidence Pack as the search lists it: without the client's metadata or the extracted
+    facts (``url`` has those)."""
+
+    evidence_id: str
+    media_type: str
+    format: str
+    mime_type: str
+    filename: str
+    sha256: str
+    size_bytes: int
+    device_id: str
+    uploaded_by: str | None = Field(
+        description="Who uploaded it; null for a pack stored before uploaders were recorded."
+    )
+    correlation_id: str | None
+    part_index: int
+    created_at: str
+    log_leaf_hash: str | None = Field(
+        description="The leaf hash of the pack's entry in the log `packs` (hex), or null."
+    )
+    url: str = Field(description="The whole pack: `/api/edge-intake/evidence/{evidence_id}`.")
+
+
+class EvidencePage(BaseModel):
+    """A page of the evidence search, newest first."""
+
+    packs: list[EvidenceSummary]
+    count: int
+    next_cursor: str | None = Field(
+        None, description="Pass as `cursor` for the next (older) page; null on the last page."
+    )
 
 
 class Delivery(BaseModel):

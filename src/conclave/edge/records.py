@@ -7,7 +7,7 @@ the pydantic models of :mod:`conclave.edge.models`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -32,10 +32,13 @@ class NewEvidencePack:
     sampling_policy_ref: str | None
     event_id: str
     created_at: datetime
+    uploaded_by: str | None = field(default=None, kw_only=True)
+    """The authenticated user who uploaded the pack (the acting user of a service uploading for
+    one); ``None`` for a pack stored before ownership was recorded (migration 0015)."""
 
     def columns(self) -> dict[str, Any]:
         """The record as column values (the JSON documents shared, not copied)."""
-        return {field.name: getattr(self, field.name) for field in fields(self)}
+        return {column.name: getattr(self, column.name) for column in fields(self)}
 
 
 @dataclass(frozen=True)

@@ -322,6 +322,7 @@ class IntakeService:
                 sampling_policy_ref=policy,
                 event_id=str(uuid.uuid4()),
                 created_at=now,
+                uploaded_by=command.principal.user_id,
             )
             for index, (part, fmt, mime, extracted) in enumerate(analysed)
         ]

@@ -82,10 +82,24 @@ evidence_packs = Table(
     Column("prev_chain_hash", String(64), nullable=True),
     Column("chain_hash", String(64), nullable=True),
     Column("log_leaf_hash", LargeBinary, nullable=True),
+    # The authenticated user who uploaded the pack (migration 0015); NULL for the packs stored
+    # before anyone recorded it, which only operators read.
+    Column("uploaded_by", String(256), nullable=True),
     Index("uq_edge_evidence_packs_chain_seq", "chain_seq", unique=True),
     Index("uq_edge_evidence_packs_prev_chain_hash", "prev_chain_hash", unique=True),
     Index("ix_edge_evidence_packs_media_type_chain_seq", "media_type", "chain_seq"),
     Index("ix_edge_evidence_packs_created_at", "created_at"),
+    # The evidence search's walks (evidence_search.py): one per selective filter, newest first.
+    Index("ix_edge_evidence_packs_uploaded_by_created_at", "uploaded_by", "created_at"),
+    Index("ix_edge_evidence_packs_device_id_created_at", "device_id", "created_at"),
+    Index("ix_edge_evidence_packs_media_type_created_at", "media_type", "created_at"),
+    Index(
+        "ix_edge_evidence_packs_correlation_id_created_at",
+        "correlation_id",
+        "created_at",
+        sqlite_where=Column("correlation_id").is_not(None),
+        postgresql_where=Column("correlation_id").is_not(None),
+    ),
     Index("ix_edge_evidence_packs_sha256", "sha256"),
     Index(
         "uq_edge_evidence_packs_device_id_idempotency_key_part_index",
@@ -297,9 +311,15 @@ async def get_head(engine: AsyncEngine) -> ChainHead:
 
 
 async def list_events(
-    engine: AsyncEngine, *, media_type: str | None, before_seq: int | None, limit: int
+    engine: AsyncEngine,
+    *,
+    media_type: str | None,
+    before_seq: int | None,
+    limit: int,
+    uploaded_by: str | None = None,
 ) -> list[PackEvent]:
-    """Created-evidence events newest first, with their outbox delivery state."""
+    """Created-evidence events newest first, with their outbox delivery state (with
+    ``uploaded_by``, of that user's uploads only)."""
     query = (
         select(
             evidence_packs,
@@ -319,6 +339,8 @@ async def list_events(
     )
     if media_type is not None:
         query = query.where(evidence_packs.c.media_type == media_type)
+    if uploaded_by is not None:
+        query = query.where(evidence_packs.c.uploaded_by == uploaded_by)
     if before_seq is not None:
         query = query.where(evidence_packs.c.chain_seq < before_seq)
     async with engine.connect() as connection:

@@ -194,7 +194,7 @@ class ProblemCode(StrEnum):
     UNKNOWN_MEDIA_TYPE = ("UNKNOWN_MEDIA_TYPE", (404,), "Unknown media type",
         "The path names no media type; the known ones are listed.")
     EVIDENCE_NOT_FOUND = ("EVIDENCE_NOT_FOUND", (404,), "Evidence not found",
-        "No Evidence Pack has this id.")
+        "No Evidence Pack with this id that you may read.")
     CONTENT_MISSING = ("CONTENT_MISSING", (404,), "Content missing",
         "The pack exists but its bytes are gone from the blob store.")
     MALFORMED_MULTIPART = ("MALFORMED_MULTIPART", (400,), "Malformed multipart",

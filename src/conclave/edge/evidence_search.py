@@ -1,0 +1,93 @@
+"""The evidence search: ``GET /api/edge-intake/evidence``, a page of Evidence Pack summaries newest
+first, filtered, continued after a keyset cursor (:mod:`conclave.platform.keyset`).
+
+A page holds summaries, never the client's metadata or the extracted facts (``GET
+/evidence/{id}`` has those): a page of 100 costs the same whatever the packs carried. Each filter
+that can pick few packs among many has an index ending in ``created_at`` (uploader, device, media
+type, correlation id; migration 0015), so a page is a short index range walked backwards, not a
+scan and a sort.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from conclave.edge.store import evidence_packs
+from conclave.platform import keyset
+
+_SUMMARY = [
+    evidence_packs.c[name]
+    for name in (
+        "evidence_id",
+        "media_type",
+        "format",
+        "mime_type",
+        "filename",
+        "sha256",
+        "size_bytes",
+        "device_id",
+        "uploaded_by",
+        "correlation_id",
+        "part_index",
+        "created_at",
+        "log_leaf_hash",
+    )
+]
+
+
+@dataclass(frozen=True)
+class PackFilter:
+    """What a search keeps; a field left None keeps every pack."""
+
+    uploaded_by: str | None = None
+    """Only this user's uploads (a user's search always has their own id here, so it never
+    reaches a pack without a recorded uploader)."""
+    media_type: str | None = None
+    device_id: str | None = None
+    correlation_id: str | None = None
+    since: datetime | None = None
+    """Created at or after."""
+    until: datetime | None = None
+    """Created before."""
+
+
+async def search_packs(
+    engine: AsyncEngine,
+    kept: PackFilter,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> list[Any]:
+    """Up to ``limit`` summaries of the packs ``kept`` keeps, newest first, after ``after``."""
+    async with engine.connect() as connection:
+        return list((await connection.execute(search_query(kept, after, limit))).all())
+
+
+def search_query(kept: PackFilter, after: tuple[datetime, str] | None, limit: int) -> Select[Any]:
+    """The query :func:`search_packs` runs."""
+    packs = evidence_packs.c
+    statement = select(*_SUMMARY)
+    for column, value in (
+        (packs.uploaded_by, kept.uploaded_by),
+        (packs.media_type, kept.media_type),
+        (packs.device_id, kept.device_id),
+        (packs.correlation_id, kept.correlation_id),
+    ):
+        if value is not None:
+            statement = statement.where(column == value)
+    if kept.since is not None:
+        statement = statement.where(packs.created_at >= kept.since)
+    if kept.until is not None:
+        statement = statement.where(packs.created_at < kept.until)
+    if after is not None:
+        # The plain bound lets the store start the walk at the cursor; the condition alone (an
+        # OR) would be checked on every newer row, making a deep page cost every page before it.
+        statement = statement.where(
+            packs.created_at <= after[0],
+            keyset.after(packs.created_at, packs.evidence_id, after),
+        )
+    return statement.order_by(packs.created_at.desc(), packs.evidence_id.desc()).limit(limit)
