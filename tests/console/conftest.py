@@ -62,13 +62,19 @@ class Stack:
 
 @asynccontextmanager
 async def open_stack(
-    backend: Backend, data_dir: Path, services: tuple[str, ...] = SERVICES, **console: Any
+    backend: Backend,
+    data_dir: Path,
+    services: tuple[str, ...] = SERVICES,
+    tool_modules: tuple[str, ...] = (),
+    **console: Any,
 ) -> AsyncIterator[Stack]:
-    """Start ``services`` and the console; yields when all listen."""
-    overrides = {
+    """Start ``services`` (the gateway with the plug-in ``tool_modules`` too) and the console;
+    yields when all listen."""
+    overrides: dict[str, Any] = {
         "api_tokens": TOKEN_TABLE,
         "operators": ["olga"],
         "auto_migrate": False,
+        "tool_modules": list(tool_modules),
         # Every call in the transparency log, checkpoints signed quickly: a call's page shows
         # its verification.
         "call_log": True,

@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conclave import __version__
-from conclave.console.pages import audit, dead_letters, overview, signin
+from conclave.console.pages import audit, dead_letters, overview, signin, tools
 from conclave.console.security_headers import SecurityHeadersMiddleware
 from conclave.console.session import COOKIE_NAME, SessionSealer
 from conclave.console.upstream import ServiceProblem, Services, SignInExpired, service_client
@@ -74,7 +74,7 @@ def create_app(settings: ConsoleSettings) -> FastAPI:
     app.add_middleware(SecurityHeadersMiddleware)
     static = files("conclave.console") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
-    for module in (signin, overview, audit, dead_letters):
+    for module in (signin, overview, audit, dead_letters, tools):
         app.include_router(module.router)
     return app
 
