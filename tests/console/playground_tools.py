@@ -27,6 +27,7 @@ FORM_SHAPES = Tool(
             "count": {"type": "integer", "minimum": 1, "maximum": 10, "default": 3},
             "ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "multipleOf": 0.25},
             "big": {"type": "integer"},
+            "maybe": {"type": ["null", "integer"]},
             "flag": {"type": "boolean"},
             "level": {"enum": [1, 2, 3]},
             "size": {
@@ -48,4 +49,16 @@ FORM_SHAPES = Tool(
     tags=("test",),
 )
 
-TOOLS = [FORM_SHAPES]
+WIDE = Tool(
+    name="wide",
+    description="More properties than a form shows.",
+    executor=_received,
+    parameters={
+        "type": "object",
+        "properties": {f"p{index}": {"type": "string"} for index in range(201)},
+        "additionalProperties": False,
+    },
+    tags=("test",),
+)
+
+TOOLS = [FORM_SHAPES, WIDE]

@@ -158,6 +158,11 @@ async def test_the_form_follows_the_schema(tools_stack: Stack) -> None:
         assert HOSTILE not in page.text
         assert form.by_id["raw-args"]["tag"] == "textarea"  # the whole object as JSON
 
+        # A schema with more fields than a form shows: the raw JSON editor only, open.
+        wide = await alice.get("/tools/wide")
+        assert 'class="playground"' not in wide.text and 'name="arg-1"' not in wide.text
+        assert '<details class="raw" open>' in wide.text
+
         missing = await alice.get("/tools/no_such_tool")
         assert missing.status_code == 404 and "UNKNOWN_TOOL" in missing.text
 
@@ -233,6 +238,7 @@ async def test_values_the_form_cannot_read_are_refused_before_any_call(tools_sta
             ("big", "1e400", "outside the 64-bit integer range"),
             ("big", "1e999999999", "outside the 64-bit integer range"),
             ("count", "1.5", "Write a whole number."),
+            ("maybe", "1.5", "Write a whole number."),  # an integer or null
             ("count", "0x10", "Write a number"),
             ("colour", "9", "Choose one of the listed values."),
             ("tags", '["a",', "Not JSON"),

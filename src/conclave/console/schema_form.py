@@ -221,6 +221,7 @@ class FormField:
     maximum: str | None = None
     step: str | None = None
     max_length: int | None = None
+    integer: bool = False
     children: tuple[FormField, ...] = ()
 
 
@@ -274,7 +275,7 @@ def _field(
         "name": f"arg-{counter[0]}",
         "type": type_of(schema),
         "required": required,
-        "description": str(schema.get("description", "")),
+        "description": str(schema.get("description") or ""),
         "depth": depth,
         "default": _json_text(schema["default"]) if "default" in schema else None,
     }
@@ -291,7 +292,7 @@ def _field(
         return FormField(widget="text", max_length=limit, **common)
     if kind in ("integer", "number"):
         common.update(_number_attributes(schema, kind))
-        return FormField(widget="number", **common)
+        return FormField(widget="number", integer=kind == "integer", **common)
     if kind == "boolean":
         return FormField(widget="checkbox", checked=schema.get("default") is True, **common)
     if kind == "object" and _properties_of(schema) and depth < MAX_DEPTH and _plain(schema):
@@ -391,7 +392,7 @@ def _value_of(item: FormField, values: Mapping[str, str], problems: dict[str, st
         if item.widget == "select":
             return _option(item, text)
         if item.widget == "number":
-            return parse_number(text.strip(), integer=item.type.startswith("integer"))
+            return parse_number(text.strip(), integer=item.integer)
         return parse_json(text)
     except ValueError as exc:
         problems[item.name] = str(exc)

@@ -30,7 +30,7 @@ from conclave.console.upstream import ServiceProblem, Services, problem_of
 from conclave.console.web import ServicesDep, SignedIn, checked_form, page
 from conclave.platform.errors import NotFound
 from conclave.platform.inputs import escape_text
-from conclave.platform.problem_types import ProblemCode
+from conclave.platform.problem_types import ProblemCode, title_of
 
 router = APIRouter(include_in_schema=False)
 
@@ -185,6 +185,11 @@ async def _execute(
         body = answer.json()
     except ValueError:
         body = None
+    if answer.is_success and not isinstance(body, dict):
+        code = ProblemCode.UPSTREAM_ANSWER_INVALID
+        detail = "The gateway answered something that is not a call's outcome."
+        invalid = ServiceProblem("gateway", 502, title_of(code), detail, code)
+        return {"ok": False, "http_status": 502, "problem": invalid, "conclave_id": None}
     body = body if isinstance(body, dict) else {}
     conclave_id = body.get("conclave_id")
     shown = {
