@@ -7,6 +7,7 @@ it answers the arguments it received, so a test sees exactly what the form sent.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import AsyncIterator
 from html import unescape
@@ -328,6 +329,13 @@ async def test_a_run_needs_the_sessions_csrf_token(tools_stack: Stack) -> None:
             headers={"Origin": "https://evil.example"},
         )
         assert foreign.status_code == 403 and "ORIGIN_NOT_ALLOWED" in foreign.text
+        # A multipart body is not read at all (the body limit exempts multipart, and its
+        # parser would spool a file part of any size to disk): not here, not at sign-in.
+        upload = {"unused": ("a.txt", b"a" * 2_000_000)}
+        for path in ("/signout", "/signin", "/tools/echo"):
+            spooled = await alice.post(path, data={"csrf_token": "x"}, files=upload)
+            assert spooled.status_code == 415 and "UNSUPPORTED_MEDIA_TYPE" in spooled.text
+        gc.collect()
         assert await audit_rows(tools_stack) == before
     async with httpx.AsyncClient(base_url=tools_stack.console) as anonymous:
         answer = await anonymous.post("/tools/echo", data=args)

@@ -125,8 +125,8 @@ async def run(
 ) -> HTMLResponse:
     """Convert the form to arguments, run the tool through the gateway, show its outcome."""
     body = await request.body()  # read first: the form below is parsed from the same bytes
-    checked = await checked_form(request, session)
-    values = _fields_of(request, body) or checked
+    await checked_form(request, session)
+    values = _fields_of(body)
     tool = await _tool(services, session, name)
     form = build_form(tool.input_schema)
     mode = "raw" if values.get("mode") == "raw" else "form"
@@ -150,13 +150,10 @@ async def run(
                        outcome=outcome, status_code=outcome["http_status"])  # fmt: skip
 
 
-def _fields_of(request: Request, body: bytes) -> dict[str, str] | None:
-    """A URL-encoded form's fields decoded faithfully: invalid UTF-8 (an encoded lone
-    surrogate) becomes lone surrogates the conversion refuses, where Starlette's parser would
-    have silently replaced it with U+FFFD. ``None`` for another kind of body."""
-    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media_type != "application/x-www-form-urlencoded":
-        return None
+def _fields_of(body: bytes) -> dict[str, str]:
+    """A URL-encoded form's fields (:func:`checked_form` refused any other body) decoded
+    faithfully: invalid UTF-8 (an encoded lone surrogate) becomes lone surrogates the conversion
+    refuses, where Starlette's parser would have silently replaced it with U+FFFD."""
     fields: dict[str, str] = {}
     for part in body.split(b"&")[:MAX_FORM_FIELDS]:
         if not part:
