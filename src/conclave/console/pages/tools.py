@@ -155,7 +155,7 @@ def _fields_of(body: bytes) -> dict[str, str]:
     faithfully: invalid UTF-8 (an encoded lone surrogate) becomes lone surrogates the conversion
     refuses, where Starlette's parser would have silently replaced it with U+FFFD."""
     fields: dict[str, str] = {}
-    for part in body.split(b"&")[:MAX_FORM_FIELDS]:
+    for part in body.split(b"&", MAX_FORM_FIELDS)[:MAX_FORM_FIELDS]:
         if not part:
             continue
         raw_name, _, raw_value = part.partition(b"=")
