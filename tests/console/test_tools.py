@@ -322,6 +322,8 @@ async def test_a_run_needs_the_sessions_csrf_token(tools_stack: Stack) -> None:
         assert forged.status_code == 403 and "CSRF_FAILED" in forged.text
         missing = await alice.post("/tools/echo", data=args)
         assert missing.status_code == 403
+        bare = await alice.post("/tools/echo")  # no body at all: no token either
+        assert bare.status_code == 403 and "CSRF_FAILED" in bare.text
         page = await alice.get("/tools/echo")
         foreign = await alice.post(
             "/tools/echo",

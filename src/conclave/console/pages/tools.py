@@ -27,7 +27,7 @@ from conclave.console.schema_form import (
 )
 from conclave.console.session import Session
 from conclave.console.upstream import ServiceProblem, Services, problem_of
-from conclave.console.web import ServicesDep, SignedIn, checked_form, page
+from conclave.console.web import ServicesDep, SignedIn, checked_form, media_type_of, page
 from conclave.platform.errors import NotFound
 from conclave.platform.inputs import escape_text
 from conclave.platform.problem_types import ProblemCode, title_of
@@ -124,7 +124,10 @@ async def run(
     request: Request, name: ToolName, session: SignedIn, services: ServicesDep
 ) -> HTMLResponse:
     """Convert the form to arguments, run the tool through the gateway, show its outcome."""
-    body = await request.body()  # read first: the form below is parsed from the same bytes
+    # The body is read first (the CSRF check parses the form from the same bytes), and only a
+    # URL-encoded one: any other is refused by the check without being read.
+    url_encoded = media_type_of(request) == "application/x-www-form-urlencoded"
+    body = await request.body() if url_encoded else b""
     await checked_form(request, session)
     values = _fields_of(body)
     tool = await _tool(services, session, name)
