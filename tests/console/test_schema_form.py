@@ -110,3 +110,12 @@ def test_raw_arguments_are_an_object_of_safe_values() -> None:
     for text in ("[]", "NaN", '{"a": NaN}', '{"a": 1e999}', '{"\\u0000": 1}', "a\x00"):
         with pytest.raises(ValueError):
             raw_arguments(text)
+
+
+def test_a_choice_is_the_index_of_a_listed_value() -> None:
+    form = build_form({"type": "object", "properties": {"c": {"enum": ["a", 1, None]}}})
+    name = form.fields[0].name
+    assert form_arguments(form, {name: "2"}).arguments == {"c": None}
+    for sent in ("3", "-1", "\u0661", "1" * 5000, " 1"):  # \u0661: ARABIC-INDIC DIGIT ONE
+        problems = form_arguments(form, {name: sent}).problems
+        assert problems == {name: "Choose one of the listed values."}, sent

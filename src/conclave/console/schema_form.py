@@ -406,7 +406,7 @@ _UNSAFE_TEXT = {
 
 
 def _option(item: FormField, text: str) -> Any:
-    if not text.isdigit() or int(text) >= len(item.option_values):
+    if not re.fullmatch(r"[0-9]{1,6}", text) or int(text) >= len(item.option_values):
         raise ValueError("Choose one of the listed values.")
     return item.option_values[int(text)]
 
