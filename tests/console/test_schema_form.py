@@ -110,6 +110,10 @@ def test_raw_arguments_are_an_object_of_safe_values() -> None:
     for text in ("[]", "NaN", '{"a": NaN}', '{"a": 1e999}', '{"\\u0000": 1}', "a\x00"):
         with pytest.raises(ValueError):
             raw_arguments(text)
+    with pytest.raises(ValueError, match=r"^Integers must fit in 64 bits\.$"):
+        raw_arguments('{"a": ' + "9" * 5000 + "}")  # beyond what Python's int() reads
+    with pytest.raises(ValueError, match=r"^NaN is not JSON"):
+        raw_arguments('{"a": NaN}')
 
 
 def test_a_choice_is_the_index_of_a_listed_value() -> None:

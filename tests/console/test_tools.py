@@ -245,9 +245,9 @@ async def test_values_the_form_cannot_read_are_refused_before_any_call(tools_sta
             ("tags", '["a",', "Not JSON"),
             ("tags", "[NaN]", "NaN is not JSON"),
             ("tags", "[1e400]", "Numbers must be finite"),
-            ("tags", f"[{2**64}]", "Integers must fit in 64 bits. at 0"),
+            ("tags", f"[{2**64}]", "Integers must fit in 64 bits (at 0)."),
             ("tags", '["\\ud800"]', "lone surrogate"),
-            ("tags", '{"a": "\\u0000"}', "NUL character. at a"),
+            ("tags", '{"a": "\\u0000"}', "NUL character (at a)."),
             ("tags", "[" * 100_000, "nested too deeply"),
         ]
         for key, value, message in refusals:
@@ -273,7 +273,7 @@ async def test_values_the_form_cannot_read_are_refused_before_any_call(tools_sta
         for raw_json, message in (
             ("{", "Not JSON"),
             ("[1]", "a JSON object"),
-            ('{"label": "\\u0000"}', "NUL character. at label"),
+            ('{"label": "\\u0000"}', "NUL character (at label)."),
             ('{"n": -Infinity}', "-Infinity is not JSON"),
         ):
             answer = await alice.post(

@@ -433,8 +433,12 @@ def parse_number(text: str, *, integer: bool) -> int | float:
     return value
 
 
+class _NonFiniteConstant(ValueError):
+    pass
+
+
 def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON: numbers must be finite.")
+    raise _NonFiniteConstant(f"{name} is not JSON: numbers must be finite.")
 
 
 def parse_json(text: str) -> Any:
@@ -446,10 +450,16 @@ def parse_json(text: str) -> Any:
         raise ValueError("The JSON is nested too deeply.") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"Not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from None
+    except _NonFiniteConstant:
+        raise
+    except ValueError:
+        # Python refuses integers of over 4,300 digits (int_max_str_digits) in its own words.
+        raise ValueError("Integers must fit in 64 bits.") from None
     finding = find_unsafe(value)
     if finding is not None:
-        where = f" at {finding.field}" if finding.location else ""
-        raise ValueError(f"{finding.message}{where}")
+        if not finding.location:
+            raise ValueError(finding.message)
+        raise ValueError(f"{finding.message.rstrip('.')} (at {finding.field}).")
     return value
 
 
