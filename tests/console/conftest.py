@@ -66,14 +66,17 @@ async def open_stack(
     data_dir: Path,
     services: tuple[str, ...] = SERVICES,
     per_service: dict[str, dict[str, Any]] | None = None,
+    tool_modules: tuple[str, ...] = (),
     **console: Any,
 ) -> AsyncIterator[Stack]:
-    """Start ``services`` and the console; yields when all listen. ``per_service`` adds settings
-    of one service (``{"collector": {"run_workers": True}}``)."""
-    overrides = {
+    """Start ``services`` (the gateway with the plug-in ``tool_modules`` too) and the console;
+    yields when all listen. ``per_service`` adds settings of one service
+    (``{"collector": {"run_workers": True}}``)."""
+    overrides: dict[str, Any] = {
         "api_tokens": TOKEN_TABLE,
         "operators": ["olga"],
         "auto_migrate": False,
+        "tool_modules": list(tool_modules),
         # Every call in the transparency log, checkpoints signed quickly: a call's page shows
         # its verification.
         "call_log": True,

@@ -29,6 +29,7 @@ from conclave.console.pages import (
     overview,
     schedules,
     signin,
+    tools,
 )
 from conclave.console.security_headers import SecurityHeadersMiddleware
 from conclave.console.session import COOKIE_NAME, SessionSealer
@@ -85,7 +86,7 @@ def create_app(settings: ConsoleSettings) -> FastAPI:
     static = files("conclave.console") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     for module in (
-        signin, overview, audit, evidence, expeditions, schedules, collections, graph,
+        signin, overview, audit, tools, evidence, expeditions, schedules, collections, graph,
         dead_letters,
     ):  # fmt: skip
         app.include_router(module.router)

@@ -79,13 +79,20 @@ ServicesDep = Annotated[Services, Depends(services_of)]
 """Route parameter: the four services."""
 
 
+def media_type_of(request: Request) -> str:
+    """The request body's media type, lower case, without parameters ('' when none is given)."""
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
 async def url_encoded_form(request: Request) -> dict[str, str]:
     """A POSTed URL-encoded form's single text values (a repeated name keeps its last value).
 
     Any other body is refused (415) before it is read: the platform's body limit exempts
     multipart bodies (the edge streams its uploads), and Starlette's parser would spool every
     file part of one to disk however large, for anyone who can reach ``/signin``."""
-    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    media_type = media_type_of(request)
+    if not media_type:
+        return {}  # no form at all (a bare POST): nothing is read, and its CSRF check fails
     if media_type != "application/x-www-form-urlencoded":
         raise UnsupportedMediaType("The console's forms are URL-encoded.")
     form = await request.form()
