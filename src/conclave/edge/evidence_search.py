@@ -70,24 +70,18 @@ async def search_packs(
 def search_query(kept: PackFilter, after: tuple[datetime, str] | None, limit: int) -> Select[Any]:
     """The query :func:`search_packs` runs."""
     packs = evidence_packs.c
-    statement = select(*_SUMMARY)
-    for column, value in (
-        (packs.uploaded_by, kept.uploaded_by),
-        (packs.media_type, kept.media_type),
-        (packs.device_id, kept.device_id),
-        (packs.correlation_id, kept.correlation_id),
-    ):
-        if value is not None:
-            statement = statement.where(column == value)
-    if kept.since is not None:
-        statement = statement.where(packs.created_at >= kept.since)
-    if kept.until is not None:
-        statement = statement.where(packs.created_at < kept.until)
-    if after is not None:
-        # The plain bound lets the store start the walk at the cursor; the condition alone (an
-        # OR) would be checked on every newer row, making a deep page cost every page before it.
-        statement = statement.where(
-            packs.created_at <= after[0],
-            keyset.after(packs.created_at, packs.evidence_id, after),
-        )
-    return statement.order_by(packs.created_at.desc(), packs.evidence_id.desc()).limit(limit)
+    return keyset.newest_first(
+        select(*_SUMMARY),
+        packs.created_at,
+        packs.evidence_id,
+        equal=(
+            (packs.uploaded_by, kept.uploaded_by),
+            (packs.media_type, kept.media_type),
+            (packs.device_id, kept.device_id),
+            (packs.correlation_id, kept.correlation_id),
+        ),
+        since=kept.since,
+        until=kept.until,
+        position=after,
+        limit=limit,
+    )

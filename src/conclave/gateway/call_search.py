@@ -64,22 +64,21 @@ async def search_calls(
 ) -> list[Any]:
     """Up to ``limit`` summaries of the calls ``kept`` keeps, newest first, after ``after``."""
     calls = mcp_tool_calls.c
-    statement = select(*_SUMMARY)
-    for column, value in (
-        (calls.user_id, kept.user_id),
-        (calls.tool_name, kept.tool),
-        (calls.status, kept.status),
-        (calls.orthodoxy_status, kept.orthodoxy_status),
-        (calls.correlation_id, kept.correlation_id),
-    ):
-        if value is not None:
-            statement = statement.where(column == value)
-    if kept.since is not None:
-        statement = statement.where(calls.created_at >= kept.since)
-    if kept.until is not None:
-        statement = statement.where(calls.created_at < kept.until)
-    if after is not None:
-        statement = statement.where(keyset.after(calls.created_at, calls.conclave_id, after))
-    statement = statement.order_by(calls.created_at.desc(), calls.conclave_id.desc()).limit(limit)
+    statement = keyset.newest_first(
+        select(*_SUMMARY),
+        calls.created_at,
+        calls.conclave_id,
+        equal=(
+            (calls.user_id, kept.user_id),
+            (calls.tool_name, kept.tool),
+            (calls.status, kept.status),
+            (calls.orthodoxy_status, kept.orthodoxy_status),
+            (calls.correlation_id, kept.correlation_id),
+        ),
+        since=kept.since,
+        until=kept.until,
+        position=after,
+        limit=limit,
+    )
     async with engine.connect() as connection:
         return list((await connection.execute(statement)).all())

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator
-from sqlalchemy import and_, or_
+from sqlalchemy import Select, and_, or_
 from sqlalchemy.sql.elements import ColumnElement
 
 from conclave.platform.clock import as_utc, rfc3339
@@ -85,3 +85,34 @@ def after(
     """Rows after ``position`` in ``(created_at, key)`` descending order."""
     moment, last_key = position
     return or_(created_at < moment, and_(created_at == moment, key < last_key))
+
+
+def newest_first(
+    statement: Select[Any],
+    created_at: ColumnElement[Any],
+    key: ColumnElement[Any],
+    *,
+    equal: Iterable[tuple[ColumnElement[Any], Any]] = (),
+    since: datetime | None = None,
+    until: datetime | None = None,
+    position: tuple[datetime, str] | None = None,
+    limit: int,
+) -> Select[Any]:
+    """A listing's page: ``statement`` narrowed to the rows whose ``equal`` columns hold the
+    given values (a value of ``None`` keeps every row), created in ``[since, until)`` and after
+    ``position`` (a decoded cursor), newest first, at most ``limit`` rows.
+
+    Each filter is an equality on an indexed ``(column, created_at)`` pair, so the store walks
+    one index from the newest row (or from the cursor) and stops after ``limit`` rows."""
+    for column, value in equal:
+        if value is not None:
+            statement = statement.where(column == value)
+    if since is not None:
+        statement = statement.where(created_at >= since)
+    if until is not None:
+        statement = statement.where(created_at < until)
+    if position is not None:
+        # The plain bound lets the store start the walk at the cursor; the condition alone (an
+        # OR) would be checked on every newer row, making a deep page cost every page before it.
+        statement = statement.where(created_at <= position[0], after(created_at, key, position))
+    return statement.order_by(created_at.desc(), key.desc()).limit(limit)

@@ -191,24 +191,22 @@ async def history(
 ) -> list[ExpeditionRecord]:
     """Expeditions newest first, filtered, after a ``(created_at, expedition_id)`` cursor;
     only those of ``requested_by`` when given."""
-    statement = select(expeditions)
-    if requested_by is not None:
-        statement = statement.where(expeditions.c.requested_by == requested_by)
-    if status:
-        statement = statement.where(expeditions.c.status == status)
-    if expedition_type:
-        statement = statement.where(expeditions.c.expedition_type == expedition_type)
-    if since:
-        statement = statement.where(expeditions.c.created_at >= since)
-    if until:
-        statement = statement.where(expeditions.c.created_at < until)
-    if after:
-        statement = statement.where(
-            keyset.after(expeditions.c.created_at, expeditions.c.expedition_id, after)
-        )
-    statement = statement.order_by(
-        expeditions.c.created_at.desc(), expeditions.c.expedition_id.desc()
-    ).limit(limit)
+    columns = expeditions.c
+    statement = keyset.newest_first(
+        select(expeditions),
+        columns.created_at,
+        columns.expedition_id,
+        # An empty status or type filters nothing, as no filter.
+        equal=(
+            (columns.requested_by, requested_by),
+            (columns.status, status or None),
+            (columns.expedition_type, expedition_type or None),
+        ),
+        since=since,
+        until=until,
+        position=after,
+        limit=limit,
+    )
     return [ExpeditionRecord.from_row(row) for row in await all_rows(engine, statement)]
 
 
