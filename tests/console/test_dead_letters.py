@@ -68,8 +68,8 @@ async def test_an_operator_resolves_dead_letters_and_a_user_cannot_see_them(stac
     }
 
 
-async def test_discard_from_the_browser(stack: Stack) -> None:
-    await _dead_letter(stack.backend.bus, {"order": 8, "customer": None})
+async def test_discard_and_replay_from_the_browser(stack: Stack) -> None:
+    rejected = await _dead_letter(stack.backend.bus, {"order": 8, "customer": None})
     quarantined = await _quarantined_outbox_event(stack.backend)
     async with chromium() as browser:
         olga = await sign_in(browser, stack.console, "olga")
@@ -80,5 +80,12 @@ async def test_discard_from_the_browser(stack: Stack) -> None:
         await page.get_by_role("status").wait_for()
         assert await page.get_by_role("status").inner_text() == "Discarded."
         assert await page.locator(f"[data-outbox='{quarantined}']").count() == 0
-        assert await page.locator("[data-entry]").count() == 1  # the bus entry is still there
+        entry = page.locator("[data-entry]")
+        assert await entry.count() == 1  # the bus entry is still there
+        await entry.get_by_role("button", name=re.compile("^Replay entry")).click()
+        await page.get_by_role("status").wait_for()
+        assert await page.get_by_role("status").inner_text() == "Replayed."
+        assert await page.locator("[data-entry]").count() == 0
+        replayed = (await stack.backend.bus.read(CHANNEL))[-1]
+        assert replayed.event_id == rejected.event_id and replayed.payload["order"] == 8
         assert olga.failures == []
