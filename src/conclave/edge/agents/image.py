@@ -23,6 +23,7 @@ from conclave.edge.agents.base import CorruptMedia, clean
 from conclave.edge.agents.credentials import content_credentials
 from conclave.edge.agents.gif_frames import count_frames
 from conclave.edge.agents.jpeg_scans import count_scans
+from conclave.edge.agents.png_chunks import PngLayout, png_layout
 from conclave.edge.agents.tiff import TiffStructure, read_structure
 
 _MAKE, _MODEL, _SOFTWARE, _ORIENTATION, _DATETIME = 271, 272, 305, 274, 306
@@ -245,8 +246,9 @@ def describe_tiff(path: str, structure: TiffStructure) -> dict[str, Any]:
     return facts
 
 
-def describe_image(path: str, fmt: str) -> dict[str, Any]:
-    """Technical facts of a raster image of the sniffed format ``fmt``."""
+def describe_image(path: str, fmt: str, png: PngLayout | None = None) -> dict[str, Any]:
+    """Technical facts of a raster image of the sniffed format ``fmt`` (``png``: the PNG's chunk
+    layout, when read, which spares decoding it to look for EXIF that is not there)."""
     if fmt == "tiff":
         return describe_tiff(path, read_structure(path))
     with open_checked(path, fmt) as image:
@@ -264,15 +266,25 @@ def describe_image(path: str, fmt: str) -> dict[str, Any]:
         }
         if at_least:
             facts["frames_at_least"] = True  # the count stopped within its budget
-        exif = _exif_or_nothing(image.getexif)
+        if png is not None and not png.exif_needs_decoding:
+            # PngImageFile.getexif decodes the whole image to look past its data; the layout
+            # says nothing is there, and the base class reads what the headers held.
+            exif = _exif_or_nothing(lambda: Image.Image.getexif(image))
+        else:
+            exif = _exif_or_nothing(image.getexif)
         if exif:
             facts["exif"] = exif
     return facts
 
 
-def credentials_of(path: str, facts: dict[str, Any]) -> dict[str, Any] | None:
+def credentials_of(
+    path: str, facts: dict[str, Any], png: PngLayout | None = None
+) -> dict[str, Any] | None:
     """The content credentials of an image described as ``facts``, unless its blocks are too
-    many to read (:func:`content_credentials` gives the shapes)."""
+    many to read (:func:`content_credentials` gives the shapes). A PNG whose layout shows no
+    manifest chunk and no XMP is answered without c2pa reading it."""
+    if png is not None and not png.may_carry_credentials:
+        return {"present": False}
     if facts.get("frames_at_least"):
         # c2pa reads a GIF block by block, each a call into Python: a GIF past the
         # frame walk's budget may hold millions of blocks, longer than the parse time-out.
@@ -282,7 +294,8 @@ def credentials_of(path: str, facts: dict[str, Any]) -> dict[str, Any] | None:
 
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """The image agent's summary."""
-    facts = describe_image(path, fmt)
-    if (credentials := credentials_of(path, facts)) is not None:
+    png = png_layout(path) if fmt == "png" else None
+    facts = describe_image(path, fmt, png)
+    if (credentials := credentials_of(path, facts, png)) is not None:
         facts["content_credentials"] = credentials
     return clean(facts)

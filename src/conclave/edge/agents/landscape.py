@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from conclave.edge.agents.base import clean
 from conclave.edge.agents.image import credentials_of, describe_image, describe_tiff
+from conclave.edge.agents.png_chunks import png_layout
 from conclave.edge.agents.tiff import TiffStructure, read_structure
 
 _USER_DEFINED = 32767
@@ -195,13 +196,14 @@ def parse_map_url(url: str) -> dict[str, Any]:
 def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """The landscape agent's summary."""
     references = []
+    png = png_layout(path) if fmt == "png" else None
     if fmt == "tiff":
         structure = read_structure(path)
         facts = describe_tiff(path, structure)
         if geotiff := geotiff_reference(structure):
             references.append(geotiff)
     else:
-        facts = describe_image(path, fmt)
+        facts = describe_image(path, fmt, png)
     gps = facts.get("exif", {}).get("gps")
     if gps and not gps.get("invalid"):
         references.append({"kind": "exif_gps", **gps})
@@ -212,6 +214,6 @@ def extract(path: str, fmt: str, metadata: dict[str, Any]) -> dict[str, Any]:
             references.append({"kind": "map_url", **shown})
     facts["geo_reference"] = references
     facts["georeferenced"] = bool(references)
-    if (credentials := credentials_of(path, facts)) is not None:
+    if (credentials := credentials_of(path, facts, png)) is not None:
         facts["content_credentials"] = credentials
     return clean(facts)
