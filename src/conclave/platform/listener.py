@@ -17,6 +17,7 @@ Delivery is at least once, so a handler that writes dedupes with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,6 +93,7 @@ class Listener:
         self._metrics = metrics
         self._subscriptions: list[Subscription] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
 
     @property
     def running(self) -> bool:
@@ -126,6 +128,7 @@ class Listener:
         """Start one consumer task per subscription (nothing if already started)."""
         if self._tasks:
             return
+        self._stopping.clear()
         for subscription in self._subscriptions:
             consume = self._bus.consume(
                 subscription.channel,
@@ -139,17 +142,23 @@ class Listener:
         self._tasks.append(asyncio.create_task(self._measure_lag(), name="measure bus lag"))
 
     async def _measure_lag(self) -> None:
-        """Keep the lag gauge of every subscription current (docs/observability.md)."""
-        while True:
+        """Keep the lag gauge of every subscription current (docs/observability.md), until the
+        listener stops. Ended by :attr:`_stopping`, not only by cancellation: redis-py may
+        swallow a cancellation that arrives mid-command and answer normally, and this task
+        would then sleep on while ``stop`` waits for it."""
+        while not self._stopping.is_set():
             for subscription in self._subscriptions:
                 try:
                     lag = await self._bus.consumer_lag(subscription.channel, subscription.group)
                 except Exception as exc:  # a bus that is down: the consumers say so already
                     log.debug("bus lag not measured: %s", exc)
                     continue
+                if self._stopping.is_set():
+                    return
                 if lag is not None:
                     self._metrics.set_lag(subscription.channel, subscription.group, lag)
-            await asyncio.sleep(self._lag_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._lag_interval)
 
     async def stop(self) -> None:
         """Cancel the consumer tasks and wait for them (nothing if not running); events not yet
@@ -158,6 +167,7 @@ class Listener:
         tasks, self._tasks = self._tasks, []
         if not tasks:
             return
+        self._stopping.set()
         for task in tasks:
             task.cancel()
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
