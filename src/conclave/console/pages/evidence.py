@@ -20,7 +20,7 @@ import httpx
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
-from conclave.console.upstream import ServiceProblem, Services, path_segment
+from conclave.console.upstream import ServiceProblem, Services, path_segment, unusable_answer
 from conclave.console.web import ServicesDep, SignedIn, page
 from conclave.platform.media_types import media_type_names
 
@@ -69,6 +69,7 @@ async def evidence(
         filters=shown,
         paged=bool(cursor),
         media_types=media_type_names(),
+        thumbnail_types=THUMBNAIL_TYPES,
     )
 
 
@@ -81,7 +82,14 @@ async def evidence_detail(
     pack, verification = await asyncio.gather(
         services.get("edge", path, session), _verification(services, path, session)
     )
-    return page(request, "evidence_pack.html", session, pack=pack, verification=verification)
+    return page(
+        request,
+        "evidence_pack.html",
+        session,
+        pack=pack,
+        verification=verification,
+        thumbnail_types=THUMBNAIL_TYPES,
+    )
 
 
 async def _verification(services: Services, path: str, session: Any) -> dict[str, Any]:
@@ -110,6 +118,27 @@ async def evidence_content(
     return StreamingResponse(
         _relay(upstream), media_type="application/octet-stream", headers=headers
     )
+
+
+THUMBNAIL_TYPES = frozenset({"image", "landscape"})
+"""Media types the edge makes thumbnails of (the pages show an ``<img>`` for these only)."""
+THUMBNAIL_CACHE = "private, max-age=86400"
+
+
+@router.get("/evidence/{evidence_id}/thumbnail")
+async def evidence_thumbnail(
+    evidence_id: str, session: SignedIn, services: ServicesDep
+) -> StreamingResponse:
+    """The pack's thumbnail, made by the edge, relayed from this console's origin (so the page's
+    ``img-src 'self'`` holds) as the user: the edge decides whether they may see it."""
+    path = f"{EDGE}/{path_segment(evidence_id, 'The evidence id')}/thumbnail"
+    upstream = await services.open_stream("edge", path, session)
+    if upstream.headers.get("content-type", "").split(";")[0].strip() != "image/webp":
+        await upstream.aclose()
+        raise unusable_answer("edge", "a thumbnail that is not WebP")
+    headers = {name: upstream.headers[name] for name in _RELAYED if name in upstream.headers}
+    headers |= {"X-Content-Type-Options": "nosniff", "Cache-Control": THUMBNAIL_CACHE}
+    return StreamingResponse(_relay(upstream), media_type="image/webp", headers=headers)
 
 
 async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:
