@@ -4,6 +4,7 @@ geotagged packs, and the upload form, over HTTP and in Chromium."""
 from __future__ import annotations
 
 import io
+import re
 from importlib import resources
 
 from PIL import Image
@@ -51,3 +52,37 @@ async def test_thumbnails_are_shown_from_the_consoles_origin_to_their_readers_on
         icon = await upload(edge_stack, "bob", "icon.png", real_png())
         shown = await olga.get(f"/evidence/{icon}/thumbnail")
         assert Image.open(io.BytesIO(shown.content)).size == (256, 256)
+
+
+async def test_the_map_plots_geotagged_packs_with_links_and_no_tiles(edge_stack: Stack) -> None:
+    paris = await upload(edge_stack, "alice", "paris.jpg", samples.jpeg_with_gps(48.8584, 2.2945))
+    lyon = await upload(
+        edge_stack, "alice", "lyon.png", samples.png(4, 4), metadata={"lat": 45.76, "lon": 4.84}
+    )
+    await upload(edge_stack, "alice", "nowhere.png", samples.png(5, 4))
+    bobs = await upload(edge_stack, "bob", "rome.jpg", samples.jpeg_with_gps(41.9, 12.5))
+    async with signed_in(edge_stack, TOKENS["alice"]) as alice:
+        shown = await alice.get("/evidence/map")
+        assert shown.status_code == 200, shown.text
+        html = shown.text
+        assert "2 of the 3 newest matching packs carry a position" in html
+        assert f'href="/evidence/{paris}" aria-label="paris.jpg' in html
+        assert f'href="/evidence/{lyon}" aria-label="lyon.png' in html
+        assert bobs not in html and "rome.jpg" not in html
+        assert "48.86° N" in html and "2.29° E" in html  # the point's accessible label
+        assert "° N</text>" in html and "° E</text>" in html  # graticule labels
+        # Paris is north of Lyon: drawn higher (smaller y).
+        cy = dict(
+            re.findall(
+                r'data-pack="([^"]+)"><title>[^<]*</title><circle cx="[^"]+" cy="([^"]+)"', html
+            )
+        )
+        assert float(cy[paris]) < float(cy[lyon])
+        assert "<script" not in html.split("<svg", 1)[1].split("</svg>", 1)[0]
+        assert "http" not in html.split("<svg", 1)[1].split("</svg>", 1)[0].replace(
+            'xmlns="http://www.w3.org/2000/svg"', ""
+        )  # no tiles, nothing fetched
+        only_png = await alice.get("/evidence/map", params={"correlation_id": "none-such"})
+        assert "None of the 0 newest matching packs carries a position" in only_png.text
+        bad = await alice.get("/evidence/map", params={"type": "nonesuch"})
+        assert bad.status_code == 404 and "UNKNOWN_MEDIA_TYPE" in bad.text

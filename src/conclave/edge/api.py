@@ -12,7 +12,7 @@ from fastapi.routing import APIRoute
 from conclave import __version__
 from conclave.edge import integrity, store
 from conclave.edge.events import CHANNEL
-from conclave.edge.evidence_search import PackFilter, search_packs
+from conclave.edge.evidence_search import PackFilter, position_of, search_packs
 from conclave.edge.media import media_type_or_404
 from conclave.edge.models import (
     ChainVerifyResult,
@@ -371,6 +371,7 @@ def _summary(row: Any) -> EvidenceSummary:
         created_at=rfc3339(row.created_at),
         log_leaf_hash=None if hashed is None else hashed.hex(),
         url=f"{PREFIX}/evidence/{row.evidence_id}",
+        position=position_of(row),
     )
 
 

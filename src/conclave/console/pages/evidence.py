@@ -20,6 +20,7 @@ import httpx
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
+from conclave.console.evidence_map import draw_map
 from conclave.console.upstream import ServiceProblem, Services, path_segment, unusable_answer
 from conclave.console.web import ServicesDep, SignedIn, page
 from conclave.platform.media_types import media_type_names
@@ -70,6 +71,58 @@ async def evidence(
         paged=bool(cursor),
         media_types=media_type_names(),
         thumbnail_types=THUMBNAIL_TYPES,
+    )
+
+
+MAP_PACKS = 500
+"""Most packs the map looks at: the newest that match its filters, five of the edge's pages."""
+_MAP_PAGE = 100
+
+
+@router.get("/evidence/map")
+async def evidence_map(
+    request: Request,
+    session: SignedIn,
+    services: ServicesDep,
+    type: Annotated[str | None, Query(max_length=64)] = None,
+    device_id: Annotated[str | None, Query(max_length=256)] = None,
+    correlation_id: Annotated[str | None, Query(max_length=128)] = None,
+    user_id: Annotated[str | None, Query(max_length=256)] = None,
+    since: Annotated[str | None, Query(max_length=64)] = None,
+    until: Annotated[str | None, Query(max_length=64)] = None,
+) -> HTMLResponse:
+    """The geotagged packs among the newest :data:`MAP_PACKS` that match, on a map drawn here."""
+    chosen = {
+        "type": type,
+        "device_id": device_id,
+        "correlation_id": correlation_id,
+        "user_id": user_id if session.is_operator else None,
+        "since": since,
+        "until": until,
+    }
+    shown = {key: value for key, value in chosen.items() if value}
+    packs: list[dict[str, Any]] = []
+    cursor = None
+    more = False
+    while len(packs) < MAP_PACKS:
+        found = await services.get(
+            "edge", EDGE, session, params={**shown, "cursor": cursor, "limit": _MAP_PAGE}
+        )
+        packs += [pack for pack in found.get("packs", []) if isinstance(pack, dict)]
+        cursor = found.get("next_cursor")
+        if not cursor:
+            break
+        more = len(packs) >= MAP_PACKS
+    drawn = draw_map(packs[:MAP_PACKS])
+    return page(
+        request,
+        "evidence_map.html",
+        session,
+        drawn=drawn,
+        looked_at=min(len(packs), MAP_PACKS),
+        more=more,
+        limit=MAP_PACKS,
+        filters=shown,
     )
 
 
