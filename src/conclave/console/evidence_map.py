@@ -69,6 +69,13 @@ def _step(span: float) -> float:
     return next((step for step in _STEPS if span / step <= 8), 90)
 
 
+def _plottable(value: Any, bound: float) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and -bound <= number <= bound else None
+
+
 def draw_map(packs: list[dict[str, Any]]) -> EvidenceMap | None:
     """The map of those ``packs`` (search summaries) that carry a ``position``; ``None`` when
     none does."""
@@ -77,14 +84,10 @@ def draw_map(packs: list[dict[str, Any]]) -> EvidenceMap | None:
         position = pack.get("position")
         if not isinstance(position, dict):
             continue
-        latitude, longitude = position.get("latitude"), position.get("longitude")
-        if not all(
-            isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-            for value in (latitude, longitude)
-        ):
-            continue
-        if -90 <= latitude <= 90 and -180 <= longitude <= 180:
-            placed.append((float(latitude), float(longitude), pack))
+        latitude = _plottable(position.get("latitude"), 90.0)
+        longitude = _plottable(position.get("longitude"), 180.0)
+        if latitude is not None and longitude is not None:
+            placed.append((latitude, longitude, pack))
     if not placed:
         return None
     south, north = min(p[0] for p in placed), max(p[0] for p in placed)

@@ -23,6 +23,7 @@ from conclave.edge.models import (
     EvidenceSummary,
     IntakeEvent,
     PackReceipt,
+    Position,
     UploadResponse,
     VerifyResult,
 )
@@ -371,7 +372,7 @@ def _summary(row: Any) -> EvidenceSummary:
         created_at=rfc3339(row.created_at),
         log_leaf_hash=None if hashed is None else hashed.hex(),
         url=f"{PREFIX}/evidence/{row.evidence_id}",
-        position=position_of(row),
+        position=None if (found := position_of(row)) is None else Position(**found),
     )
 
 
