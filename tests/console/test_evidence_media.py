@@ -86,3 +86,135 @@ async def test_the_map_plots_geotagged_packs_with_links_and_no_tiles(edge_stack:
         assert "None of the 0 newest matching packs carries a position" in only_png.text
         bad = await alice.get("/evidence/map", params={"type": "nonesuch"})
         assert bad.status_code == 404 and "UNKNOWN_MEDIA_TYPE" in bad.text
+
+
+def _csrf_and_key(html: str) -> tuple[str, str]:
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    key = re.search(r'name="idempotency_key" value="([^"]+)"', html)
+    assert csrf and key, html
+    return csrf.group(1), key.group(1)
+
+
+def _multipart(parts: list[tuple[str, object]], boundary: str = "b0undary") -> tuple[bytes, str]:
+    """A body in the order given (``(name, text)`` or ``(name, (filename, bytes))``)."""
+    body = b""
+    for name, value in parts:
+        if isinstance(value, tuple):
+            filename, content = value
+            body += (
+                (
+                    f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; '
+                    f'filename="{filename}"\r\nContent-Type: application/octet-stream\r\n\r\n'
+                ).encode()
+                + content
+                + b"\r\n"
+            )
+        else:
+            body += (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+            ).encode()
+    body += f"--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+async def test_the_upload_form_streams_a_file_to_the_edge_once(edge_stack: Stack) -> None:
+    async with signed_in(edge_stack, TOKENS["alice"]) as alice:
+        form_page = await alice.get("/evidence/new")
+        assert form_page.status_code == 200
+        assert 'enctype="multipart/form-data"' in form_page.text
+        csrf, key = _csrf_and_key(form_page.text)
+        photo = samples.jpeg_with_gps()
+        body, content_type = _multipart(
+            [
+                ("csrf_token", csrf),
+                ("idempotency_key", key),
+                ("media_type", "image"),
+                ("metadata", '{"site": "north gate", "latitude": 45.07, "longitude": 7.68}'),
+                ("file", ("gate.jpg", photo)),
+            ]
+        )
+        sent = await alice.post(
+            "/evidence/new", content=body, headers={"Content-Type": content_type}
+        )
+        assert sent.status_code == 303, sent.text
+        target = sent.headers["location"]
+        evidence_id = target.rsplit("/", 1)[1]
+        # A double submit (the same form again) makes no second pack.
+        again = await alice.post(
+            "/evidence/new", content=body, headers={"Content-Type": content_type}
+        )
+        assert again.status_code == 303 and again.headers["location"] == target
+        assert pack_ids((await alice.get("/evidence")).text) == [evidence_id]
+        shown = (await alice.get(target)).text
+        assert "gate.jpg" in shown and "north gate" in shown
+        download = await alice.get(f"{target}/content")
+        assert download.content == photo
+
+
+async def test_the_upload_form_refuses_before_it_sends(edge_stack: Stack) -> None:
+    async with signed_in(edge_stack, TOKENS["alice"]) as alice:
+        csrf, key = _csrf_and_key((await alice.get("/evidence/new")).text)
+        fine = [("csrf_token", csrf), ("idempotency_key", key), ("media_type", "image")]
+        png = ("file", ("a.png", samples.png()))
+        cases = [
+            # The token must come first, and be the session's.
+            ([("media_type", "image"), ("csrf_token", csrf), png], 403, "CSRF_FAILED"),
+            ([("csrf_token", "forged"), ("media_type", "image"), png], 403, "CSRF_FAILED"),
+            ([png], 403, "CSRF_FAILED"),
+            ([*fine, ("metadata", '{"x": NaN}'), png], 422, "INVALID_METADATA"),
+            ([*fine, ("metadata", "[1]"), png], 422, "INVALID_METADATA"),
+            ([*fine, ("metadata", '{"s": "\\ud800"}'), png], 422, "INVALID_METADATA"),
+            ([*fine, ("metadata", "x" * 70_000), png], 413, "FIELD_TOO_LARGE"),
+            ([*fine[:2], ("media_type", "nonesuch"), png], 422, "VALIDATION_FAILED"),
+            ([*fine], 422, "MISSING_FILE"),
+            ([*fine, ("file", ("", b""))], 422, "MISSING_FILE"),
+            ([*fine, png, ("metadata", "{}")], 422, "VALIDATION_FAILED"),
+            ([*fine, ("other", "x"), png], 422, "VALIDATION_FAILED"),
+            # The edge's refusal, shown on the form: the bytes are not an image.
+            ([*fine, ("file", ("a.png", samples.pdf()))], 415, "UNSUPPORTED_MEDIA_TYPE"),
+            ([*fine, ("metadata", '{"latitude": 91}'), png], 422, "INVALID_COORDINATES"),
+        ]
+        for parts, status, code in cases:
+            body, content_type = _multipart(parts)
+            answer = await alice.post(
+                "/evidence/new", content=body, headers={"Content-Type": content_type}
+            )
+            assert answer.status_code == status, (parts[:4], answer.text[:2000])
+            assert code in answer.text, (code, answer.text[:3000])
+            assert answer.headers["content-type"].startswith("text/html")
+        # URL-encoded and unbounded bodies are refused before they are read.
+        plain = await alice.post("/evidence/new", data={"csrf_token": csrf})
+        assert plain.status_code == 415
+        assert pack_ids((await alice.get("/evidence")).text) == []
+
+
+async def test_a_file_past_the_limit_is_cut_off_and_nothing_stored(
+    edge_stack: Stack,
+) -> None:
+    """The console counts the file as it relays it: past the type's limit the request to the edge
+    ends mid-body, the edge stores nothing, and the form says why."""
+    async with signed_in(edge_stack, TOKENS["alice"]) as alice:
+        csrf, key = _csrf_and_key((await alice.get("/evidence/new")).text)
+        big = samples.png() + b"\0" * (50 * 1024 * 1024)  # past the image limit of 50 MiB
+
+        async def chunks():
+            head, _ = _multipart(
+                [("csrf_token", csrf), ("idempotency_key", key), ("media_type", "image")]
+            )
+            yield head[: -len(b"--b0undary--\r\n")]
+            yield (
+                b'--b0undary\r\nContent-Disposition: form-data; name="file"; filename="big.png"'
+                b"\r\n\r\n"
+            )
+            for start in range(0, len(big), 1 << 20):
+                yield big[start : start + (1 << 20)]
+            yield b"\r\n--b0undary--\r\n"
+
+        answer = await alice.post(
+            "/evidence/new",
+            content=chunks(),
+            headers={"Content-Type": "multipart/form-data; boundary=b0undary"},
+        )
+        assert answer.status_code == 413, answer.text[:2000]
+        assert "PAYLOAD_TOO_LARGE" in answer.text and "52,428,800" in answer.text
+        assert pack_ids((await alice.get("/evidence")).text) == []
