@@ -18,11 +18,14 @@ def _pack(n: int, latitude, longitude) -> dict:
 
 
 def test_one_point_is_centred_in_a_view_a_few_degrees_wide() -> None:
+    """2 degrees of latitude, widened in longitude so the map is wider than tall."""
     drawn = draw_map([_pack(1, 45.0, 7.0)])
     assert drawn is not None
     [point] = drawn.points
     west, south, east, north = drawn.bounds
-    assert math.isclose(east - west, 2.0) and math.isclose(north - south, 2.0)
+    assert math.isclose(north - south, 2.0) and east - west > 2.0
+    assert math.isclose((west + east) / 2, 7.0) and math.isclose((south + north) / 2, 45.0)
+    assert drawn.height < 0.7 * drawn.width
     assert 0 < point.x < drawn.width and 0 < point.y < drawn.height
     assert point.label == "f1.jpg, 2026-01-01T00:00:00Z, at 45° N 7° E"
     assert {line.label for line in drawn.lines} >= {"45° N", "7° E"}

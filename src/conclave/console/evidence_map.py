@@ -18,8 +18,13 @@ WIDTH = 960
 _MIN_SPAN_DEGREES = 2.0
 _MARGIN = 0.08
 _STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 15, 20, 30, 45, 60, 90)
-_PAD = 36
-"""Room at the left and bottom edge for the labels."""
+_LEFT = 66
+"""Room at the left edge for the latitude labels."""
+_BOTTOM = 24
+"""Room at the bottom edge for the longitude labels."""
+_TALLEST, _FLATTEST = 0.625, 0.3
+"""Height over width the view is widened (or heightened) to stay within: one point, or points
+along a meridian, would otherwise make a map taller than any screen."""
 
 
 @dataclass(frozen=True)
@@ -98,14 +103,21 @@ def draw_map(packs: list[dict[str, Any]]) -> EvidenceMap | None:
     south, north = max(-90.0, south - grow_lat / 2), min(90.0, north + grow_lat / 2)
     west, east = max(-180.0, west - grow_lon / 2), min(180.0, east + grow_lon / 2)
     stretch = max(0.2, math.cos(math.radians((south + north) / 2)))
-    plot_width = WIDTH - _PAD
+    ratio = (north - south) / ((east - west) * stretch)
+    if ratio > _TALLEST:  # widened about its middle, within the globe
+        middle, half = (west + east) / 2, (north - south) / (_TALLEST * stretch) / 2
+        west, east = max(-180.0, middle - half), min(180.0, middle + half)
+    elif ratio < _FLATTEST:
+        middle, half = (south + north) / 2, (east - west) * stretch * _FLATTEST / 2
+        south, north = max(-90.0, middle - half), min(90.0, middle + half)
+    plot_width = WIDTH - _LEFT
     scale = plot_width / ((east - west) * stretch)
     plot_height = min(max(120.0, (north - south) * scale), 1.5 * WIDTH)
     scale_y = plot_height / (north - south)
-    height = round(plot_height) + _PAD
+    height = round(plot_height) + _BOTTOM
 
     def x_of(longitude: float) -> float:
-        return round(_PAD + (longitude - west) * stretch * scale, 1)
+        return round(_LEFT + (longitude - west) * stretch * scale, 1)
 
     def y_of(latitude: float) -> float:
         return round((north - latitude) * scale_y, 1)
@@ -123,7 +135,7 @@ def draw_map(packs: list[dict[str, Any]]) -> EvidenceMap | None:
     while latitude <= north + 1e-9:
         y = y_of(latitude)
         label = _degrees(latitude, "N", "S")
-        lines.append(Line(_PAD, y, WIDTH, y, label, 2, y - 3))
+        lines.append(Line(_LEFT, y, WIDTH, y, label, 2, y + 4))
         latitude += step
     points = [
         Point(
