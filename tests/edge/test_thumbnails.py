@@ -186,3 +186,32 @@ async def test_only_the_uploader_and_operators_see_a_thumbnail(
         assert (await client.get(path)).status_code == 401
         missing = await client.get(f"{EDGE}/evidence/nope/thumbnail", headers=OLGA)
         assert missing.json()["code"] == "EVIDENCE_NOT_FOUND"
+
+
+async def test_a_thumbnail_past_the_time_limit_is_none_and_the_worker_replaced(
+    embedded: Backend, tmp_path: Path
+) -> None:
+    """A large image (24 Mpx) under a time limit it cannot meet: 404 NO_THUMBNAIL saying so,
+    the refusal kept, the killed worker replaced; with the usual limit, a fresh cache makes
+    it."""
+    rows, columns = np.indices((4000, 6400), dtype=np.uint32)
+    ramp = ((rows // 16 + columns // 25) % 256).astype(np.uint8)
+    content = _saved(Image.fromarray(ramp).convert("RGB"), "PNG")
+    async with edge_app(embedded, edge_settings(tmp_path)) as (client, _app):
+        evidence_id = await _upload(client, "image", "survey.png", content)
+        small = await _upload(client, "image", "icon.png", _real_png())
+    hurried = edge_settings(tmp_path, parse_timeout_seconds=0.05)
+    async with edge_app(embedded, hurried) as (client, app):
+        answer = await client.get(f"{EDGE}/evidence/{evidence_id}/thumbnail")
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["code"] == "NO_THUMBNAIL"
+        assert "longer than allowed" in answer.json()["detail"]
+        assert list((tmp_path / "blobs" / "thumbnails").rglob("*.none"))
+        pids = app.state.parsers.worker_pids()
+        assert len(pids) <= 1  # the one that timed out was killed and dropped
+    async with edge_app(embedded, edge_settings(tmp_path)) as (client, _app):
+        for kept in (tmp_path / "blobs" / "thumbnails").rglob("*.none"):
+            kept.unlink()  # the cache is only a cache
+        image = _picture(await client.get(f"{EDGE}/evidence/{evidence_id}/thumbnail"))
+        assert image.size == (256, 160)
+        _picture(await client.get(f"{EDGE}/evidence/{small}/thumbnail"))
