@@ -28,7 +28,7 @@ import tifffile
 from PIL import Image, ImageOps
 
 from conclave.edge.agents.base import CorruptMedia, error_text
-from conclave.edge.agents.image import _FAILURES, _OPENERS, open_checked
+from conclave.edge.agents.image import DECODE_FAILURES, OPENERS, open_checked
 
 THUMBNAIL_PIXELS = 256
 """Longest side of a thumbnail."""
@@ -47,7 +47,7 @@ def make_thumbnail(path: str, fmt: str, target: str) -> tuple[str, Any]:
         return "none", error_text(exc)
     except MemoryError:
         return "none", "Making the thumbnail needed more memory than allowed."
-    except (*_FAILURES, KeyError, TypeError, IndexError, ZeroDivisionError) as exc:
+    except Exception as exc:  # any crash on untrusted input: a file that gives no picture
         return "none", f"The image cannot be decoded: {type(exc).__name__}."
     return "ok", None
 
@@ -57,7 +57,7 @@ def _picture(path: str, fmt: str) -> Image.Image:
     if fmt == "tiff":
         try:
             return _shrunk(Image.open(path))
-        except _FAILURES:
+        except DECODE_FAILURES:
             return _tiff_picture(path)  # a layout Pillow has no mode for
     if fmt == "jpeg":
         open_checked(path, fmt).close()  # its scans counted, its data proven at 1/8 scale
@@ -69,7 +69,7 @@ def _picture(path: str, fmt: str) -> Image.Image:
 
 
 def _opened(path: str, fmt: str) -> Image.Image:
-    image = _OPENERS[fmt](path) if fmt in _OPENERS else Image.open(path)
+    image = OPENERS[fmt](path) if fmt in OPENERS else Image.open(path)
     _check_pixels(image.width, image.height)
     return image
 
