@@ -161,6 +161,7 @@ async def test_the_upload_form_refuses_before_it_sends(edge_stack: Stack) -> Non
             ([("media_type", "image"), ("csrf_token", csrf), png], 403, "CSRF_FAILED"),
             ([("csrf_token", "forged"), ("media_type", "image"), png], 403, "CSRF_FAILED"),
             ([png], 403, "CSRF_FAILED"),
+            ([("csrf_token", csrf + "x" * 300), png], 403, "CSRF_FAILED"),
             ([*fine, ("metadata", '{"x": NaN}'), png], 422, "INVALID_METADATA"),
             ([*fine, ("metadata", "[1]"), png], 422, "INVALID_METADATA"),
             ([*fine, ("metadata", '{"s": "\\ud800"}'), png], 422, "INVALID_METADATA"),
@@ -218,3 +219,36 @@ async def test_a_file_past_the_limit_is_cut_off_and_nothing_stored(
         assert answer.status_code == 413, answer.text[:2000]
         assert "PAYLOAD_TOO_LARGE" in answer.text and "52,428,800" in answer.text
         assert pack_ids((await alice.get("/evidence")).text) == []
+
+
+async def test_broken_upload_bodies_are_refused_and_store_nothing(edge_stack: Stack) -> None:
+    async with signed_in(edge_stack, TOKENS["alice"]) as alice:
+        csrf, key = _csrf_and_key((await alice.get("/evidence/new")).text)
+        whole, content_type = _multipart(
+            [
+                ("csrf_token", csrf),
+                ("idempotency_key", key),
+                ("media_type", "image"),
+                ("file", ("café «1» %22x%22.png", samples.png())),  # as a browser escapes it
+            ]
+        )
+        cut = whole[: -len(b"\r\n--b0undary--\r\n")]  # the file sent, the body never closed
+        cases = [
+            (cut, content_type, 400, "TRUNCATED_UPLOAD"),
+            (b"\x00garbage" * 100, content_type, 400, "MALFORMED_MULTIPART"),
+            (whole, "multipart/form-data", 415, "UNSUPPORTED_MEDIA_TYPE"),
+        ]
+        for body, sent_type, status, code in cases:
+            answer = await alice.post(
+                "/evidence/new", content=body, headers={"Content-Type": sent_type}
+            )
+            assert answer.status_code == status, (code, answer.text[:2000])
+            assert code in answer.text, answer.text[answer.text.find("problem-title") :][:600]
+        assert pack_ids((await alice.get("/evidence")).text) == []
+        # The non-ASCII name is carried on as sent, and the upload works.
+        sent = await alice.post(
+            "/evidence/new", content=whole, headers={"Content-Type": content_type}
+        )
+        assert sent.status_code == 303, sent.text[:2000]
+        assert len(pack_ids((await alice.get("/evidence")).text)) == 1
+        assert "café «1»" in (await alice.get(sent.headers["location"])).text

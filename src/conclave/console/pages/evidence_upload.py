@@ -375,6 +375,8 @@ class _FormReader:
         self._value += data[start:end]
         assert self._name is not None
         if len(self._value) > FIELD_LIMITS[self._name]:
+            if self._name == CSRF_FIELD:
+                raise _stale()  # no token is that long: nothing more is read
             raise UploadRefused(
                 413, ProblemCode.FIELD_TOO_LARGE, f"The {self._name} field is too long.", self._name
             )
