@@ -87,7 +87,17 @@ async def test_in_chromium_upload_an_image_see_its_thumbnail_map_and_verificatio
         assert (await point.get_attribute("aria-label")).startswith("gate-icon.png")
         assert "45.07° N 7.68° E" in await point.get_attribute("aria-label")
         await watched.shot("evidence-map")
-        await point.click()
+        # In a narrow window the map shrinks with the page; its points stay links.
+        await page.set_viewport_size({"width": 420, "height": 900})
+        box = await page.locator(".evidence-map svg").bounding_box()
+        assert box is not None and box["width"] <= 420
+        assert await page.evaluate("document.documentElement.scrollWidth") <= 420
+        await expect(point).to_be_visible()
+        await page.set_viewport_size({"width": 1280, "height": 900})
+        # A point is a link a keyboard reaches and follows.
+        await point.focus()
+        assert await point.evaluate("(link) => document.activeElement === link")
+        await page.keyboard.press("Enter")
         await page.wait_for_url(f"{console}/evidence/{evidence_id}")
         assert not watched.failures, watched.failures
 
