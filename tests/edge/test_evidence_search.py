@@ -249,3 +249,29 @@ async def test_a_page_walks_an_index_among_100000_packs(postgres_engine) -> None
             assert any("edge_evidence_packs_" in line for line in lines), (kept, after, lines)
             rows = await search_packs(postgres_engine, kept, after, 101)
             assert len(rows) <= 101
+
+
+async def test_a_summary_gives_the_packs_position(backend: Backend, tmp_path) -> None:
+    """From the photo's EXIF GPS first, else from the client's coordinates (either spelling,
+    numbers or numeric strings); none when neither says where (or only half of it)."""
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, _app):
+        cases = [
+            (samples.jpeg_with_gps(51.5, -0.12), {"latitude": 1, "longitude": 2}, "exif"),
+            (samples.png(5, 5), {"lat": "-33.86", "lon": 151.2}, "metadata"),
+            (samples.png(6, 5), {"latitude": 12.5, "longitude": "-7.25"}, "metadata"),
+            (samples.png(7, 5), {"latitude": 12.5}, None),
+            (samples.png(8, 5), {"note": "nowhere"}, None),
+        ]
+        for index, (content, metadata, _source) in enumerate(cases):
+            answer = await client.post(
+                "/api/edge-intake/image", **form((f"f{index}.img", content), metadata)
+            )
+            assert answer.status_code == 200, answer.text
+        found = (await client.get(SEARCH)).json()["packs"][::-1]
+        positions = [pack["position"] for pack in found]
+        assert positions[0]["source"] == "exif"
+        assert abs(positions[0]["latitude"] - 51.5) < 1e-4
+        assert abs(positions[0]["longitude"] + 0.12) < 1e-4
+        assert positions[1] == {"latitude": -33.86, "longitude": 151.2, "source": "metadata"}
+        assert positions[2] == {"latitude": 12.5, "longitude": -7.25, "source": "metadata"}
+        assert positions[3:] == [None, None]

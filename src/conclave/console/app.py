@@ -24,6 +24,7 @@ from conclave.console.pages import (
     collections,
     dead_letters,
     evidence,
+    evidence_upload,
     expeditions,
     graph,
     overview,
@@ -86,8 +87,8 @@ def create_app(settings: ConsoleSettings) -> FastAPI:
     static = files("conclave.console") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     for module in (
-        signin, overview, audit, tools, evidence, expeditions, schedules, collections, graph,
-        dead_letters,
+        signin, overview, audit, tools, evidence_upload, evidence, expeditions, schedules,
+        collections, graph, dead_letters,
     ):  # fmt: skip
         app.include_router(module.router)
     return app

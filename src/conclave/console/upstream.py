@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
@@ -199,6 +200,46 @@ class Services:
                 if len(body) > max_bytes:
                     raise _unusable(service, "an answer too large to show")
             return Answer(response.status_code, response.headers, bytes(body))
+
+    async def send_stream(
+        self,
+        service: str,
+        path: str,
+        session: Session,
+        body: AsyncIterator[bytes],
+        headers: dict[str, str],
+        *,
+        answer_seconds: float,
+    ) -> Answer:
+        """``POST`` a body as it is produced (never held whole: an upload relayed from the
+        browser), as the session's user; the answer whatever its status (read whole, at most
+        :data:`MAX_ANSWER_BYTES`), except 401 (:class:`SignInExpired`). There is no overall
+        budget, since the body comes at the browser's pace: each write waits at most the usual
+        time-out, and the answer, once the body is sent, ``answer_seconds``. An exception the
+        body raises is raised here, the request to the service abandoned mid-body."""
+        sent = {**session.authorization(), **headers, "Accept-Encoding": "identity"}
+        client = self._clients[service]
+        timeout = httpx.Timeout(self._budget, read=max(self._budget, answer_seconds))
+        request = client.build_request(
+            "POST", self._urls[service] + path, content=body, headers=sent, timeout=timeout
+        )
+        try:
+            response = await client.send(request, stream=True)
+            try:
+                answer = bytearray()
+                async for chunk in response.aiter_raw():
+                    answer += chunk
+                    if len(answer) > MAX_ANSWER_BYTES:
+                        raise _unusable(service, "an answer too large to show")
+            finally:
+                await response.aclose()
+        except httpx.TimeoutException as exc:
+            raise _unavailable(service, "did not answer in time") from exc
+        except httpx.HTTPError as exc:
+            raise _unavailable(service, "cannot be reached") from exc
+        if response.status_code == 401 and session.credential:
+            raise SignInExpired(service)
+        return Answer(response.status_code, response.headers, bytes(answer))
 
     async def open_stream(self, service: str, path: str, session: Session) -> httpx.Response:
         """``GET`` a body to relay as it arrives, never read whole: a 2xx answer whose body the

@@ -12,7 +12,7 @@ from fastapi.routing import APIRoute
 from conclave import __version__
 from conclave.edge import integrity, store
 from conclave.edge.events import CHANNEL
-from conclave.edge.evidence_search import PackFilter, search_packs
+from conclave.edge.evidence_search import PackFilter, position_of, search_packs
 from conclave.edge.media import media_type_or_404
 from conclave.edge.models import (
     ChainVerifyResult,
@@ -23,6 +23,7 @@ from conclave.edge.models import (
     EvidenceSummary,
     IntakeEvent,
     PackReceipt,
+    Position,
     UploadResponse,
     VerifyResult,
 )
@@ -371,6 +372,7 @@ def _summary(row: Any) -> EvidenceSummary:
         created_at=rfc3339(row.created_at),
         log_leaf_hash=None if hashed is None else hashed.hex(),
         url=f"{PREFIX}/evidence/{row.evidence_id}",
+        position=None if (found := position_of(row)) is None else Position(**found),
     )
 
 
@@ -427,6 +429,48 @@ async def get_content(
         media_type=row.mime_type,
         filename=row.filename,
         headers={"X-Content-Type-Options": "nosniff", "ETag": f'"{row.sha256}"'},
+    )
+
+
+THUMBNAIL_MAX_AGE_SECONDS = 86_400
+"""How long a browser may keep a thumbnail: a pack never changes, but a day bounds how long a
+copy outlives the reader's access to it."""
+
+
+@router.get(
+    PREFIX + "/evidence/{evidence_id}/thumbnail",
+    tags=["evidence"],
+    response_class=FileResponse,
+    responses={
+        200: {
+            "description": "A WebP of at most 256 pixels on its longer side",
+            "content": {"image/webp": {"schema": {"type": "string", "format": "binary"}}},
+        },
+        **problem_responses(
+            404,
+            503,
+            s404=_NOT_YOURS + ", no thumbnail (NO_THUMBNAIL: the detail says why), or its "
+            "bytes (CONTENT_MISSING)",
+            s503="Every parser worker busy (PARSERS_BUSY with Retry-After), or the store down",
+        ),
+    },
+)
+async def get_thumbnail(
+    evidence_id: str, service: Service, principal: CurrentPrincipal
+) -> FileResponse:
+    """A small picture of one of your image or landscape packs (any, for an operator): made by
+    a parser worker when first asked for, then kept."""
+    row = await integrity.pack_or_404(service.engine, evidence_id, uploaded_by=_own_only(principal))
+    blob = service.blobs.path_for(row.sha256)
+    path = await service.thumbnails.of(row.media_type, row.format, row.sha256, blob)
+    return FileResponse(
+        path,
+        media_type="image/webp",
+        headers={
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": f"private, max-age={THUMBNAIL_MAX_AGE_SECONDS}",
+            "ETag": f'"{row.sha256}-thumbnail-v1"',
+        },
     )
 
 

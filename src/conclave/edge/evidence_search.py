@@ -10,6 +10,7 @@ scan and a sort.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -37,6 +38,15 @@ _SUMMARY = [
         "created_at",
         "log_leaf_hash",
     )
+]
+# A pack's position, taken out of its JSON columns by the store: the photo's EXIF GPS block (a
+# few numbers) and the client's four coordinate keys, never the whole documents.
+_POSITION = [
+    evidence_packs.c.extracted[("exif", "gps")].label("exif_gps"),
+    *(
+        evidence_packs.c.client_metadata[key].label(f"metadata_{key}")
+        for key in ("latitude", "lat", "longitude", "lon")
+    ),
 ]
 
 
@@ -71,7 +81,7 @@ def search_query(kept: PackFilter, after: tuple[datetime, str] | None, limit: in
     """The query :func:`search_packs` runs."""
     packs = evidence_packs.c
     return keyset.newest_first(
-        select(*_SUMMARY),
+        select(*_SUMMARY, *_POSITION),
         packs.created_at,
         packs.evidence_id,
         equal=(
@@ -85,3 +95,33 @@ def search_query(kept: PackFilter, after: tuple[datetime, str] | None, limit: in
         position=after,
         limit=limit,
     )
+
+
+def position_of(row: Any) -> dict[str, Any] | None:
+    """Where a searched pack was taken: ``{latitude, longitude, source}`` from its photo's EXIF
+    GPS (``"exif"``), else from the client's ``latitude``/``lat`` and ``longitude``/``lon``
+    (``"metadata"``; checked in range at upload), else ``None``."""
+    gps = row.exif_gps
+    if isinstance(gps, dict):
+        found = _point(gps.get("latitude"), gps.get("longitude"))
+        if found is not None:
+            return {**found, "source": "exif"}
+    latitude = row.metadata_latitude if row.metadata_latitude is not None else row.metadata_lat
+    longitude = row.metadata_longitude if row.metadata_longitude is not None else row.metadata_lon
+    found = _point(latitude, longitude)
+    return None if found is None else {**found, "source": "metadata"}
+
+
+def _point(latitude: Any, longitude: Any) -> dict[str, float] | None:
+    values = []
+    for value, bound in ((latitude, 90.0), (longitude, 180.0)):
+        if isinstance(value, bool):
+            return None
+        try:
+            number = float(value)  # a number, or the numeric string the upload accepted
+        except (TypeError, ValueError):
+            return None
+        if not (math.isfinite(number) and -bound <= number <= bound):
+            return None
+        values.append(number)
+    return {"latitude": values[0], "longitude": values[1]}

@@ -67,6 +67,14 @@ class EvidencePack(BaseModel):
     verify_url: str
 
 
+class Position(BaseModel):
+    """A point in WGS 84 degrees, and what said so."""
+
+    latitude: float
+    longitude: float
+    source: Literal["exif", "metadata"]
+
+
 class EvidenceSummary(BaseModel):
     """One Evidence Pack as the search lists it: without the client's metadata or the extracted
     facts (``url`` has those)."""
@@ -89,6 +97,11 @@ class EvidenceSummary(BaseModel):
         description="The leaf hash of the pack's entry in the log `packs` (hex), or null."
     )
     url: str = Field(description="The whole pack: `/api/edge-intake/evidence/{evidence_id}`.")
+    position: Position | None = Field(
+        None,
+        description="Where it was taken: its EXIF GPS position, else the client's `latitude`/"
+        "`lat` and `longitude`/`lon` metadata; null when neither is given.",
+    )
 
 
 class EvidencePage(BaseModel):

@@ -32,6 +32,7 @@ def _worker_main(connection: Connection, memory_bytes: int) -> None:
     # Imported here, in the worker only: the parsing libraries (Pillow, pypdf, ezdxf with numpy,
     # MediaInfo) stay out of the service process, which keeps its memory small.
     from conclave.edge.agents.registry import run_agent
+    from conclave.edge.agents.thumbnail import make_thumbnail
     from conclave.platform.media_types import registered_media_types
 
     if memory_bytes > 0:
@@ -41,12 +42,16 @@ def _worker_main(connection: Connection, memory_bytes: int) -> None:
     connection.send_bytes(answer_bytes(("ready", None)))
     while True:
         try:
-            media_type, path, fmt, metadata, placing = connection.recv()
+            job, arguments = connection.recv()
         except (EOFError, OSError):
             return
-        outcome = run_agent(media_type, path, fmt, metadata)
-        if placing is not None and outcome[0] == "ok":
-            outcome = _placed(path, placing, outcome)
+        if job == "thumbnail":
+            outcome = make_thumbnail(*arguments)
+        else:
+            media_type, path, fmt, metadata, placing = arguments
+            outcome = run_agent(media_type, path, fmt, metadata)
+            if placing is not None and outcome[0] == "ok":
+                outcome = _placed(path, placing, outcome)
         connection.send_bytes(answer_bytes(outcome))
 
 
@@ -277,38 +282,11 @@ class ParserPool:
         address (:func:`conclave.edge.blobs.place_blob`, with ``fsync``): the service then needs
         no thread of its own for it. 503 ``STORE_UNAVAILABLE`` when the blob store refused it."""
         placing = None if place_as is None else (str(place_as), fsync)
-        worker = await self._take()
-        try:
-            if worker is None or not worker.process.is_alive():
-                worker = await self._spawn()
-            worker.connection.send((media_type, path, fmt, metadata, placing))
-            kind, value = await worker.receive(time_limit or self._timeout)
-        except TimeoutError:
-            if worker is not None:
-                await self._retire(worker)
-            worker = None
-            raise Unprocessable(
-                "Parsing the file took longer than allowed.", code=ProblemCode.PARSE_TIMEOUT
-            ) from None
-        except (EOFError, OSError, BrokenPipeError):
-            # The worker died under this file (native crash or killed for memory).
-            if worker is not None:
-                await self._retire(worker)
-            worker = None
-            raise Unprocessable(
-                "The file crashed its parser.", code=ProblemCode.CORRUPT_MEDIA
-            ) from None
-        except asyncio.CancelledError:
-            # The upload went away mid-parse: the worker is still parsing, or its answer is
-            # still in the pipe (a thread may be reading it). Reused, it would hand that answer
-            # to the next upload; it is replaced instead.
-            if worker is not None:
-                worker.process.kill()
-                self._all.discard(worker)
-            worker = None
-            raise
-        finally:
-            self._idle.put_nowait(worker)
+        kind, value = await self._run(
+            ("parse", (media_type, path, fmt, metadata, placing)),
+            time_limit,
+            timed_out="Parsing the file took longer than allowed.",
+        )
         if kind == "unstored":
             log.error("the blob store refused a parsed file: %s", value)
             raise Unavailable(
@@ -325,6 +303,62 @@ class ParserPool:
         if kind != "ok":
             raise Unprocessable(value, code=ProblemCode.CORRUPT_MEDIA)
         return value  # type: ignore[no-any-return]
+
+    async def thumbnail(
+        self, path: str, fmt: str, target: Path, *, time_limit: float | None = None
+    ) -> str | None:
+        """Make the thumbnail of the file at ``path`` (sniffed as ``fmt``) at ``target``
+        (:mod:`conclave.edge.agents.thumbnail`): ``None`` once made, else why the file gives
+        none (one that outlasts the time limit, or crashes its worker, gives none either)."""
+        try:
+            kind, value = await self._run(
+                ("thumbnail", (path, fmt, str(target))),
+                time_limit,
+                timed_out="Making the thumbnail took longer than allowed.",
+            )
+        except Unprocessable as exc:
+            if exc.code == ProblemCode.PARSER_FAILED:
+                raise  # no worker could start: not the file's fault
+            return exc.detail
+        return None if kind == "ok" else str(value)
+
+    async def _run(
+        self, job: tuple[str, tuple[Any, ...]], time_limit: float | None, *, timed_out: str
+    ) -> tuple[str, Any]:
+        """One job on an idle worker: its answer ``(kind, value)``; 422 ``PARSE_TIMEOUT`` when it
+        outlasts ``time_limit`` and ``CORRUPT_MEDIA`` when its worker dies (the worker is then
+        replaced), 503 ``PARSERS_BUSY`` when no worker frees up in time."""
+        worker = await self._take()
+        try:
+            if worker is None or not worker.process.is_alive():
+                worker = await self._spawn()
+            worker.connection.send(job)
+            kind, value = await worker.receive(time_limit or self._timeout)
+        except TimeoutError:
+            if worker is not None:
+                await self._retire(worker)
+            worker = None
+            raise Unprocessable(timed_out, code=ProblemCode.PARSE_TIMEOUT) from None
+        except (EOFError, OSError, BrokenPipeError):
+            # The worker died under this file (native crash or killed for memory).
+            if worker is not None:
+                await self._retire(worker)
+            worker = None
+            raise Unprocessable(
+                "The file crashed its parser.", code=ProblemCode.CORRUPT_MEDIA
+            ) from None
+        except asyncio.CancelledError:
+            # The request went away mid-job: the worker is still working, or its answer is
+            # still in the pipe (a thread may be reading it). Reused, it would hand that answer
+            # to the next job; it is replaced instead.
+            if worker is not None:
+                worker.process.kill()
+                self._all.discard(worker)
+            worker = None
+            raise
+        finally:
+            self._idle.put_nowait(worker)
+        return kind, value
 
     def worker_pids(self) -> list[int]:
         """Process ids of the started workers (the benchmark reads their memory from /proc)."""

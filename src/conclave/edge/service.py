@@ -30,6 +30,7 @@ from conclave.edge.pack_log import pack_entry
 from conclave.edge.parsing import ParserPool
 from conclave.edge.records import IntakeError, NewEvidencePack, PackLeaf
 from conclave.edge.sniff import Sniffed, is_built_in, sniff
+from conclave.edge.thumbnails import Thumbnails
 from conclave.platform import signing
 from conclave.platform.auth import Principal
 from conclave.platform.clock import rfc3339, utc_now
@@ -115,6 +116,7 @@ class IntakeService:
         self.platform = platform
         self.blobs = blobs
         self.parsers = parsers
+        self.thumbnails = Thumbnails(blobs.root, parsers, time_limit=settings.parse_timeout_seconds)
         self.metrics = metrics
         self.pack_log = pack_log
         """The log ``packs`` every new pack is queued for (``None`` with ``EDGE_PACK_LOG`` off)."""

@@ -197,6 +197,9 @@ class ProblemCode(StrEnum):
         "No Evidence Pack with this id that you may read.")
     CONTENT_MISSING = ("CONTENT_MISSING", (404,), "Content missing",
         "The pack exists but its bytes are gone from the blob store.")
+    NO_THUMBNAIL = ("NO_THUMBNAIL", (404,), "No thumbnail",
+        "The pack has no thumbnail: not an image or landscape pack, or its file cannot be "
+        "rendered small (the detail says why).")
     MALFORMED_MULTIPART = ("MALFORMED_MULTIPART", (400,), "Malformed multipart",
         "The multipart body is malformed.")
     TRUNCATED_UPLOAD = ("TRUNCATED_UPLOAD", (400,), "Truncated upload",

@@ -65,6 +65,19 @@ class ConsoleSettings(CommonSettings):
         description="Time budget of one request to a service; past it the page shows the "
         "service as unavailable.",
     )
+    max_upload_bytes: dict[str, int] = Field(
+        default_factory=dict,
+        alias="CONSOLE_MAX_UPLOAD_BYTES",
+        description="Per-type file size limits of the upload form as JSON, the same as the "
+        "edge's `EDGE_MAX_UPLOAD_BYTES` (set both alike); types not named keep their defaults.",
+    )
+    upload_timeout_seconds: float = Field(
+        120.0,
+        gt=0,
+        alias="CONSOLE_UPLOAD_TIMEOUT_SECONDS",
+        description="Longest the console waits for the edge's answer once an upload's last "
+        "byte is sent on (the edge parses the file meanwhile).",
+    )
 
     @field_validator("session_key")
     @classmethod

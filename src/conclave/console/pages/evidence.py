@@ -20,7 +20,8 @@ import httpx
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
-from conclave.console.upstream import ServiceProblem, Services, path_segment
+from conclave.console.evidence_map import draw_map
+from conclave.console.upstream import ServiceProblem, Services, path_segment, unusable_answer
 from conclave.console.web import ServicesDep, SignedIn, page
 from conclave.platform.media_types import media_type_names
 
@@ -69,6 +70,59 @@ async def evidence(
         filters=shown,
         paged=bool(cursor),
         media_types=media_type_names(),
+        thumbnail_types=THUMBNAIL_TYPES,
+    )
+
+
+MAP_PACKS = 500
+"""Most packs the map looks at: the newest that match its filters, five of the edge's pages."""
+_MAP_PAGE = 100
+
+
+@router.get("/evidence/map")
+async def evidence_map(
+    request: Request,
+    session: SignedIn,
+    services: ServicesDep,
+    type: Annotated[str | None, Query(max_length=64)] = None,
+    device_id: Annotated[str | None, Query(max_length=256)] = None,
+    correlation_id: Annotated[str | None, Query(max_length=128)] = None,
+    user_id: Annotated[str | None, Query(max_length=256)] = None,
+    since: Annotated[str | None, Query(max_length=64)] = None,
+    until: Annotated[str | None, Query(max_length=64)] = None,
+) -> HTMLResponse:
+    """The geotagged packs among the newest :data:`MAP_PACKS` that match, on a map drawn here."""
+    chosen = {
+        "type": type,
+        "device_id": device_id,
+        "correlation_id": correlation_id,
+        "user_id": user_id if session.is_operator else None,
+        "since": since,
+        "until": until,
+    }
+    shown = {key: value for key, value in chosen.items() if value}
+    packs: list[dict[str, Any]] = []
+    cursor = None
+    more = False
+    while len(packs) < MAP_PACKS:
+        found = await services.get(
+            "edge", EDGE, session, params={**shown, "cursor": cursor, "limit": _MAP_PAGE}
+        )
+        packs += [pack for pack in found.get("packs", []) if isinstance(pack, dict)]
+        cursor = found.get("next_cursor")
+        if not cursor:
+            break
+        more = len(packs) >= MAP_PACKS
+    drawn = draw_map(packs[:MAP_PACKS])
+    return page(
+        request,
+        "evidence_map.html",
+        session,
+        drawn=drawn,
+        looked_at=min(len(packs), MAP_PACKS),
+        more=more,
+        limit=MAP_PACKS,
+        filters=shown,
     )
 
 
@@ -81,7 +135,14 @@ async def evidence_detail(
     pack, verification = await asyncio.gather(
         services.get("edge", path, session), _verification(services, path, session)
     )
-    return page(request, "evidence_pack.html", session, pack=pack, verification=verification)
+    return page(
+        request,
+        "evidence_pack.html",
+        session,
+        pack=pack,
+        verification=verification,
+        thumbnail_types=THUMBNAIL_TYPES,
+    )
 
 
 async def _verification(services: Services, path: str, session: Any) -> dict[str, Any]:
@@ -110,6 +171,27 @@ async def evidence_content(
     return StreamingResponse(
         _relay(upstream), media_type="application/octet-stream", headers=headers
     )
+
+
+THUMBNAIL_TYPES = frozenset({"image", "landscape"})
+"""Media types the edge makes thumbnails of (the pages show an ``<img>`` for these only)."""
+THUMBNAIL_CACHE = "private, max-age=86400"
+
+
+@router.get("/evidence/{evidence_id}/thumbnail")
+async def evidence_thumbnail(
+    evidence_id: str, session: SignedIn, services: ServicesDep
+) -> StreamingResponse:
+    """The pack's thumbnail, made by the edge, relayed from this console's origin (so the page's
+    ``img-src 'self'`` holds) as the user: the edge decides whether they may see it."""
+    path = f"{EDGE}/{path_segment(evidence_id, 'The evidence id')}/thumbnail"
+    upstream = await services.open_stream("edge", path, session)
+    if upstream.headers.get("content-type", "").split(";")[0].strip() != "image/webp":
+        await upstream.aclose()
+        raise unusable_answer("edge", "a thumbnail that is not WebP")
+    headers = {name: upstream.headers[name] for name in _RELAYED if name in upstream.headers}
+    headers |= {"X-Content-Type-Options": "nosniff", "Cache-Control": THUMBNAIL_CACHE}
+    return StreamingResponse(_relay(upstream), media_type="image/webp", headers=headers)
 
 
 async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:

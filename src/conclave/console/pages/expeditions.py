@@ -19,6 +19,7 @@ from conclave.console.session import Session
 from conclave.console.strict_json import JsonRefused, parse_strict_json
 from conclave.console.upstream import ServiceProblem, Services, path_segment
 from conclave.console.web import ServicesDep, SignedIn, checked_form, page
+from conclave.platform.problem_types import ProblemCode
 
 router = APIRouter(include_in_schema=False)
 
@@ -240,7 +241,7 @@ def _form_problem(field: str, message: str) -> dict[str, Any]:
     return {
         "title": "Form not accepted",
         "detail": message,
-        "code": "VALIDATION_FAILED",
+        "code": ProblemCode.VALIDATION_FAILED,
         "errors": [{"field": field, "message": message}],
         "status": 422,
     }

@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse
 from conclave.console.session import Session
 from conclave.console.upstream import ServiceProblem, Services
 from conclave.console.web import ServicesDep, SignedIn, checked_form, page
+from conclave.platform.problem_types import ProblemCode
 
 router = APIRouter(include_in_schema=False)
 
@@ -42,7 +43,7 @@ async def dispatch(request: Request, session: SignedIn, services: ServicesDep) -
     try:
         answer = await services.post("graph", "/dispatch", session, body)
     except ServiceProblem as exc:
-        if exc.code == "SERVICE_UNREACHABLE":
+        if exc.code == ProblemCode.SERVICE_UNREACHABLE:
             raise
         # The graph's refusal (too many entities, unsafe text) is shown next to the form.
         return await _graph_page(request, session, services, form, None, exc, exc.status)

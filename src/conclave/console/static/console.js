@@ -85,3 +85,12 @@ document.addEventListener("htmx:afterSwap", (event) => {
 document.addEventListener("htmx:afterSettle", hideFinishedActions);
 document.addEventListener("htmx:sendError", retryLater);
 document.addEventListener("htmx:responseError", retryLater);
+
+// A thumbnail the edge has none of (a format it cannot render) is hidden, not shown broken.
+// `error` does not bubble: listened for in the capture phase.
+document.addEventListener("error", (event) => {
+  const image = event.target;
+  if (image instanceof HTMLImageElement && image.classList.contains("thumb")) {
+    image.hidden = true;
+  }
+}, true);

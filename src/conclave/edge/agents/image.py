@@ -66,12 +66,12 @@ def _decoded_bytes(image: Image.Image) -> int:
 # Opened by the sniffed format: each plugin's own check accepts a short list of major brands
 # (pillow-heif neither "miaf" nor a phone's "MiHE", and it claims an AVIF whose major brand is
 # "mif1" although it has no AV1 decoder), while the files only need a compatible brand.
-_OPENERS: dict[str, Callable[[str], ImageFile.ImageFile]] = {
+OPENERS: dict[str, Callable[[str], ImageFile.ImageFile]] = {
     "heif": HeifImageFile,
     "avif": AvifImagePlugin.AvifImageFile,
 }
 
-_FAILURES = (
+DECODE_FAILURES = (
     UnidentifiedImageError,
     OSError,
     SyntaxError,
@@ -80,6 +80,7 @@ _FAILURES = (
     RuntimeError,  # pillow-heif's libheif errors
     Image.DecompressionBombError,
 )
+"""What Pillow and its plugins raise for a file they cannot decode."""
 
 
 def _exif_time(value: Any) -> str | None:
@@ -158,7 +159,7 @@ def open_checked(path: str, fmt: str) -> Image.Image:
         with open(path, "rb") as stream:
             count_scans(stream)
     try:
-        image = _OPENERS[fmt](path) if fmt in _OPENERS else Image.open(path)
+        image = OPENERS[fmt](path) if fmt in OPENERS else Image.open(path)
         pixels = image.width * image.height
         if pixels > _BOMB_PIXELS and pixels > _BOMB_PIXELS_PER_BYTE * os.path.getsize(path):
             raise CorruptMedia(
@@ -176,7 +177,7 @@ def open_checked(path: str, fmt: str) -> Image.Image:
         else:
             with Image.open(path) as second:
                 second.verify()
-    except _FAILURES as exc:
+    except DECODE_FAILURES as exc:
         raise CorruptMedia(f"The image cannot be decoded: {type(exc).__name__}.") from exc
     return image
 
@@ -191,7 +192,7 @@ def _frames(image: Image.Image, path: str) -> tuple[int, bool]:
         return max(found.frames, 1), found.at_least
     try:
         return int(getattr(image, "n_frames", 1)), False
-    except _FAILURES as exc:  # counting walks every frame's header
+    except DECODE_FAILURES as exc:  # counting walks every frame's header
         raise CorruptMedia(f"The image's frames cannot be read: {type(exc).__name__}.") from exc
 
 
@@ -199,7 +200,7 @@ def _exif_or_nothing(read: Callable[[], Image.Exif]) -> dict[str, Any]:
     # A malformed EXIF block (cameras and editors write many) costs the EXIF facts, not the image.
     try:
         return exif_summary(read())
-    except (*_FAILURES, KeyError, TypeError, IndexError, ZeroDivisionError, struct.error):
+    except (*DECODE_FAILURES, KeyError, TypeError, IndexError, ZeroDivisionError, struct.error):
         return {}
 
 
@@ -239,7 +240,7 @@ def describe_tiff(path: str, structure: TiffStructure) -> dict[str, Any]:
         with Image.open(path) as image:
             facts["mode"] = image.mode
             exif = _exif_or_nothing(image.getexif)
-    except _FAILURES:
+    except DECODE_FAILURES:
         exif = _tiff_exif(path)
     if exif:
         facts["exif"] = exif
