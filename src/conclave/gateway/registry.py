@@ -9,9 +9,11 @@ from dataclasses import dataclass, replace
 from conclave.gateway.finance import Alias
 from conclave.gateway.formats import wire_name
 from conclave.gateway.tools import Tool
-from conclave.gateway.validation import SchemaCheck, compile_schema
+from conclave.gateway.validation import SchemaCheck, compile_schema, depth_exceeds
 
 _MCP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}\Z")
+MAX_SCHEMA_DEPTH = 64
+"""Deepest nesting a tool's schemas may have (real ones stay under ten)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,16 @@ class ToolRegistry:
         _check_executor(tool)
         if tool.parameters.get("type") != "object":
             raise ValueError(f"tool {tool.name!r}: parameters must be a JSON Schema of type object")
+        for part, schema in (
+            ("parameters", tool.parameters),
+            ("output schema", tool.output_schema),
+        ):
+            if schema and depth_exceeds(schema, MAX_SCHEMA_DEPTH):
+                # Served as it is, such a schema makes the whole catalogue unserialisable
+                # (GET /tools and MCP tools/list a 500 for every tool), and no client reads it.
+                raise ValueError(
+                    f"tool {tool.name!r}: {part} nest deeper than {MAX_SCHEMA_DEPTH} levels"
+                )
         arguments = compile_schema(tool.parameters, where=f"tool {tool.name!r} parameters")
         output = (
             compile_schema(tool.output_schema, where=f"tool {tool.name!r} output schema")

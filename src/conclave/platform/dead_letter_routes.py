@@ -37,7 +37,10 @@ log = logging.getLogger(__name__)
 
 AUDIT_CHANNEL = "ops.dead_letters"
 SHOWN_PAYLOAD_CHARS = 4096
+SHOWN_FIELD_CHARS = 256
 MAX_CHANNELS = 50
+MAX_LISTED_ENTRIES = 500
+"""Most bus entries one listing carries, over all channels (each at most ~5 KB)."""
 
 router = APIRouter(tags=["dead letters"])
 
@@ -65,7 +68,7 @@ def _outbox_row(event: QuarantinedEvent) -> dict[str, Any]:
         "channel": event.channel,
         "source": event.source,
         "attempts": event.attempts,
-        "last_error": event.last_error,
+        "last_error": _short(event.last_error),
         "created_at": rfc3339(event.created_at),
         "quarantined_at": rfc3339(event.quarantined_at),
         "payload": payload,
@@ -78,14 +81,20 @@ def _bus_entry(letter: DeadLetter) -> dict[str, Any]:
     return {
         "channel": letter.channel,
         "entry_id": letter.entry_id,
-        "event_id": letter.fields.get("event_id"),
-        "source": letter.fields.get("source"),
-        "reason": letter.reason,
-        "group": letter.group,
+        "event_id": _short(letter.fields.get("event_id")),
+        "source": _short(letter.fields.get("source")),
+        "reason": _short(letter.reason),
+        "group": _short(letter.group),
         "payload": payload,
-        "payload_cut": cut,
-        "replayable": letter.malformed() is None,
+        "payload_cut": cut or letter.cut,
+        # A letter cut for the listing is not parsed here (it may be megabytes): whether it
+        # replays is found when it is replayed (409 if it is no event).
+        "replayable": None if letter.cut else letter.malformed() is None,
     }
+
+
+def _short(value: str | None) -> str | None:
+    return None if value is None else value[:SHOWN_FIELD_CHARS]
 
 
 @router.get("/dead-letters", responses=problem_responses(403, 503))
@@ -96,15 +105,26 @@ async def list_dead_letters(
     limit: Annotated[int, Query(ge=1, le=100, description="Most entries of each kind.")] = 50,
 ) -> dict[str, Any]:
     """Quarantined outbox events of this service's store and dead-lettered bus entries (operators
-    only), oldest first; each payload cut at 4,096 characters."""
+    only), oldest first; each payload cut at 4,096 characters and every other field at 256, at
+    most 500 bus entries in all (`truncated` says when more were left out)."""
     _operator_only(request, principal)
     outbox = [_outbox_row(event) for event in await list_quarantined(platform.engine, limit)]
     bus = []
-    for channel in await platform.bus.dead_letter_channels(MAX_CHANNELS):
-        letters = await platform.bus.dead_letters(channel, limit)
+    room = MAX_LISTED_ENTRIES
+    channels = await platform.bus.dead_letter_channels(MAX_CHANNELS)
+    for channel in channels:
+        if room <= 0:
+            break
+        letters = await platform.bus.dead_letters(channel, min(limit, room))
+        room -= len(letters)
         if letters:
             bus.append({"channel": channel, "entries": [_bus_entry(item) for item in letters]})
-    return {"service": request.app.state.service, "outbox": outbox, "bus": bus}
+    return {
+        "service": request.app.state.service,
+        "outbox": outbox,
+        "bus": bus,
+        "truncated": room <= 0,
+    }
 
 
 @router.post("/dead-letters/outbox/{event_id}/{action}", responses=problem_responses(403, 404, 503))

@@ -20,7 +20,19 @@ DLQ_FIELDS = ("dlq_reason", "dlq_group", "dlq_entry_id")
 """What the Redis bus adds to an entry it dead-letters (why, which group, the entry's id)."""
 
 ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
-CHANNEL = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+CHANNEL = re.compile(r"[A-Za-z0-9_.-]{1,200}")
+"""A channel name as the routes take it: no ``:``, which ends a deployment's stream prefix, so a
+name can never reach into another deployment's streams sharing the Redis."""
+MAX_ID_PART = 2**64 - 1
+LISTED_FIELD_CHARS = 4096
+"""A listing carries each field cut at this length (whole entries are read only to replay)."""
+
+
+def is_entry_id(text: str) -> bool:
+    """Whether ``text`` is a stream entry id Redis takes (two parts within 64 bits)."""
+    if not ENTRY_ID.fullmatch(text):
+        return False
+    return all(int(part) <= MAX_ID_PART for part in text.split("-"))
 
 
 @dataclass(frozen=True)
@@ -36,6 +48,8 @@ class DeadLetter:
     reason: str
     group: str
     original_entry_id: str
+    cut: bool = False
+    """A field was cut for the listing: this letter is for showing, not for replaying."""
 
     def event(self) -> Event:
         """The event to publish again on :attr:`channel`; :class:`MalformedEntry` when the entry
@@ -49,7 +63,10 @@ class DeadLetter:
         return dataclasses.replace(event, channel=self.channel, event_id=event_id)
 
     def malformed(self) -> str | None:
-        """Why the entry cannot be replayed, or ``None``."""
+        """Why the entry cannot be replayed, or ``None`` (also ``None`` for a letter cut for a
+        listing: whether it replays is known when it is read whole)."""
+        if self.cut:
+            return None
         try:
             self.event()
         except MalformedEntry as exc:
@@ -58,7 +75,12 @@ class DeadLetter:
 
 
 def dead_letter_of(
-    channel: str, entry_id: str, fields: Mapping[str, str], reason: str = "", group: str = ""
+    channel: str,
+    entry_id: str,
+    fields: Mapping[str, str],
+    reason: str = "",
+    group: str = "",
+    cut: bool = False,
 ) -> DeadLetter:
     """A dead letter from a dead-letter stream's entry (the bus's ``dlq_*`` fields read off)."""
     kept = {name: value for name, value in fields.items() if name not in DLQ_FIELDS}
@@ -69,4 +91,14 @@ def dead_letter_of(
         reason=fields.get("dlq_reason", reason),
         group=fields.get("dlq_group", group),
         original_entry_id=fields.get("dlq_entry_id", entry_id),
+        cut=cut,
     )
+
+
+def cut_fields(fields: Mapping[str, str], limit: int) -> tuple[dict[str, str], bool]:
+    """``fields`` with every name and value cut at ``limit`` characters; whether any was cut."""
+    kept = {name[:limit]: value[:limit] for name, value in list(fields.items())[:64]}
+    cut = len(fields) > 64 or any(
+        len(name) > limit or len(value) > limit for name, value in fields.items()
+    )
+    return kept, cut

@@ -16,7 +16,12 @@ from conclave.platform.bus.base import (
     dead_letter_channel,
     deliver_once,
 )
-from conclave.platform.bus.dead_letters import DeadLetter, dead_letter_of
+from conclave.platform.bus.dead_letters import (
+    LISTED_FIELD_CHARS,
+    DeadLetter,
+    cut_fields,
+    dead_letter_of,
+)
 from conclave.platform.bus.entry import DEFAULT_MAX_EVENT_BYTES, PublishRefused, encode_entries
 
 log = logging.getLogger(__name__)
@@ -183,7 +188,8 @@ class MemoryBus:
         return found[:limit]
 
     async def dead_letters(self, channel: str, limit: int = 100) -> list[DeadLetter]:
-        """The oldest ``limit`` entries of ``channel``'s dead-letter stream."""
+        """The oldest ``limit`` entries of ``channel``'s dead-letter stream, each field cut at
+        :data:`LISTED_FIELD_CHARS` (``dead_letter`` reads one whole)."""
         dead = dead_letter_channel(channel)
         stream = self._streams.get(dead)
         if stream is None:
@@ -191,11 +197,12 @@ class MemoryBus:
         letters = []
         for seq, event in list(stream.entries.items())[:limit]:
             reason, group = self._dead_reasons.get((dead, seq), ("", ""))
-            letters.append(dead_letter_of(channel, f"{seq}-0", event.to_fields(), reason, group))
+            fields, cut = cut_fields(event.to_fields(), LISTED_FIELD_CHARS)
+            letters.append(dead_letter_of(channel, f"{seq}-0", fields, reason, group, cut))
         return letters
 
     async def dead_letter(self, channel: str, entry_id: str) -> DeadLetter | None:
-        """One dead-letter entry, or ``None``."""
+        """One dead-letter entry, whole, or ``None``."""
         dead = dead_letter_channel(channel)
         seq = _memory_seq(entry_id)
         stream = self._streams.get(dead)

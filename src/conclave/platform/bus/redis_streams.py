@@ -23,7 +23,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from conclave.platform.bus.base import Delivered, Event, Handler, dead_letter_channel, deliver_once
-from conclave.platform.bus.dead_letters import DeadLetter, dead_letter_of
+from conclave.platform.bus.dead_letters import (
+    CHANNEL,
+    LISTED_FIELD_CHARS,
+    DeadLetter,
+    dead_letter_of,
+    is_entry_id,
+)
 from conclave.platform.bus.entry import (
     DEFAULT_MAX_EVENT_BYTES,
     PublishRefused,
@@ -101,6 +107,26 @@ def publish_command(entries: Sequence[tuple[bytes, list[bytes]]], maxlen: int) -
         parts += fields
         count += 1 + len(fields)
     return b"*%d\r\n" % count + b"".join(parts)
+
+
+_SCAN_PAGES = 100
+# XRANGE with every field name and value cut at ARGV[2] characters, and whether any was:
+# {id, {field, value, ...}, cut}. Run by Redis, so a listing moves at most that much per field.
+_LIST_CUT = """
+local entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', tonumber(ARGV[1]))
+local limit = tonumber(ARGV[2])
+local out = {}
+for i, entry in ipairs(entries) do
+  local fields, cut = {}, 0
+  for j, item in ipairs(entry[2]) do
+    if j > 128 then cut = 1 break end
+    if #item > limit then item = string.sub(item, 1, limit) cut = 1 end
+    fields[j] = item
+  end
+  out[i] = {entry[1], fields, cut}
+end
+return out
+"""
 
 
 def _glob_escaped(text: str) -> str:
@@ -223,15 +249,24 @@ class RedisStreamsBus:
         return None
 
     async def dead_letter_channels(self, limit: int = 100) -> list[str]:
-        """Channels whose dead-letter stream holds entries (found by ``SCAN``, then ``XLEN``),
-        by name."""
+        """Channels whose dead-letter stream holds entries, by name: found by ``SCAN`` (at most
+        :data:`_SCAN_PAGES` pages of 1,000 keys, whatever the keyspace holds), then ``XLEN``.
+        A name with a ``:`` after this deployment's prefix belongs to another deployment whose
+        prefix extends this one's (the default prefix is empty): it is not listed."""
         suffix = dead_letter_channel("")
         pattern = _glob_escaped(self._prefix) + "*" + _glob_escaped(suffix)
         found: set[str] = set()
         try:
-            async for key in self._redis.scan_iter(match=pattern, count=1000, _type="stream"):
-                found.add(key[len(self._prefix) : -len(suffix)])
-                if len(found) >= 10 * limit:  # a bounded walk, whatever the keyspace holds
+            cursor: Any = 0
+            for _ in range(_SCAN_PAGES):
+                cursor, keys = await self._redis.scan(
+                    cursor, match=pattern, count=1000, _type="stream"
+                )
+                for key in keys:
+                    name = str(key)[len(self._prefix) : -len(suffix)]  # decoded: a str
+                    if CHANNEL.fullmatch(name):
+                        found.add(name)
+                if not cursor or len(found) >= 10 * limit:
                     break
             # A stream emptied by discards or replays stays as a key: only those with entries.
             names = sorted(found)
@@ -241,17 +276,25 @@ class RedisStreamsBus:
         return [name for name, length in zip(names, lengths, strict=True) if length][:limit]
 
     async def dead_letters(self, channel: str, limit: int = 100) -> list[DeadLetter]:
-        """The oldest ``limit`` entries of ``channel``'s dead-letter stream."""
+        """The oldest ``limit`` entries of ``channel``'s dead-letter stream, each field cut at
+        :data:`LISTED_FIELD_CHARS` by Redis itself (a script): a listing never moves a whole
+        8 MB event, nor parses one (``dead_letter`` reads one whole, to replay it)."""
         try:
-            entries: Any = await self._redis.xrange(
-                self.key(dead_letter_channel(channel)), count=limit
+            entries: Any = await self._redis.eval(
+                _LIST_CUT, 1, self.key(dead_letter_channel(channel)), limit, LISTED_FIELD_CHARS
             )
         except (RedisError, OSError) as exc:
             raise BusUnavailable("The bus (Redis) is not reachable.") from exc
-        return [dead_letter_of(channel, entry_id, fields) for entry_id, fields in entries]
+        letters = []
+        for entry_id, flat, cut in entries:
+            fields = dict(zip(flat[::2], flat[1::2], strict=True))
+            letters.append(dead_letter_of(channel, entry_id, fields, cut=bool(cut)))
+        return letters
 
     async def dead_letter(self, channel: str, entry_id: str) -> DeadLetter | None:
-        """One dead-letter entry (``XRANGE`` from and to its id), or ``None``."""
+        """One dead-letter entry, whole (``XRANGE`` from and to its id), or ``None``."""
+        if not is_entry_id(entry_id):
+            return None  # Redis would refuse it as no id at all
         try:
             entries: Any = await self._redis.xrange(
                 self.key(dead_letter_channel(channel)), min=entry_id, max=entry_id, count=1
@@ -262,6 +305,8 @@ class RedisStreamsBus:
 
     async def remove_dead_letter(self, channel: str, entry_id: str) -> bool:
         """``XDEL`` one dead-letter entry; whether it was there."""
+        if not is_entry_id(entry_id):
+            return False
         try:
             removed = await self._redis.xdel(self.key(dead_letter_channel(channel)), entry_id)
         except (RedisError, OSError) as exc:
