@@ -1,5 +1,5 @@
 """Forty plug-in tools whose input schemas are small (under 20,000 characters of JSON each) but
-nested 200 deep in a keyword the form ignores (``examples``), for the second attacker's tests."""
+nested 60 deep (the gateway takes at most 64) in a keyword the form ignores (``examples``), for the second attacker's tests."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 from conclave.gateway.tools import Tool, ToolContext
 
-DEPTH, WIDTH = 200, 6400
-# 200 nested lists around 6,400 zeros: under 20,000 characters as compact JSON.
+DEPTH, WIDTH = 60, 6400
+# 60 nested lists around 6,400 zeros: under 20,000 characters as compact JSON.
 DEEP = json.loads("[" * DEPTH + ",".join(["0"] * WIDTH) + "]" * DEPTH)
 
 

@@ -134,7 +134,7 @@ async def test_many_dead_letters_do_not_empty_the_dead_letters_page(
 
 @pytest.fixture
 async def deep_catalogue(embedded: Backend, tmp_path: Path) -> AsyncIterator[Stack]:
-    """The gateway with 40 tools whose schemas are small but nested 200 deep."""
+    """The gateway with 40 tools whose schemas are small but nested 60 deep."""
     async with open_stack(
         embedded, tmp_path, services=("gateway",), tool_modules=(DEEP_TOOLS,)
     ) as running:

@@ -60,7 +60,14 @@ def _as_mapping(value: Any) -> Mapping[str, Any]:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number a form input can carry (an integer past a double's range is none: a
+    401-digit bound made ``math.isfinite`` raise OverflowError)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _json_text(value: Any) -> str:

@@ -23,6 +23,8 @@ note, so one huge result cannot make the page itself huge or slow to render."""
 
 INDENTED_JSON_CHARS = 20_000
 """Largest document shown indented; a larger one is shown as compact JSON."""
+INDENTED_JSON_DEPTH = 8
+"""Deepest document shown indented (each level indents every line under it)."""
 
 _SAFE_NEXT = re.compile(r"/(?![/\\])[A-Za-z0-9/_\-.~%?=&+]*")
 
@@ -41,11 +43,22 @@ def pretty_json(value: Any) -> str:
     shown compact: indenting makes ``json`` use its pure-Python encoder (about 50 ms for a
     quarter megabyte, on the event loop), the compact form its C encoder."""
     text = json.dumps(value, ensure_ascii=False, default=str)
-    if len(text) <= INDENTED_JSON_CHARS:
+    if len(text) <= INDENTED_JSON_CHARS and not _deeper_than(value, INDENTED_JSON_DEPTH):
+        # Indentation grows with depth on every line: only a shallow document is indented.
         text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
     if len(text) > SHOWN_JSON_CHARS:
         return text[:SHOWN_JSON_CHARS] + f"\n… ({len(text) - SHOWN_JSON_CHARS:,} more characters)"
     return text
+
+
+def _deeper_than(value: Any, depth: int) -> bool:
+    """Whether ``value`` nests more than ``depth`` levels (walked no deeper than that)."""
+    if not isinstance(value, dict | list):
+        return False
+    if depth <= 0:
+        return True
+    items = value.values() if isinstance(value, dict) else value
+    return any(_deeper_than(item, depth - 1) for item in items)
 
 
 templates.env.filters["pretty_json"] = pretty_json
