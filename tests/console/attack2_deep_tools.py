@@ -1,5 +1,6 @@
 """Forty plug-in tools whose input schemas are small (under 20,000 characters of JSON each) but
-nested 60 deep (the gateway takes at most 64) in a keyword the form ignores (``examples``), for the second attacker's tests."""
+nested 60 deep (the gateway takes at most 64) in a keyword the form ignores (``examples``), for
+the second attacker's tests."""
 
 from __future__ import annotations
 
