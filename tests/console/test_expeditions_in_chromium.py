@@ -18,6 +18,7 @@ from tests.collector.conftest import JsonApi
 from tests.conftest import Backend
 from tests.console.conftest import TOKENS, Stack, auth, open_stack
 from tests.console.test_expeditions import FILE_SOURCES, ITEMS
+from tests.console.test_in_chromium import SCREENSHOTS
 
 SLOW_PAGES = 300
 """Pages the slow external API serves, one item each, 0.3 s apiece: a run that lasts minutes
@@ -103,6 +104,7 @@ async def test_trigger_follow_cancel_and_dispatch_in_chromium(
         assert await follow.text_content("[data-field='progress']") == "100 %"
         # The Cancel button went with the last poll.
         await follow.wait_for_selector("#expedition-actions", state="hidden")
+        await _shot(follow, "expedition")
         agents = await follow.text_content("[data-field='agents']")
         assert agents is not None and "binder" in agents.split(", ")
         await follow.close()
@@ -112,6 +114,10 @@ async def test_trigger_follow_cancel_and_dispatch_in_chromium(
         for expedition_id, status in ((discovery_id, "completed"), (slow_id, "cancelled")):
             row = page.locator(f"tr[data-expedition='{expedition_id}']")
             assert await row.locator(".badge").text_content() == status
+        await _shot(page, "expeditions")
+        await page.click("nav >> text=Collections")
+        await page.wait_for_selector("text=things")
+        await _shot(page, "collections")
 
         # The graph's playground and heartbeat.
         await page.click("nav >> text=Graph")
@@ -124,6 +130,7 @@ async def test_trigger_follow_cancel_and_dispatch_in_chromium(
         assert await page.text_content("[data-field='graph-status']") == "healthy"
         count = await page.text_content("[data-field='heartbeat-count']")
         assert count is not None and count.isdigit()
+        await _shot(page, "graph")
         await page.close()
 
     assert refused == []
@@ -134,6 +141,13 @@ async def test_trigger_follow_cancel_and_dispatch_in_chromium(
         assert done.json()["progress"]["fraction"] == 1.0
     # Cancelled long before its last page.
     assert slow_api.requests < SLOW_PAGES
+
+
+async def _shot(page: Any, name: str) -> None:
+    """Save the screen for docs/console.md when ``CONCLAVE_CONSOLE_SCREENSHOTS`` names a folder
+    (``scripts/console-screenshots``)."""
+    if SCREENSHOTS:
+        await page.screenshot(path=f"{SCREENSHOTS}/{name}.png", full_page=True)
 
 
 def _keep_policy_errors(message: Any, refused: list[str]) -> None:
