@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import httpx
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
 from conclave.console.evidence_map import draw_map
@@ -35,20 +35,17 @@ DOWNLOAD_POLICY = "default-src 'none'; sandbox"
 _RELAYED = ("content-length", "content-encoding", "etag", "last-modified")
 
 
-@router.get("/evidence")
-async def evidence(
-    request: Request,
+async def _filters(
     session: SignedIn,
-    services: ServicesDep,
     type: Annotated[str | None, Query(max_length=64)] = None,
     device_id: Annotated[str | None, Query(max_length=256)] = None,
     correlation_id: Annotated[str | None, Query(max_length=128)] = None,
     user_id: Annotated[str | None, Query(max_length=256)] = None,
     since: Annotated[str | None, Query(max_length=64)] = None,
     until: Annotated[str | None, Query(max_length=64)] = None,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
-) -> HTMLResponse:
-    """A page of Evidence Packs; the edge validates every filter (its problem is shown)."""
+) -> dict[str, str]:
+    """The list's and the map's filters as the edge's search takes them (an uploader only from
+    an operator: a user's search is their own, whatever the address says)."""
     chosen = {
         "type": type,
         "device_id": device_id,
@@ -58,15 +55,41 @@ async def evidence(
         "until": until,
     }
     shown = {key: value for key, value in chosen.items() if value}
+    return shown
+
+
+Filters = Annotated[dict[str, str], Depends(_filters)]
+
+
+def _page_of(found: Any) -> tuple[list[dict[str, Any]], str | None]:
+    """The packs and next cursor of a page of the edge's search, checked before a page uses
+    them (502 ``UPSTREAM_ANSWER_INVALID`` for anything else)."""
+    listed = found.get("packs") if isinstance(found, dict) else None
+    next_cursor = found.get("next_cursor") if isinstance(found, dict) else None
+    if not isinstance(listed, list) or not isinstance(next_cursor, str | None):
+        raise unusable_answer("edge", "a page of packs that is not one")
+    return [pack for pack in listed if isinstance(pack, dict)], next_cursor
+
+
+@router.get("/evidence")
+async def evidence(
+    request: Request,
+    session: SignedIn,
+    services: ServicesDep,
+    shown: Filters,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> HTMLResponse:
+    """A page of Evidence Packs; the edge validates every filter (its problem is shown)."""
     found = await services.get(
         "edge", EDGE, session, params={**shown, "cursor": cursor, "limit": PAGE_SIZE}
     )
+    packs, next_cursor = _page_of(found)
     return page(
         request,
         "evidence.html",
         session,
-        packs=found.get("packs", []),
-        next_cursor=found.get("next_cursor"),
+        packs=packs,
+        next_cursor=next_cursor,
         filters=shown,
         paged=bool(cursor),
         media_types=media_type_names(),
@@ -81,26 +104,9 @@ _MAP_PAGE = 100
 
 @router.get("/evidence/map")
 async def evidence_map(
-    request: Request,
-    session: SignedIn,
-    services: ServicesDep,
-    type: Annotated[str | None, Query(max_length=64)] = None,
-    device_id: Annotated[str | None, Query(max_length=256)] = None,
-    correlation_id: Annotated[str | None, Query(max_length=128)] = None,
-    user_id: Annotated[str | None, Query(max_length=256)] = None,
-    since: Annotated[str | None, Query(max_length=64)] = None,
-    until: Annotated[str | None, Query(max_length=64)] = None,
+    request: Request, session: SignedIn, services: ServicesDep, shown: Filters
 ) -> HTMLResponse:
     """The geotagged packs among the newest :data:`MAP_PACKS` that match, on a map drawn here."""
-    chosen = {
-        "type": type,
-        "device_id": device_id,
-        "correlation_id": correlation_id,
-        "user_id": user_id if session.is_operator else None,
-        "since": since,
-        "until": until,
-    }
-    shown = {key: value for key, value in chosen.items() if value}
     packs: list[dict[str, Any]] = []
     cursor = None
     more = False
@@ -108,8 +114,8 @@ async def evidence_map(
         found = await services.get(
             "edge", EDGE, session, params={**shown, "cursor": cursor, "limit": _MAP_PAGE}
         )
-        packs += [pack for pack in found.get("packs", []) if isinstance(pack, dict)]
-        cursor = found.get("next_cursor")
+        listed, cursor = _page_of(found)
+        packs += listed
         if not cursor:
             break
         more = len(packs) >= MAP_PACKS
