@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 
 from pydantic import ValidationError
 
+from conclave.collector.agents.context import BRIDGE_REQUESTER
 from conclave.collector.events import QUEUED, REQUESTED
 from conclave.collector.models import ExpeditionCreate
 from conclave.collector.service import ExpeditionService
@@ -119,7 +120,7 @@ class ExpeditionListeners:
                 correlation_id=event.correlation_id,
             )
         group = dedupe_group(BRIDGE_GROUP, event.channel)
-        await self._submit(request, event, group, _expedition_id(event, group), "bridge")
+        await self._submit(request, event, group, _expedition_id(event, group), BRIDGE_REQUESTER)
 
     async def _submit(
         self,

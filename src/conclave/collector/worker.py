@@ -200,6 +200,7 @@ class ExpeditionWorker:
             settings=self.settings,
             metrics=self.metrics,
             progress=progress,
+            requested_by=row.requested_by,
         )
 
     async def _run(self, row: ExpeditionRecord) -> None:

@@ -109,6 +109,10 @@ class ProgressTracker:
         }
 
 
+BRIDGE_REQUESTER = "bridge"
+"""The requester the Evidence bridge's expeditions record."""
+
+
 @dataclass
 class ExpeditionContext:
     """One run of one expedition, as its agents see it."""
@@ -125,6 +129,16 @@ class ExpeditionContext:
     settings: CollectorSettings
     metrics: CollectorMetrics
     progress: ProgressTracker = field(default_factory=ProgressTracker)
+    requested_by: str | None = None
+    """Who asked for the run: a user, the Evidence bridge (:data:`BRIDGE_REQUESTER`), or
+    ``None`` for an internal caller."""
+
+    def acting_user(self) -> str | None:
+        """The user sources that read other services act for: the requester, unless the run is
+        the collector's own (the bridge, an internal caller), which reads as the collector."""
+        if self.requested_by is None or self.requested_by == BRIDGE_REQUESTER:
+            return None
+        return self.requested_by
 
     def collection(self, default: str = "default") -> str:
         """The collection a run writes into: the first target, else ``default``."""

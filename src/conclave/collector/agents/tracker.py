@@ -37,7 +37,9 @@ class Tracker:
             spec = resolve_headers(spec, settings.source_secrets)
         except ValueError as exc:
             raise ExpeditionFailed(f"source {where}: {exc}") from exc
-        context = SourceContext(settings, self._context.correlation_id)
+        context = SourceContext(
+            settings, self._context.correlation_id, acting_user=self._context.acting_user()
+        )
         try:
             async for batch in source.fetch(spec, context):
                 yield where, await _storable(batch)

@@ -18,10 +18,14 @@ class SourceError(Exception):
 
 @dataclass(frozen=True)
 class SourceContext:
-    """What sources may use: settings (file roots, edge address) and the run's correlation id."""
+    """What sources may use: settings (file roots, edge address), the run's correlation id and
+    the user it runs for."""
 
     settings: CollectorSettings
     correlation_id: str | None = None
+    acting_user: str | None = None
+    """The user a source that reads another Conclave service acts for (the expedition's
+    requester); ``None``: the collector reads as itself (the bridge, internal runs)."""
 
 
 class Source(Protocol):

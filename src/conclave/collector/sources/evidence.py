@@ -20,6 +20,7 @@ from urllib.parse import quote
 import httpx
 
 from conclave.collector.sources.base import SourceContext, SourceError
+from conclave.platform.auth import ACTING_USER_HEADER, acting_user_header_value
 from conclave.settings import CollectorSettings
 
 _PREFIX = "/api/edge-intake"
@@ -73,6 +74,11 @@ class EvidenceSource:
             headers["Authorization"] = f"Bearer {token}"
         if context.correlation_id:
             headers["X-Correlation-ID"] = context.correlation_id
+        if context.acting_user is not None:
+            # The edge answers a pack only to its uploader and operators: the source reads as the
+            # user who asked for the expedition, never with the collector's own reach (its token
+            # must be a service identity, CONCLAVE_SERVICE_USERS, to act for someone).
+            headers[ACTING_USER_HEADER] = acting_user_header_value(context.acting_user)
         async with httpx.AsyncClient(
             base_url=settings.edge_api_base, headers=headers, timeout=30
         ) as client:
