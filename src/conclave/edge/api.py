@@ -12,18 +12,14 @@ from fastapi.routing import APIRoute
 from conclave import __version__
 from conclave.edge import integrity, store
 from conclave.edge.events import CHANNEL
-from conclave.edge.evidence_search import PackFilter, position_of, search_packs
 from conclave.edge.media import media_type_or_404
 from conclave.edge.models import (
     ChainVerifyResult,
     Delivery,
     EventPage,
     EvidencePack,
-    EvidencePage,
-    EvidenceSummary,
     IntakeEvent,
     PackReceipt,
-    Position,
     UploadResponse,
     VerifyResult,
 )
@@ -32,10 +28,8 @@ from conclave.edge.records import OutboxState, PackEvent, PackLeaf
 from conclave.edge.service import IntakeService, UploadCommand
 from conclave.platform.auth import ACTING_USER_HEADER, Principal
 from conclave.platform.clock import rfc3339, utc_now
-from conclave.platform.db.engine import store_errors
-from conclave.platform.errors import BadRequest, Forbidden, NotFound
+from conclave.platform.errors import BadRequest, NotFound
 from conclave.platform.http import CurrentPrincipal, correlation_id
-from conclave.platform.keyset import CURSOR_MAX_LENGTH, UtcMoment, decode_cursor, page_of
 from conclave.platform.media_types import media_type_names
 from conclave.platform.middleware import declared_length
 from conclave.platform.openapi import BEARER_SECURITY, HEALTH_RESPONSES, problem_responses
@@ -58,7 +52,7 @@ async def _service(request: Request) -> IntakeService:
 Service = Annotated[IntakeService, Depends(_service)]
 
 
-def _own_only(principal: Principal) -> str | None:
+def own_only(principal: Principal) -> str | None:
     """Whose packs ``principal`` reads: ``None`` for everyone's (an operator, or anyone with
     authentication off), else the user's own uploads."""
     return None if principal.is_operator else principal.user_id
@@ -251,7 +245,7 @@ async def events(
     found = await store.list_events(
         service.engine,
         media_type=media_type,
-        uploaded_by=_own_only(principal),
+        uploaded_by=own_only(principal),
         before_seq=int(cursor) if cursor else None,
         limit=limit,
     )
@@ -303,80 +297,6 @@ _NOT_YOURS = "No such Evidence Pack among your uploads (EVIDENCE_NOT_FOUND; oper
 
 
 @router.get(
-    PREFIX + "/evidence",
-    tags=["evidence"],
-    responses=problem_responses(
-        400,
-        403,
-        404,
-        503,
-        s400="A cursor not from `next_cursor` (INVALID_CURSOR)",
-        s403="`user_id` names another user, and you are no operator (FORBIDDEN)",
-        s404="`type` names no media type (UNKNOWN_MEDIA_TYPE)",
-    ),
-)
-async def search_evidence(
-    service: Service,
-    principal: CurrentPrincipal,
-    type: Annotated[str | None, Query(description="Only packs of this media type.")] = None,
-    device_id: Annotated[str | None, Query(max_length=256)] = None,
-    correlation_id: Annotated[str | None, Query(max_length=128)] = None,
-    user_id: Annotated[
-        str | None, Query(max_length=256, description="Who uploaded (operators: anyone).")
-    ] = None,
-    since: Annotated[UtcMoment | None, Query(description="Created at or after (RFC 3339).")] = None,
-    until: Annotated[UtcMoment | None, Query(description="Created before (RFC 3339).")] = None,
-    limit: Annotated[int, Query(ge=1, le=100)] = 50,
-    cursor: Annotated[
-        str | None, Query(max_length=CURSOR_MAX_LENGTH, description="From `next_cursor`.")
-    ] = None,
-) -> EvidencePage:
-    """Your Evidence Packs (anyone's for an operator, or by `user_id`), newest first, filtered
-    by media type, device, correlation id and creation time; summaries without metadata and
-    extracted facts (`GET /evidence/{id}` has those)."""
-    own = _own_only(principal)
-    if user_id is not None and own is not None and user_id != own:
-        raise Forbidden("Only operators may list another user's Evidence Packs.")
-    media_type = media_type_or_404(type, service.media_types) if type else None
-    after = decode_cursor(cursor) if cursor else None
-    kept = PackFilter(
-        uploaded_by=own if own is not None else user_id,
-        media_type=media_type,
-        device_id=device_id,
-        correlation_id=correlation_id,
-        since=since,
-        until=until,
-    )
-    with store_errors():
-        # One row more than the page: whether a next page exists is known, not guessed.
-        rows = await search_packs(service.engine, kept, after, limit + 1)
-    found, next_cursor = page_of(rows, limit, lambda row: (row.created_at, row.evidence_id))
-    packs = [_summary(row) for row in found]
-    return EvidencePage(packs=packs, count=len(packs), next_cursor=next_cursor)
-
-
-def _summary(row: Any) -> EvidenceSummary:
-    hashed = row.log_leaf_hash
-    return EvidenceSummary(
-        evidence_id=row.evidence_id,
-        media_type=row.media_type,
-        format=row.format,
-        mime_type=row.mime_type,
-        filename=row.filename,
-        sha256=row.sha256,
-        size_bytes=row.size_bytes,
-        device_id=row.device_id,
-        uploaded_by=row.uploaded_by,
-        correlation_id=row.correlation_id,
-        part_index=row.part_index,
-        created_at=rfc3339(row.created_at),
-        log_leaf_hash=None if hashed is None else hashed.hex(),
-        url=f"{PREFIX}/evidence/{row.evidence_id}",
-        position=None if (found := position_of(row)) is None else Position(**found),
-    )
-
-
-@router.get(
     PREFIX + "/evidence/{evidence_id}",
     tags=["evidence"],
     responses=problem_responses(404, 503, s404=_NOT_YOURS),
@@ -386,7 +306,7 @@ async def get_evidence(
 ) -> EvidencePack:
     """One of your Evidence Packs (any, for an operator): its metadata, extracted facts,
     position, and its leaf in the log ``packs`` (or, stored before the log, its chain link)."""
-    row = await integrity.pack_or_404(service.engine, evidence_id, uploaded_by=_own_only(principal))
+    row = await integrity.pack_or_404(service.engine, evidence_id, uploaded_by=own_only(principal))
     base = f"{PREFIX}/evidence/{row.evidence_id}"
     hashed = row.log_leaf_hash
     derived = ("metadata", "created_at", "content_url", "verify_url", "log_leaf_hash", "receipt")
@@ -418,7 +338,7 @@ async def get_content(
 ) -> FileResponse:
     """The stored bytes of one of your Evidence Packs (any, for an operator), exactly as
     uploaded."""
-    row = await integrity.pack_or_404(service.engine, evidence_id, uploaded_by=_own_only(principal))
+    row = await integrity.pack_or_404(service.engine, evidence_id, uploaded_by=own_only(principal))
     path = service.blobs.path_for(row.sha256)
     if not path.is_file():
         raise NotFound(
@@ -460,7 +380,7 @@ async def get_thumbnail(
 ) -> FileResponse:
     """A small picture of one of your image or landscape packs (any, for an operator): made by
     a parser worker when first asked for, then kept."""
-    row = await integrity.pack_or_404(service.engine, evidence_id, uploaded_by=_own_only(principal))
+    row = await integrity.pack_or_404(service.engine, evidence_id, uploaded_by=own_only(principal))
     blob = service.blobs.path_for(row.sha256)
     path = await service.thumbnails.of(row.media_type, row.format, row.sha256, blob)
     return FileResponse(
@@ -490,7 +410,7 @@ async def verify_evidence(
         service.blobs,
         evidence_id,
         service.pack_log,
-        uploaded_by=_own_only(principal),
+        uploaded_by=own_only(principal),
     )
 
 

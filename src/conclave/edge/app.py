@@ -15,6 +15,7 @@ from conclave.edge.blobs import BlobStore
 from conclave.edge.metrics import EdgeMetrics
 from conclave.edge.pack_log import PACKS_LOG, may_read_pack
 from conclave.edge.parsing import ParserPool
+from conclave.edge.search_api import router as search_router
 from conclave.edge.service import IntakeService
 from conclave.platform.dead_letter_routes import router as dead_letters_router
 from conclave.platform.http import create_service_app, platform_lifespan
@@ -84,6 +85,7 @@ def create_app(settings: EdgeSettings, *, platform: Platform | None = None) -> F
     )
     app.state.settings = settings
     app.include_router(router)
+    app.include_router(search_router)
     app.include_router(dead_letters_router)
     app.include_router(tlog_router)
     # Ids, metrics and the body cap still apply to it (see platform/fast_lane.py).
