@@ -143,6 +143,39 @@ async def test_writing_a_record_again_replaces_its_point_and_delete_removes_it(
     assert "r2" not in {key for key, _ in await memory.search("docs", "granite", 4)}
 
 
+async def test_a_reader_finds_and_counts_the_points_nobody_owns_and_their_own(
+    memory: SemanticMemory,
+) -> None:
+    text = "harbour crane inspection"
+    await memory.upsert(
+        [
+            VectorRecord("docs", "public", "h", text),
+            VectorRecord("docs", "alices", "h", text, owner="alice"),
+            VectorRecord("docs", "bobs", "h", text, owner="bob"),
+            VectorRecord("docs", "operators", "h", text, owner=""),
+        ]
+    )
+    [stored] = [p for p in await memory.scan("docs") if p.key == "bobs"]
+    assert stored == StoredPoint("bobs", "h")
+    assert {key for key, _ in await memory.search("docs", text, 10, "alice")} == {
+        "public",
+        "alices",
+    }
+    assert {key for key, _ in await memory.search("docs", text, 10)} == {
+        "public",
+        "alices",
+        "bobs",
+        "operators",
+    }
+    # The limit is spent on what the reader may find: bob's better hits do not crowd it out.
+    [(only, _)] = await memory.search("docs", text, 1, "carol")
+    assert only == "public"
+    assert (await memory.count("docs", "alice"), await memory.count("docs")) == (2, 4)
+    # A record that changed hands: its point is rewritten with the new owner.
+    await memory.upsert([VectorRecord("docs", "public", "h2", text, owner="bob")])
+    assert {key for key, _ in await memory.search("docs", text, 10, "alice")} == {"alices"}
+
+
 async def test_hostile_text_is_stored_and_searched(memory: SemanticMemory) -> None:
     texts = {"nul": "a\x00b crane", "rtl": "\u202eevil\u202c crane", "cjk": "起重机 检查", "e": ""}
     await memory.upsert(_records("docs", texts))

@@ -68,9 +68,11 @@ async def _collect(
     seen = backfilled = 0
     for spec in specs:
         restorer = Restorer(spec.get("key"), spec.get("defaults"))
+        # A source that copies another user's data names, per item, whose it is.
+        owner_field = getattr(context.sources.get(str(spec.get("type"))), "owner_field", None)
         async for where, batch in tracker.track(spec):
             restored = await restorer.restore_batch(batch)
-            await binder.bind(collection, restored.records, where)
+            await binder.bind(collection, restored.records, where, owner_field)
             rejections += restored.rejected
             backfilled += restored.backfilled
             seen += len(batch)
@@ -161,7 +163,7 @@ class EvidenceIngest:
         if isinstance(event, dict):
             pack = {k: v for k, v in event.items() if k not in self._transport_fields}
             spec: dict[str, Any] = {"type": "inline", "items": [pack], "key": "evidence_id"}
-            context.sources = {**context.sources, "inline": _InlineSource()}
+            context.sources = {**context.sources, "inline": _PackEventSource()}
         else:
             spec = {
                 "type": "evidence",
@@ -171,10 +173,11 @@ class EvidenceIngest:
         return await _collect(context, collection, [spec])
 
 
-class _InlineSource:
-    """Items carried in the expedition itself (a bus event's payload)."""
+class _PackEventSource:
+    """The pack carried in the expedition itself (a bus event's payload)."""
 
     name = "inline"
+    owner_field = "uploaded_by"  # the pack's record is its uploader's, as the pack is
 
     def validate(self, spec: Mapping[str, Any], settings: CollectorSettings) -> None:
         """Nothing to check: the items are already here."""

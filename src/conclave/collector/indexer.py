@@ -164,7 +164,7 @@ class VectorIndexer:
                 # changed back meanwhile and leave this newer vector under the older record.
                 in_flight = {(i.collection, i.key) for i in sent}
                 items = [
-                    StoredDocument(r.collection, r.record_key, r.content_hash, r.document)
+                    StoredDocument(r.collection, r.record_key, r.content_hash, r.document, r.owner)
                     for r in rows
                     if (r.collection, r.record_key) not in in_flight
                 ]

@@ -86,6 +86,17 @@ class CollectedRecord(_Columns):
     vector_pending: bool
     created_at: datetime
     updated_at: datetime
+    owner: str | None = None
+
+    def visible_to(self, reader: str | None) -> bool:
+        """Whether ``reader`` (a user id; ``None`` for an operator or internal caller) may read
+        this record, given that they may read its collection."""
+        return reader is None or self.owner is None or self.owner == reader
+
+
+OPERATORS_ONLY = ""
+"""The ``owner`` of a record only operators read (no user id is empty): a copy of an Evidence
+Pack stored before uploaders were recorded."""
 
 
 @dataclass(slots=True)
@@ -98,6 +109,7 @@ class PendingVector:
     content_hash: str
     updated_at: datetime
     document: str
+    owner: str | None = None
 
 
 @dataclass(slots=True)
@@ -115,6 +127,7 @@ class RecordBatch:
     hashes: list[str]
     data: list[Any]
     documents: list[str]
+    owner: str | None = None
 
 
 @dataclass(slots=True)

@@ -374,14 +374,15 @@ class ExpeditionService:
     async def collections(self, principal: Principal | None = None) -> list[CollectionInfo]:
         """Collections with their size in both stores (those ``principal`` may read)."""
         readable = await self.readable(principal)
+        reader = owner_filter(principal)
         with store_errors():
-            rows = await store.collection_counts(self.platform.engine)
+            rows = await store.collection_counts(self.platform.engine, reader)
         result = []
         for row in rows:
             if readable is not None and row.collection not in readable:
                 continue
             try:
-                vectors: int | None = await self.memory.count(row.collection)
+                vectors: int | None = await self.memory.count(row.collection, reader)
             except Exception:  # semantic memory down: the structured figures still answer
                 vectors = None
             result.append(
@@ -398,13 +399,16 @@ class ExpeditionService:
     async def record(
         self, collection: str, key: str, principal: Principal | None = None
     ) -> RecordRead:
-        """One record (404 when unknown or in a collection the principal may not read)."""
+        """One record (404 when unknown, in a collection the principal may not read, or
+        another user's in a collection they may: see :attr:`CollectedRecord.owner`)."""
         missing = NotFound(
             f"No record {key!r} in {collection!r}.", code=ProblemCode.RECORD_NOT_FOUND
         )
         await self._check_readable(collection, principal, missing)
         with store_errors():
-            row = await store.get_record(self.platform.engine, collection, key)
+            row = await store.get_record(
+                self.platform.engine, collection, key, owner_filter(principal)
+            )
         if row is None:
             raise missing
         return record_read(row)
@@ -413,18 +417,21 @@ class ExpeditionService:
         self, collection: str, query: str, limit: int, principal: Principal | None = None
     ) -> SearchResult:
         """Semantic search; hits are read back from the structured store (the truth). 404 for
-        a collection the principal may not read."""
+        a collection the principal may not read; a user finds the records they may read only."""
         missing = NotFound(f"No collection {collection!r}.", code=ProblemCode.COLLECTION_NOT_FOUND)
         await self._check_readable(collection, principal, missing)
+        reader = owner_filter(principal)
         try:
-            found = await self.memory.search(collection, query, limit)
+            found = await self.memory.search(collection, query, limit, reader)
         except Exception as exc:
             raise Unavailable(
                 "Semantic memory is not reachable.", code=ProblemCode.SEMANTIC_MEMORY_UNAVAILABLE
             ) from exc
         with store_errors():
+            # The structured store decides too: a point written before its record changed hands
+            # still carries the owner it had.
             rows = await store.get_records(
-                self.platform.engine, collection, [key for key, _ in found]
+                self.platform.engine, collection, [key for key, _ in found], reader
             )
         by_key = {row.record_key: row for row in rows}
         hits = [

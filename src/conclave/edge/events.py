@@ -25,6 +25,9 @@ def evidence_created(pack: NewEvidencePack) -> Event:
         "metadata": pack.client_metadata,
         "extracted": pack.extracted,
         "device_id": pack.device_id,
+        # Whose pack it is: a consumer that copies it (the collector's Evidence bridge) keeps
+        # it readable by this user and operators only, as the edge does.
+        "uploaded_by": pack.uploaded_by,
         "correlation_id": pack.correlation_id,
         "idempotency_key": pack.idempotency_key,
         "part_index": pack.part_index,

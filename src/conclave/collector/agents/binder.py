@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from conclave.collector import store
 from conclave.collector.agents.context import (
@@ -13,6 +14,7 @@ from conclave.collector.agents.context import (
     record_digest,
 )
 from conclave.collector.agents.restorer import Restored
+from conclave.collector.records import OPERATORS_ONLY
 from conclave.collector.store import BindStats, RecordBatch
 from conclave.platform.clock import utc_now
 
@@ -42,11 +44,31 @@ class Binder:
         hashing again what is still exactly as written."""
         return self._bound
 
-    async def bind(self, collection: str, records: Sequence[Restored], source: str) -> None:
+    async def bind(
+        self,
+        collection: str,
+        records: Sequence[Restored],
+        source: str,
+        owner_field: str | None = None,
+    ) -> None:
         """Hash one batch and start writing it once the previous batch's write has ended; the
         last item wins when a key repeats within it. A failed write raises here or in
-        :meth:`flush`."""
+        :meth:`flush`. With ``owner_field``, each record belongs to the user its data names
+        there (:func:`owner_of`), and records of different owners are written as batches of
+        their own."""
         latest = {record.key: record.data for record in records}
+        if owner_field is None:
+            await self._bind(collection, latest, source, None)
+            return
+        by_owner: dict[str, dict[str, Any]] = {}
+        for key, item in latest.items():
+            by_owner.setdefault(owner_of(item, owner_field), {})[key] = item
+        for owner, items in by_owner.items():
+            await self._bind(collection, items, source, owner)
+
+    async def _bind(
+        self, collection: str, latest: dict[str, Any], source: str, owner: str | None
+    ) -> None:
         if not latest:
             return
         context = self._context
@@ -70,6 +92,7 @@ class Binder:
             hashes=hashes,
             data=data,
             documents=documents,
+            owner=owner,
         )
         await self._settle()
         self._writing = asyncio.create_task(self._write(batch))
@@ -99,6 +122,14 @@ class Binder:
         if stats.inserted or stats.updated:
             self._context.indexer.wake()
         return stats
+
+
+def owner_of(item: Any, owner_field: str) -> str:
+    """The user a record copied from another service's data belongs to: the non-empty text in
+    its ``owner_field``; when there is none, nobody's (:data:`OPERATORS_ONLY`), never
+    everyone's."""
+    owner = item.get(owner_field) if isinstance(item, dict) else None
+    return owner if isinstance(owner, str) and owner else OPERATORS_ONLY
 
 
 def _retrieved(task: asyncio.Task[BindStats]) -> None:

@@ -30,6 +30,9 @@ _MAX_TEXT_CHARS = 8000
 
 COLLECTION_FIELD = "collection"
 """The payload field naming a point's record collection (keyword, tenant index)."""
+OWNER_FIELD = "owner"
+"""The payload field naming the user a record belongs to, when it is not the collection's
+business (keyword index; absent on a point everyone reading its collection may find)."""
 
 
 def point_id(collection: str, key: str) -> str:
@@ -45,9 +48,14 @@ def point_id(collection: str, key: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def point_payload(collection: str, key: str, content_hash: str) -> dict[str, str]:
+def point_payload(
+    collection: str, key: str, content_hash: str, owner: str | None = None
+) -> dict[str, str]:
     """The payload of a record's point (the same on every implementation)."""
-    return {COLLECTION_FIELD: collection, "record_key": key, "content_hash": content_hash}
+    payload = {COLLECTION_FIELD: collection, "record_key": key, "content_hash": content_hash}
+    if owner is not None:
+        payload[OWNER_FIELD] = owner
+    return payload
 
 
 class _Enough(Exception):
@@ -106,6 +114,7 @@ class StoredDocument:
     key: str
     content_hash: str
     document: str
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,7 @@ class VectorRecord:
     key: str
     content_hash: str
     text: str
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -181,23 +191,31 @@ class SemanticMemory(ABC):
         """Remove the points of ``keys``; durable on return."""
 
     @abstractmethod
-    async def count(self, collection: str) -> int:
-        """Points of ``collection`` (0 for a collection never written)."""
+    async def count(self, collection: str, reader: str | None = None) -> int:
+        """Points of ``collection`` (0 for a collection never written); with ``reader``, only
+        those that user may find (see :meth:`search`)."""
 
     @abstractmethod
     async def scan(self, collection: str) -> list[StoredPoint]:
         """Every point of ``collection`` with its record key and content hash."""
 
     @abstractmethod
-    async def search(self, collection: str, query: str, limit: int) -> list[tuple[str, float]]:
+    async def search(
+        self, collection: str, query: str, limit: int, reader: str | None = None
+    ) -> list[tuple[str, float]]:
         """``(record_key, score)`` of the points of ``collection`` nearest to ``query``, best
-        first (cosine similarity)."""
+        first (cosine similarity). With ``reader`` (a user id), only points that have no owner
+        or are that user's: a user's ``limit`` is never spent on records they may not read."""
 
 
 def _vector_records(items: Sequence[StoredDocument]) -> list[VectorRecord]:
     return [
         VectorRecord(
-            i.collection, i.key, i.content_hash, text_of_document(i.collection, i.key, i.document)
+            i.collection,
+            i.key,
+            i.content_hash,
+            text_of_document(i.collection, i.key, i.document),
+            i.owner,
         )
         for i in items
     ]

@@ -181,7 +181,7 @@ class EdgeMemory(SemanticMemory):
         """See :meth:`SemanticMemory.upsert`."""
         if items:
             await self._call(
-                "upsert", [(i.collection, i.key, i.content_hash, i.text) for i in items]
+                "upsert", [(i.collection, i.key, i.content_hash, i.text, i.owner) for i in items]
             )
 
     async def upsert_documents(self, items: Sequence[StoredDocument]) -> None:
@@ -190,7 +190,7 @@ class EdgeMemory(SemanticMemory):
         if items:
             await self._call(
                 "upsert_documents",
-                [(i.collection, i.key, i.content_hash, i.document) for i in items],
+                [(i.collection, i.key, i.content_hash, i.document, i.owner) for i in items],
             )
 
     async def delete(self, collection: str, keys: Sequence[str]) -> None:
@@ -198,9 +198,9 @@ class EdgeMemory(SemanticMemory):
         if keys:
             await self._call("delete", collection, list(keys))
 
-    async def count(self, collection: str) -> int:
+    async def count(self, collection: str, reader: str | None = None) -> int:
         """See :meth:`SemanticMemory.count`."""
-        return int(await self._call("count", collection))
+        return int(await self._call("count", collection, reader))
 
     async def scan(self, collection: str) -> list[StoredPoint]:
         """See :meth:`SemanticMemory.scan`."""
@@ -212,9 +212,11 @@ class EdgeMemory(SemanticMemory):
             if offset is None:
                 return points
 
-    async def search(self, collection: str, query: str, limit: int) -> list[tuple[str, float]]:
+    async def search(
+        self, collection: str, query: str, limit: int, reader: str | None = None
+    ) -> list[tuple[str, float]]:
         """See :meth:`SemanticMemory.search`."""
-        return list(await self._call("search", collection, query, limit))
+        return list(await self._call("search", collection, query, limit, reader))
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

@@ -41,18 +41,22 @@ class _Server:
         vectors = as_matrix(texts) if as_matrix is not None else self._embedder.embed(texts)
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self._embedder.dimensions)
 
-    def upsert(self, items: list[tuple[str, str, str, str]]) -> None:
-        vectors = self._vectors([text for _, _, _, text in items])
-        self._store.upsert([(c, k, h) for c, k, h, _ in items], vectors)
+    def upsert(self, items: list[tuple[str, str, str, str, str | None]]) -> None:
+        vectors = self._vectors([text for _, _, _, text, _ in items])
+        self._store.upsert([(c, k, h, owner) for c, k, h, _, owner in items], vectors)
 
-    def upsert_documents(self, items: list[tuple[str, str, str, str]]) -> None:
-        self.upsert([(c, k, h, text_of_document(c, k, document)) for c, k, h, document in items])
+    def upsert_documents(self, items: list[tuple[str, str, str, str, str | None]]) -> None:
+        self.upsert(
+            [(c, k, h, text_of_document(c, k, document), o) for c, k, h, document, o in items]
+        )
 
-    def search(self, collection: str, query: str, limit: int) -> list[tuple[str, float]]:
+    def search(
+        self, collection: str, query: str, limit: int, reader: str | None
+    ) -> list[tuple[str, float]]:
         [vector] = self._vectors([query])
         if not np.any(vector):  # no word in the query: every point would tie at score 0
             return []
-        return self._store.search(collection, vector, limit)
+        return self._store.search(collection, vector, limit, reader)
 
     def operations(self) -> dict[str, Callable[..., Any]]:
         return {

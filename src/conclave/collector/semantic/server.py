@@ -21,6 +21,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from conclave.collector.semantic.base import (
     COLLECTION_FIELD,
+    OWNER_FIELD,
     SemanticMemory,
     SemanticMemoryUnavailable,
     StoredPoint,
@@ -40,9 +41,14 @@ _UNREACHABLE = (
 )
 
 
-def _collection(collection: str) -> models.Filter:
-    match = models.MatchValue(value=collection)
-    return models.Filter(must=[models.FieldCondition(key=COLLECTION_FIELD, match=match)])
+def _collection(collection: str, reader: str | None = None) -> models.Filter:
+    """The points of ``collection``; with ``reader``, those without an owner or theirs."""
+    within = models.FieldCondition(key=COLLECTION_FIELD, match=models.MatchValue(value=collection))
+    if reader is None:
+        return models.Filter(must=[within])
+    unowned = models.IsEmptyCondition(is_empty=models.PayloadField(key=OWNER_FIELD))
+    mine = models.FieldCondition(key=OWNER_FIELD, match=models.MatchValue(value=reader))
+    return models.Filter(must=[within], should=[unowned, mine])
 
 
 class ServerMemory(SemanticMemory):
@@ -130,7 +136,7 @@ class ServerMemory(SemanticMemory):
             models.PointStruct(
                 id=point_id(item.collection, item.key),
                 vector=vector,
-                payload=point_payload(item.collection, item.key, item.content_hash),
+                payload=point_payload(item.collection, item.key, item.content_hash, item.owner),
             )
             for item, vector in zip(items, vectors, strict=True)
         ]
@@ -143,11 +149,11 @@ class ServerMemory(SemanticMemory):
         selector = models.PointIdsList(points=[point_id(collection, key) for key in keys])
         await self._call("delete", collection_name=name, points_selector=selector, wait=True)
 
-    async def count(self, collection: str) -> int:
+    async def count(self, collection: str, reader: str | None = None) -> int:
         """See :meth:`SemanticMemory.count`."""
         name = await self._collection_ready()
         result = await self._call(
-            "count", collection_name=name, count_filter=_collection(collection), exact=True
+            "count", collection_name=name, count_filter=_collection(collection, reader), exact=True
         )
         return int(result.count)
 
@@ -174,7 +180,9 @@ class ServerMemory(SemanticMemory):
             if offset is None:
                 return points
 
-    async def search(self, collection: str, query: str, limit: int) -> list[tuple[str, float]]:
+    async def search(
+        self, collection: str, query: str, limit: int, reader: str | None = None
+    ) -> list[tuple[str, float]]:
         """See :meth:`SemanticMemory.search`."""
         name = await self._collection_ready()
         [vector] = await asyncio.to_thread(self._embedder.embed, [query])
@@ -184,7 +192,7 @@ class ServerMemory(SemanticMemory):
             "query_points",
             collection_name=name,
             query=vector,
-            query_filter=_collection(collection),
+            query_filter=_collection(collection, reader),
             limit=limit,
             with_payload=True,
         )

@@ -46,6 +46,9 @@ class EvidenceSource:
     """Reads Evidence Packs from the edge intake service."""
 
     name = "evidence"
+    owner_field = "uploaded_by"
+    """A pack's record belongs to its uploader wherever it is bound: a shared collection shows
+    it to them and operators only, as the edge shows the pack."""
 
     def validate(self, spec: Mapping[str, Any], settings: CollectorSettings) -> None:
         """Check ``evidence_ids`` / ``limit``."""

@@ -53,6 +53,7 @@ _COLUMNS = [
     records.c.vector_pending,
     records.c.created_at,
     records.c.updated_at,
+    records.c.owner,
 ]
 
 
@@ -117,6 +118,7 @@ def _insert(seen: CTE, which: ColumnElement[bool], *, upsert: bool) -> Returning
         true(),
         at,
         at,
+        bindparam("owner", type_=String),
     ).where(which)
     insert = postgresql.insert(records).from_select(_COLUMNS, rows)
     if upsert:
@@ -143,6 +145,7 @@ def statement_values(batch: RecordBatch) -> dict[str, Any]:
         "expedition_id": batch.expedition_id,
         "correlation_id": batch.correlation_id,
         "at": batch.at,
+        "owner": batch.owner,
     }
 
 
@@ -195,6 +198,7 @@ async def _bind_in_transaction(engine: AsyncEngine, batch: RecordBatch) -> BindS
                     vector_pending=True,
                     created_at=batch.at,
                     updated_at=batch.at,
+                    owner=batch.owner,
                 )
             )
         await upsert_records(connection, rows)

@@ -89,6 +89,7 @@ def changed_record_values(insert: postgresql.Insert | sqlite.Insert) -> dict[str
         "source": insert.excluded.source,
         "expedition_id": insert.excluded.expedition_id,
         "correlation_id": insert.excluded.correlation_id,
+        "owner": insert.excluded.owner,
         "vector_pending": True,
         "updated_at": insert.excluded.updated_at,
     }
@@ -109,23 +110,27 @@ async def upsert_records(connection: AsyncConnection, rows: Sequence[CollectedRe
     await connection.execute(statement, [row.values() for row in rows])
 
 
-async def get_record(executor: Executor, collection: str, key: str) -> CollectedRecord | None:
-    """One record, or ``None``."""
+async def get_record(
+    executor: Executor, collection: str, key: str, reader: str | None = None
+) -> CollectedRecord | None:
+    """One record, or ``None`` (also when ``reader``, a user id, may not read it)."""
     row = await first_row(
         executor,
         select(records).where(records.c.collection == collection, records.c.record_key == key),
     )
-    return CollectedRecord.from_row(row) if row is not None else None
+    record = CollectedRecord.from_row(row) if row is not None else None
+    return record if record is not None and record.visible_to(reader) else None
 
 
 async def get_records(
-    executor: Executor, collection: str, keys: Sequence[str]
+    executor: Executor, collection: str, keys: Sequence[str], reader: str | None = None
 ) -> list[CollectedRecord]:
-    """The stored records among ``keys``."""
+    """The stored records among ``keys`` (those ``reader``, a user id, may read)."""
     if not keys:
         return []
     rows = await all_rows(executor, _by_keys(executor, collection, keys, *records.c))
-    return [CollectedRecord.from_row(row) for row in rows]
+    found = (CollectedRecord.from_row(row) for row in rows)
+    return [record for record in found if record.visible_to(reader)]
 
 
 async def stored_documents(
@@ -147,19 +152,20 @@ async def stored_documents(
     return await all_rows(executor, statement)
 
 
-async def collection_counts(engine: AsyncEngine) -> list[CollectionSize]:
-    """Records, pending vectors and newest update of each collection, by name."""
+async def collection_counts(engine: AsyncEngine, reader: str | None = None) -> list[CollectionSize]:
+    """Records, pending vectors and newest update of each collection, by name; with
+    ``reader`` (a user id), of the records that user may read."""
     pending = func.sum(cast(records.c.vector_pending, Integer))
+    statement = select(
+        records.c.collection,
+        func.count().label("records"),
+        pending.label("pending"),
+        func.max(records.c.updated_at).label("updated_at"),
+    )
+    if reader is not None:
+        statement = statement.where(records.c.owner.is_(None) | (records.c.owner == reader))
     rows = await all_rows(
-        engine,
-        select(
-            records.c.collection,
-            func.count().label("records"),
-            pending.label("pending"),
-            func.max(records.c.updated_at).label("updated_at"),
-        )
-        .group_by(records.c.collection)
-        .order_by(records.c.collection),
+        engine, statement.group_by(records.c.collection).order_by(records.c.collection)
     )
     return [
         CollectionSize(row.collection, int(row.records), int(row.pending or 0), row.updated_at)
@@ -189,6 +195,7 @@ def pending_statement(limit: int, after: PendingVector | None = None) -> Select[
         records.c.content_hash,
         records.c.updated_at,
         cast(records.c.data, Text).label("document"),
+        records.c.owner,
     ).where(records.c.vector_pending)  # the partial index's own predicate (not ``IS true``)
     order = (records.c.updated_at, records.c.collection, records.c.record_key)
     if after is not None:
@@ -224,7 +231,12 @@ async def pending_vectors(
             rows = (await connection.execute(statement)).all()
     return [
         PendingVector(
-            row.collection, row.record_key, row.content_hash, row.updated_at, row.document
+            row.collection,
+            row.record_key,
+            row.content_hash,
+            row.updated_at,
+            row.document,
+            row.owner,
         )
         for row in rows
     ]

@@ -5,8 +5,8 @@ the best queued row (priority, then age) in one statement, holding it with a lea
 worker that dies stops renewing, and :func:`requeue_expired` hands its expedition to another.
 ``collected_records`` is the structured store of collected data, the source of truth; its
 ``vector_pending`` flag is the per-record outbox of the semantic memory (set in the same
-transaction as the record, cleared once the vector is written). ``collector_collection_owners``
-says whose each collection is.
+transaction as the record, cleared once the vector is written); its ``owner`` narrows who reads
+one record of a collection. ``collector_collection_owners`` says whose each collection is.
 """
 
 from __future__ import annotations
@@ -77,6 +77,10 @@ records = Table(
     Column("vector_pending", Boolean, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # Whose record it is when that is not the collection's business: NULL, everyone who may
+    # read the collection; a user id, that user and operators; "" (OPERATORS_ONLY), operators.
+    # Records copied from Evidence Packs carry the pack's uploader (docs/security.md).
+    Column("owner", String(256), nullable=True),
     PrimaryKeyConstraint("collection", "record_key"),
     # Pending records only, oldest first: the indexer pages through them in this order, and a
     # record whose vector is written leaves the index (no entry is added when the flag clears).
