@@ -72,11 +72,15 @@ async def test_gateway_killed_during_a_burst_of_executions(topology: Topology) -
         # A client retries what was not acknowledged, with the same keys: never a second run.
         for key in ledger.unacked():
             retry = await execute(client, key, 3000)  # the same request again
-            assert retry.status_code in (200, 409), retry.text
+            assert retry.status_code in (200, 409, 503), retry.text
             if retry.status_code == 200:
                 ledger.acked[key] = retry.json()["conclave_id"]
-            else:
+            elif retry.status_code == 409:
                 assert retry.json()["code"] == "IDEMPOTENCY_IN_PROGRESS"
+            else:
+                # A slow restart (a loaded machine) let the tool's time-out pass: the sweep has
+                # settled the call as interrupted, and the retry is answered with that outcome.
+                assert retry.json()["code"] == "INTERRUPTED", retry.text
         fresh = _key("after")
         answer = await execute(client, fresh, 0)
         assert answer.status_code == 200, answer.text
