@@ -38,14 +38,14 @@ async def test_lookup_returns_only_stored_keys_of_the_collection(backend) -> Non
         await store.upsert_records(connection, _rows(["a", "b", "c"]))
         await store.upsert_records(connection, _rows(["a"], collection="other"))
 
-    hashes = await store.existing_hashes(engine, "sites", ["a", "c", "missing"])
-    assert hashes == {"a": "hash-a", "c": "hash-c"}
+    versions = await store.stored_versions(engine, "sites", ["a", "c", "missing"])
+    assert versions == {"a": ("hash-a", None), "c": ("hash-c", None)}
     found = await store.get_records(engine, "sites", ["c", "missing", "b"])
     assert sorted((row.record_key, row.data["nested"]["n"]) for row in found) == [
         ("b", 1),
         ("c", 2),
     ]
-    assert await store.existing_hashes(engine, "nothing", ["a"]) == {}
+    assert await store.stored_versions(engine, "nothing", ["a"]) == {}
     assert await store.get_records(engine, "sites", []) == []
 
 
@@ -80,4 +80,4 @@ async def test_postgres_lookup_probes_the_primary_key_without_statistics(
             )
         )
         assert analysed.first() in (None, (None, None))
-    assert len(await store.existing_hashes(postgres_engine, "sites", wanted)) == 1_000
+    assert len(await store.stored_versions(postgres_engine, "sites", wanted)) == 1_000

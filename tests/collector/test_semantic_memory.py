@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 from qdrant_client import AsyncQdrantClient
+from qdrant_client.models import PointStruct
+from qdrant_edge import Point, UpdateOperation
 
 from conclave.collector.semantic.base import (
     SemanticMemory,
@@ -24,8 +26,10 @@ from conclave.collector.semantic.base import (
     StoredPoint,
     VectorRecord,
     embedding_text,
+    point_id,
 )
 from conclave.collector.semantic.edge import EdgeMemory
+from conclave.collector.semantic.edge_shard import VECTOR, EdgeStore
 from conclave.collector.semantic.server import ServerMemory
 from conclave.platform.embedding import HashingEmbedder
 from tests.faults import qdrant_server
@@ -143,7 +147,7 @@ async def test_writing_a_record_again_replaces_its_point_and_delete_removes_it(
     assert "r2" not in {key for key, _ in await memory.search("docs", "granite", 4)}
 
 
-async def test_a_reader_finds_and_counts_the_points_nobody_owns_and_their_own(
+async def test_a_reader_finds_and_counts_the_public_points_and_their_own(
     memory: SemanticMemory,
 ) -> None:
     text = "harbour crane inspection"
@@ -155,8 +159,12 @@ async def test_a_reader_finds_and_counts_the_points_nobody_owns_and_their_own(
             VectorRecord("docs", "operators", "h", text, owner=""),
         ]
     )
-    [stored] = [p for p in await memory.scan("docs") if p.key == "bobs"]
-    assert stored == StoredPoint("bobs", "h")
+    assert sorted(await memory.scan("docs"), key=lambda p: p.key) == [
+        StoredPoint("alices", "h", "user:alice"),
+        StoredPoint("bobs", "h", "user:bob"),
+        StoredPoint("operators", "h", "operators"),
+        StoredPoint("public", "h", "public"),
+    ]
     assert {key for key, _ in await memory.search("docs", text, 10, "alice")} == {
         "public",
         "alices",
@@ -198,5 +206,47 @@ async def test_a_memory_that_cannot_be_reached_says_so(tmp_path) -> None:
             await server.ping()
         with pytest.raises(SemanticMemoryUnavailable):
             await server.upsert(_records("docs", TEXTS))
+    finally:
+        await server.close()
+
+
+async def test_a_point_written_before_points_carried_access_is_found_by_operators_only(
+    tmp_path, stand_in_port
+) -> None:
+    # Points written before migration 0016 have no `access`: until the indexer rewrites them
+    # (0016 flags every record), a user's count and search must not see them, whoever's they
+    # are, and a scan reports them unmarked so an audit calls them stale.
+    legacy = {"collection": "docs", "record_key": "old", "content_hash": "h"}
+    vector = HashingEmbedder(DIMENSIONS).embed(["harbour crane"])[0]
+    shard = EdgeStore.open(tmp_path / "shard", DIMENSIONS)
+    try:
+        shard._shard.update(
+            UpdateOperation.upsert_points(
+                [Point(point_id("docs", "old"), {VECTOR: vector}, legacy)]
+            )
+        )
+        assert (shard.count("docs"), shard.count("docs", "alice")) == (1, 0)
+        query = np.asarray(vector, dtype=np.float32)
+        assert [key for key, _ in shard.search("docs", query, 5)] == ["old"]
+        assert shard.search("docs", query, 5, "alice") == []
+        assert shard.scan("docs", None, 10)[0] == [StoredPoint("old", "h", None)]
+    finally:
+        shard.close()
+
+    client = AsyncQdrantClient(url=f"http://127.0.0.1:{stand_in_port}", timeout=10)
+    server = ServerMemory(client, HashingEmbedder(DIMENSIONS), f"t{uuid.uuid4().hex[:8]}_")
+    try:
+        await server.upsert([VectorRecord("docs", "new", "h", "harbour crane")])
+        name = await server._collection_ready()
+        await client.upsert(
+            name,
+            [PointStruct(id=point_id("docs", "old"), vector=list(vector), payload=legacy)],
+            wait=True,
+        )
+        assert (await server.count("docs"), await server.count("docs", "alice")) == (2, 1)
+        assert {key for key, _ in await server.search("docs", "harbour crane", 5, "alice")} == {
+            "new"
+        }
+        assert StoredPoint("old", "h", None) in await server.scan("docs")
     finally:
         await server.close()

@@ -86,7 +86,8 @@ async def test_a_user_follows_and_cancels_only_their_own_expeditions(stack: Stac
         # Her expedition is queued: the list polls its first page, filters kept.
         assert 'data-live="yes"' in page.text
         assert 'hx-get="/expeditions/table"' in page.text
-        assert "All users: 2 queued" in page.text  # the collector's counts, everyone's
+        # The collector's counts, of what she may see: her own expedition, not bob's.
+        assert "Totals: 1 queued" in page.text
         table = await alice.get("/expeditions/table", params={"status": "queued"})
         assert listed(table.text) == {alice_id} and "<html" not in table.text
         assert 'hx-get="/expeditions/table?status=queued"' in table.text

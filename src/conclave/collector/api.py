@@ -225,9 +225,10 @@ async def expedition_types(service: Service, _principal: CurrentPrincipal) -> di
 
 
 @router.get("/stats", tags=["operations"], responses=problem_responses(503))
-async def stats(service: Service, _principal: CurrentPrincipal) -> dict[str, Any]:
-    """Counts by status and type, success rate, durations, queue depth, records, uptime."""
-    return await service.stats()
+async def stats(service: Service, principal: CurrentPrincipal) -> dict[str, Any]:
+    """Counts by status and type, success rate, durations, queue depth, records, uptime: a
+    user's figures count their own expeditions and the records they may read."""
+    return await service.stats(principal)
 
 
 @router.get("/collections", tags=["collections"], responses=problem_responses(503))

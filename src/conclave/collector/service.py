@@ -326,14 +326,18 @@ class ExpeditionService:
             )
         return page_of(rows, limit, lambda row: (row.created_at, row.expedition_id))
 
-    async def stats(self) -> dict[str, Any]:
-        """Counts by status and type, success rate, duration percentiles, queue, records."""
+    async def stats(self, principal: Principal | None = None) -> dict[str, Any]:
+        """Counts by status and type, success rate, duration percentiles, queue, records: a
+        user's of their own expeditions and the records they may read (the queue's depth is
+        the deployment's: how long a new expedition waits)."""
         engine = self.platform.engine
+        mine = owner_filter(principal)
+        readable = await self.readable(principal)
         with store_errors():
-            counts = await store.counts_by_status_and_type(engine)
-            durations = await store.recent_durations(engine)
+            counts = await store.counts_by_status_and_type(engine, mine)
+            durations = await store.recent_durations(engine, requested_by=mine)
             depth = await store.queue_depth(engine)
-            total_records = await store.total_records(engine)
+            total_records = await store.total_records(engine, mine, sorted(readable or ()))
         by_status: dict[str, int] = dict.fromkeys(
             ("queued", "running", "completed", "failed", "cancelled"), 0
         )

@@ -31,6 +31,10 @@ ACTING_USER_HEADER = "X-Conclave-Acting-User"
 """Header naming, percent-encoded UTF-8 (:func:`acting_user_header_value`), the user a service
 principal acts for."""
 MAX_USER_ID_LENGTH = 256  # the width of every column that records who asked (requested_by, …)
+RESERVED_USER_IDS = frozenset({"bridge"})
+"""Ids that name Conclave's own processes where a user id would stand (the collector records the
+Evidence bridge's expeditions as requested by ``bridge``): no token, JWT or acting-user header may
+claim one, or that user would own what the process does."""
 _TIME_CLAIMS = ("exp", "iat", "nbf")
 
 
@@ -90,6 +94,8 @@ def user_id_problem(user_id: str) -> str | None:
     cannot be stored), or ``None`` when it can."""
     if not user_id:
         return "is empty"
+    if user_id in RESERVED_USER_IDS:
+        return "is reserved for Conclave's own processes"
     if len(user_id) > MAX_USER_ID_LENGTH:
         return f"is longer than {MAX_USER_ID_LENGTH} characters"
     if find_unsafe(user_id) is not None or any(ord(c) < 0x20 or ord(c) == 0x7F for c in user_id):

@@ -16,6 +16,7 @@ from conclave.collector.agents.context import (
 from conclave.collector.agents.restorer import Restored
 from conclave.collector.records import OPERATORS_ONLY
 from conclave.collector.store import BindStats, RecordBatch
+from conclave.platform.auth import user_id_problem
 from conclave.platform.clock import utc_now
 
 
@@ -125,11 +126,13 @@ class Binder:
 
 
 def owner_of(item: Any, owner_field: str) -> str:
-    """The user a record copied from another service's data belongs to: the non-empty text in
-    its ``owner_field``; when there is none, nobody's (:data:`OPERATORS_ONLY`), never
-    everyone's."""
+    """The user a record copied from another service's data belongs to: the user id in its
+    ``owner_field``; when there is none (or it could be no user's id), nobody's
+    (:data:`OPERATORS_ONLY`), never everyone's."""
     owner = item.get(owner_field) if isinstance(item, dict) else None
-    return owner if isinstance(owner, str) and owner else OPERATORS_ONLY
+    if isinstance(owner, str) and user_id_problem(owner) is None:
+        return owner
+    return OPERATORS_ONLY
 
 
 def _retrieved(task: asyncio.Task[BindStats]) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from conclave.collector import store
 from conclave.collector.agents.context import ExpeditionContext
+from conclave.collector.semantic.base import access_of
 
 _PAGE = 1000
 _MAX_KEYS = 50
@@ -63,7 +64,7 @@ class Cartographer:
     async def map(self, collection: str) -> ConsistencyMap:
         """Build the map of ``collection``."""
         result = ConsistencyMap(collection)
-        points = {p.key: p.content_hash for p in await self._context.memory.scan(collection)}
+        points = {p.key: p for p in await self._context.memory.scan(collection)}
         result.points = len(points)
         seen: set[str] = set()
         after: str | None = None
@@ -78,7 +79,11 @@ class Cartographer:
                     result.pending.append(row.record_key)
                 elif stored is None:
                     result.missing_vectors.append(row.record_key)
-                elif stored != row.content_hash:
+                elif stored.content_hash != row.content_hash or stored.access != access_of(
+                    row.owner
+                ):
+                    # Old content, or found by other readers than the record's (a point
+                    # written before owners existed, or before the record changed hands).
                     result.stale_vectors.append(row.record_key)
             self._context.progress.advance(len(rows))
             after = rows[-1].record_key

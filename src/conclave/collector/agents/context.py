@@ -110,7 +110,8 @@ class ProgressTracker:
 
 
 BRIDGE_REQUESTER = "bridge"
-"""The requester the Evidence bridge's expeditions record."""
+"""The requester the Evidence bridge's expeditions record: one of the platform's
+:data:`~conclave.platform.auth.RESERVED_USER_IDS`, so no user can be it."""
 
 
 @dataclass

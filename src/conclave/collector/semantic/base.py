@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from conclave.collector.records import OPERATORS_ONLY
 from conclave.platform.inputs import escape_text
 
 log = logging.getLogger(__name__)
@@ -30,9 +31,28 @@ _MAX_TEXT_CHARS = 8000
 
 COLLECTION_FIELD = "collection"
 """The payload field naming a point's record collection (keyword, tenant index)."""
-OWNER_FIELD = "owner"
-"""The payload field naming the user a record belongs to, when it is not the collection's
-business (keyword index; absent on a point everyone reading its collection may find)."""
+ACCESS_FIELD = "access"
+"""The payload field saying who may find a point besides operators (keyword index): ``public``
+(everyone who may read its collection), ``user:<id>`` (that user) or ``operators``. A point
+without it (written before owners existed) is found by operators only: a reader's filter names
+the values they may see, so whatever is unmarked fails closed."""
+PUBLIC_ACCESS = "public"
+OPERATORS_ACCESS = "operators"
+
+
+def access_of(owner: str | None) -> str:
+    """The ``access`` of a record's point from the record's ``owner`` (see
+    :attr:`~conclave.collector.records.CollectedRecord.owner`)."""
+    if owner is None:
+        return PUBLIC_ACCESS
+    if owner == OPERATORS_ONLY:
+        return OPERATORS_ACCESS
+    return f"user:{owner}"
+
+
+def reader_access(reader: str) -> list[str]:
+    """The ``access`` values of the points user ``reader`` may find."""
+    return [PUBLIC_ACCESS, access_of(reader)]
 
 
 def point_id(collection: str, key: str) -> str:
@@ -52,10 +72,12 @@ def point_payload(
     collection: str, key: str, content_hash: str, owner: str | None = None
 ) -> dict[str, str]:
     """The payload of a record's point (the same on every implementation)."""
-    payload = {COLLECTION_FIELD: collection, "record_key": key, "content_hash": content_hash}
-    if owner is not None:
-        payload[OWNER_FIELD] = owner
-    return payload
+    return {
+        COLLECTION_FIELD: collection,
+        "record_key": key,
+        "content_hash": content_hash,
+        ACCESS_FIELD: access_of(owner),
+    }
 
 
 class _Enough(Exception):
@@ -134,6 +156,18 @@ class StoredPoint:
 
     key: str
     content_hash: str
+    access: str | None = PUBLIC_ACCESS
+    """Its ``access`` value; ``None`` for a point written before points carried one."""
+
+    @classmethod
+    def of_payload(cls, payload: dict[str, Any]) -> StoredPoint:
+        """The point a payload describes."""
+        access = payload.get(ACCESS_FIELD)
+        return cls(
+            str(payload["record_key"]),
+            str(payload.get("content_hash", "")),
+            access if isinstance(access, str) else None,
+        )
 
 
 class SemanticMemoryUnavailable(Exception):

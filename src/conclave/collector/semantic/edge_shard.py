@@ -28,8 +28,8 @@ from qdrant_edge import (
     EdgeVectorParams,
     FieldCondition,
     Filter,
-    IsEmptyCondition,
     KeywordIndexParams,
+    MatchAny,
     MatchValue,
     Point,
     Query,
@@ -39,11 +39,12 @@ from qdrant_edge import (
 )
 
 from conclave.collector.semantic.base import (
+    ACCESS_FIELD,
     COLLECTION_FIELD,
-    OWNER_FIELD,
     StoredPoint,
     point_id,
     point_payload,
+    reader_access,
 )
 
 VECTOR = "text"
@@ -56,12 +57,12 @@ class ShardHeld(Exception):
 
 
 def _collection(collection: str, reader: str | None = None) -> Filter:
-    """The points of ``collection``; with ``reader``, those without an owner or theirs."""
+    """The points of ``collection``; with ``reader``, those that user may find."""
     within = FieldCondition(key=COLLECTION_FIELD, match=MatchValue(collection))
     if reader is None:
         return Filter(must=[within])
-    mine = FieldCondition(key=OWNER_FIELD, match=MatchValue(reader))
-    return Filter(must=[within], should=[IsEmptyCondition(key=OWNER_FIELD), mine])
+    allowed = FieldCondition(key=ACCESS_FIELD, match=MatchAny(reader_access(reader)))
+    return Filter(must=[within, allowed])
 
 
 def _retire_local_mode(folder: Path) -> bool:
@@ -105,6 +106,11 @@ class EdgeStore:
                         COLLECTION_FIELD, KeywordIndexParams(is_tenant=True)
                     )
                 )
+                shard.flush()
+            if ACCESS_FIELD not in shard.info().payload_schema:
+                # A reader's filter on the shared collection narrows nothing by collection:
+                # without this index a user's count or search reads every point's payload.
+                shard.update(UpdateOperation.create_field_index(ACCESS_FIELD, KeywordIndexParams()))
                 shard.flush()
         except Exception as exc:
             if "WouldBlock" in str(exc):
@@ -164,11 +170,7 @@ class EdgeStore:
                 offset=offset, limit=limit, filter=_collection(collection), with_payload=True
             )
         )
-        points = [
-            StoredPoint(str(p.payload["record_key"]), str(p.payload.get("content_hash", "")))
-            for p in page
-            if p.payload is not None
-        ]
+        points = [StoredPoint.of_payload(p.payload) for p in page if p.payload is not None]
         return points, None if following is None else str(following)
 
     def search(

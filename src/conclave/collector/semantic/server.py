@@ -20,14 +20,15 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from conclave.collector.semantic.base import (
+    ACCESS_FIELD,
     COLLECTION_FIELD,
-    OWNER_FIELD,
     SemanticMemory,
     SemanticMemoryUnavailable,
     StoredPoint,
     VectorRecord,
     point_id,
     point_payload,
+    reader_access,
 )
 from conclave.platform.embedding import Embedder
 
@@ -42,13 +43,14 @@ _UNREACHABLE = (
 
 
 def _collection(collection: str, reader: str | None = None) -> models.Filter:
-    """The points of ``collection``; with ``reader``, those without an owner or theirs."""
+    """The points of ``collection``; with ``reader``, those that user may find."""
     within = models.FieldCondition(key=COLLECTION_FIELD, match=models.MatchValue(value=collection))
     if reader is None:
         return models.Filter(must=[within])
-    unowned = models.IsEmptyCondition(is_empty=models.PayloadField(key=OWNER_FIELD))
-    mine = models.FieldCondition(key=OWNER_FIELD, match=models.MatchValue(value=reader))
-    return models.Filter(must=[within], should=[unowned, mine])
+    allowed = models.FieldCondition(
+        key=ACCESS_FIELD, match=models.MatchAny(any=reader_access(reader))
+    )
+    return models.Filter(must=[within, allowed])
 
 
 class ServerMemory(SemanticMemory):
@@ -93,9 +95,25 @@ class ServerMemory(SemanticMemory):
                     # Another replica created it at the same moment: go on if it is there now.
                     if not await self._call("collection_exists", collection_name=self._name):
                         raise
+            await self._access_index()
             self._ready = True
             self.generation += 1
         return self._name
+
+    async def _access_index(self) -> None:
+        """The keyword index of :data:`ACCESS_FIELD`, made when missing: a reader's filter on
+        the shared collection narrows nothing by collection, and without it would read every
+        point's payload."""
+        info = await self._call("get_collection", collection_name=self._name)
+        if ACCESS_FIELD in (info.payload_schema or {}):
+            return
+        await self._call(
+            "create_payload_index",
+            collection_name=self._name,
+            field_name=ACCESS_FIELD,
+            field_schema=models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD),
+            wait=True,
+        )
 
     async def ping(self) -> None:
         """See :meth:`SemanticMemory.ping`."""
@@ -173,10 +191,7 @@ class ServerMemory(SemanticMemory):
                 with_vectors=False,
             )
             for point in batch:
-                payload = point.payload or {}
-                points.append(
-                    StoredPoint(str(payload["record_key"]), str(payload.get("content_hash", "")))
-                )
+                points.append(StoredPoint.of_payload(point.payload or {}))
             if offset is None:
                 return points
 

@@ -11,7 +11,6 @@ from conclave.collector.records import (
 from conclave.collector.store.binding import bind_batch, document_text
 from conclave.collector.store.collected import (
     collection_counts,
-    existing_hashes,
     get_record,
     get_records,
     iter_collection,
@@ -21,6 +20,7 @@ from conclave.collector.store.collected import (
     pending_vectors,
     repair_hash,
     stored_documents,
+    stored_versions,
     total_records,
     upsert_records,
 )
@@ -74,7 +74,6 @@ __all__ = [
     "delete_schedule",
     "document_text",
     "due_schedules",
-    "existing_hashes",
     "expeditions",
     "expired_lease_count",
     "expired_leases",
@@ -103,6 +102,7 @@ __all__ = [
     "schedules",
     "set_schedule_enabled",
     "stored_documents",
+    "stored_versions",
     "total_records",
     "upsert_records",
 ]

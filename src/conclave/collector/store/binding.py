@@ -25,7 +25,8 @@ from sqlalchemy.sql.selectable import CTE
 from conclave.collector.records import BindStats, CollectedRecord, RecordBatch
 from conclave.collector.store.collected import (
     changed_record_values,
-    existing_hashes,
+    is_changed,
+    stored_versions,
     text_arrays,
     upsert_records,
 )
@@ -77,27 +78,36 @@ def _bind_statement(*, new_keys_plainly: bool) -> Select[Any]:
     given = text_arrays("given", keys="record_key", hashes="content_hash", documents="data")
     incoming = select(given).cte("incoming")
     collection = bindparam("collection", type_=String)
+    owner = bindparam("owner", type_=String)
     probe = (
-        select(records.c.content_hash)
+        select(records.c.content_hash, records.c.owner)
         .where(records.c.collection == collection, records.c.record_key == incoming.c.record_key)
         .limit(1)
         .lateral("probe")
     )
     seen = (
-        select(incoming, probe.c.content_hash.label("stored_hash"))
+        select(
+            incoming,
+            probe.c.content_hash.label("stored_hash"),
+            probe.c.owner.label("stored_owner"),
+        )
         .select_from(incoming.outerjoin(probe, true()))
         .cte("seen")
+    )
+    same = (seen.c.stored_hash == seen.c.content_hash) & seen.c.stored_owner.is_not_distinct_from(
+        owner
     )
     if new_keys_plainly:
         writes = [
             _insert(seen, seen.c.stored_hash.is_(None), upsert=False).cte("inserted"),
-            _insert(seen, seen.c.stored_hash != seen.c.content_hash, upsert=True).cte("changed"),
+            # Stored before, and not the same (``same`` alone is not false for a new key).
+            _insert(seen, seen.c.stored_hash.is_not(None) & ~same, upsert=True).cte("changed"),
         ]
     else:
         writes = [_insert(seen, true(), upsert=True).cte("written")]
     return select(
         func.count(seen.c.stored_hash).label("existing"),
-        func.count().filter(seen.c.stored_hash == seen.c.content_hash).label("unchanged"),
+        func.count().filter(same).label("unchanged"),
         # Referenced, so that the writes are part of the statement at all.
         *(select(func.count()).select_from(write).scalar_subquery() for write in writes),
     ).select_from(seen)
@@ -125,7 +135,7 @@ def _insert(seen: CTE, which: ColumnElement[bool], *, upsert: bool) -> Returning
         insert = insert.on_conflict_do_update(
             index_elements=[records.c.collection, records.c.record_key],
             set_=changed_record_values(insert),
-            where=records.c.content_hash != insert.excluded.content_hash,
+            where=is_changed(records.c, insert.excluded),
         )
     return insert.returning(records.c.record_key)
 
@@ -175,11 +185,11 @@ async def bind_batch(engine: AsyncEngine, batch: RecordBatch) -> BindStats:
 async def _bind_in_transaction(engine: AsyncEngine, batch: RecordBatch) -> BindStats:
     stats = BindStats()
     async with engine.begin() as connection:
-        existing = await existing_hashes(connection, batch.collection, batch.keys)
+        existing = await stored_versions(connection, batch.collection, batch.keys)
         rows = []
         for key, content_hash, data in zip(batch.keys, batch.hashes, batch.data, strict=True):
             before = existing.get(key)
-            if before == content_hash:
+            if before == (content_hash, batch.owner):
                 stats.unchanged += 1
                 continue
             if before is None:

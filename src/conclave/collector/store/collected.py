@@ -70,14 +70,26 @@ def _by_keys(
     return select(probe).select_from(wanted).join(probe, true())
 
 
-async def existing_hashes(
+async def stored_versions(
     executor: Executor, collection: str, keys: Sequence[str]
-) -> dict[str, str]:
-    """``record_key -> content_hash`` of the given keys that are already stored."""
+) -> dict[str, tuple[str, str | None]]:
+    """``record_key -> (content_hash, owner)`` of the given keys that are already stored."""
     if not keys:
         return {}
-    statement = _by_keys(executor, collection, keys, records.c.record_key, records.c.content_hash)
-    return {row.record_key: row.content_hash for row in await all_rows(executor, statement)}
+    statement = _by_keys(
+        executor, collection, keys, records.c.record_key, records.c.content_hash, records.c.owner
+    )
+    return {
+        row.record_key: (row.content_hash, row.owner) for row in await all_rows(executor, statement)
+    }
+
+
+def is_changed(stored: Any, incoming: Any) -> Any:
+    """Whether an upsert rewrites the stored record: new content, or another owner (a record
+    bound before owners existed, or a pack whose record changed hands)."""
+    return (stored.content_hash != incoming.content_hash) | stored.owner.is_distinct_from(
+        incoming.owner
+    )
 
 
 def changed_record_values(insert: postgresql.Insert | sqlite.Insert) -> dict[str, Any]:
@@ -105,7 +117,7 @@ async def upsert_records(connection: AsyncConnection, rows: Sequence[CollectedRe
     statement = statement.on_conflict_do_update(
         index_elements=[records.c.collection, records.c.record_key],
         set_=changed_record_values(statement),
-        where=records.c.content_hash != statement.excluded.content_hash,
+        where=is_changed(records.c, statement.excluded),
     )
     await connection.execute(statement, [row.values() for row in rows])
 
@@ -173,9 +185,18 @@ async def collection_counts(engine: AsyncEngine, reader: str | None = None) -> l
     ]
 
 
-async def total_records(engine: AsyncEngine) -> int:
-    """Records in the structured store, all collections."""
-    row = await first_row(engine, select(func.count()).select_from(records))
+async def total_records(
+    engine: AsyncEngine, reader: str | None = None, collections: Sequence[str] = ()
+) -> int:
+    """Records in the structured store, all collections; with ``reader`` (a user id), those of
+    ``collections`` that user may read."""
+    statement = select(func.count()).select_from(records)
+    if reader is not None:
+        statement = statement.where(
+            records.c.collection.in_(list(collections)),
+            records.c.owner.is_(None) | (records.c.owner == reader),
+        )
+    row = await first_row(engine, statement)
     return int(row[0]) if row else 0
 
 

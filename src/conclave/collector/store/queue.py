@@ -210,26 +210,33 @@ async def history(
     return [ExpeditionRecord.from_row(row) for row in await all_rows(engine, statement)]
 
 
-async def counts_by_status_and_type(engine: AsyncEngine) -> list[tuple[str, str, int]]:
-    """``(status, expedition_type, count)`` triples."""
+async def counts_by_status_and_type(
+    engine: AsyncEngine, requested_by: str | None = None
+) -> list[tuple[str, str, int]]:
+    """``(status, expedition_type, count)`` triples (of ``requested_by``'s expeditions only,
+    when given)."""
     statement = select(
         expeditions.c.status, expeditions.c.expedition_type, func.count().label("expeditions")
     ).group_by(expeditions.c.status, expeditions.c.expedition_type)
+    if requested_by is not None:
+        statement = statement.where(expeditions.c.requested_by == requested_by)
     rows = await all_rows(engine, statement)
     return [(row.status, row.expedition_type, int(row.expeditions)) for row in rows]
 
 
-async def recent_durations(engine: AsyncEngine, limit: int = 1000) -> list[float]:
-    """Run times in seconds of the newest finished expeditions."""
+async def recent_durations(
+    engine: AsyncEngine, limit: int = 1000, requested_by: str | None = None
+) -> list[float]:
+    """Run times in seconds of the newest finished expeditions (``requested_by``'s, when
+    given)."""
+    statement = select(expeditions.c.started_at, expeditions.c.completed_at).where(
+        expeditions.c.status.in_(("completed", "failed")),
+        expeditions.c.started_at.is_not(None),
+    )
+    if requested_by is not None:
+        statement = statement.where(expeditions.c.requested_by == requested_by)
     rows = await all_rows(
-        engine,
-        select(expeditions.c.started_at, expeditions.c.completed_at)
-        .where(
-            expeditions.c.status.in_(("completed", "failed")),
-            expeditions.c.started_at.is_not(None),
-        )
-        .order_by(expeditions.c.completed_at.desc())
-        .limit(limit),
+        engine, statement.order_by(expeditions.c.completed_at.desc()).limit(limit)
     )
     return [(row.completed_at - row.started_at).total_seconds() for row in rows]
 

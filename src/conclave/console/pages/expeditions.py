@@ -70,8 +70,8 @@ def _filters(status: str | None, expedition_type: str | None) -> dict[str, str]:
 async def _history(
     services: Services, session: Session, filters: dict[str, str], cursor: str | None
 ) -> dict[str, Any]:
-    """A page of history and the deployment's counts (``GET /stats``: counts only, everyone's;
-    shown without them when the collector cannot count)."""
+    """A page of history and the counts of what the user may see (``GET /stats``: an
+    operator's are the deployment's; shown without them when the collector cannot count)."""
     params = {**filters, "cursor": cursor, "limit": PAGE_SIZE}
     found, stats = await asyncio.gather(
         services.get("collector", "/expedition/history", session, params=params),
