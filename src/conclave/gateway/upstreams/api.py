@@ -30,6 +30,9 @@ class UpstreamRead(BaseModel):
     notes: list[str]
     """What its last listing left out: tools skipped (and why), a listing cut at a bound."""
     restarts: int
+    """Connections lost and made again since the gateway started."""
+    refreshes: int
+    """Complete tools/list listings read since the gateway started."""
 
 
 class UpstreamList(BaseModel):

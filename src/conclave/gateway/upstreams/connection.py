@@ -12,6 +12,7 @@ listed while it reconnects; their calls answer 503 ``UPSTREAM_UNAVAILABLE`` mean
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 _CLIENT = types.Implementation(name="conclave-gateway", version=__version__)
 _MAX_BACKOFF_SECONDS = 60.0
+_PROCESS_POLL_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Upstream:
         self.last_error: str | None = None
         self.notes: list[str] = []
         self.restarts = 0
+        self.refreshes = 0
         self.process = StdioProcess()
         self.ready = asyncio.Event()
         """Set once the first connection attempt has ended, one way or the other."""
@@ -156,23 +159,25 @@ class Upstream:
             self._changed.set()
 
     async def _watch(self, session: ClientSession) -> None:
-        """Refresh on ``list_changed`` (debounced) and on the period, until the connection ends."""
+        """Refresh on ``list_changed`` (debounced) and on the period, until the connection ends.
+        It looks at the process twice a second (a dead one fails its calls at once anyway: the
+        SDK's session sees its output end)."""
         period = self.spec.refresh_seconds or None
+        listed = time.monotonic()
         while True:
-            changed = asyncio.ensure_future(self._changed.wait())
-            exited = asyncio.ensure_future(self.process.exited.wait())
-            try:
-                done, _ = await asyncio.wait({changed, exited}, timeout=period)
-            finally:
-                changed.cancel()
-                exited.cancel()
-            if exited in done:
-                code = self.process.returncode
-                raise ConnectionEnded(f"the process exited (code {code})")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_PROCESS_POLL_SECONDS):
+                    await self._changed.wait()
+            if self.process.returncode is not None:
+                raise ConnectionEnded(f"the process exited (code {self.process.returncode})")
+            due = period is not None and time.monotonic() - listed >= period
+            if not (self._changed.is_set() or due):
+                continue
             # Debounce: notifications arriving meanwhile are folded into this one listing.
             await asyncio.sleep(self._limits.debounce_seconds)
             self._changed.clear()
             await self._refresh(session)
+            listed = time.monotonic()
 
     async def _refresh(self, session: ClientSession) -> None:
         """``tools/list`` through every page, within the bounds; hands the listing on."""
@@ -203,6 +208,7 @@ class Upstream:
             if page == self._limits.max_pages - 1:
                 notes.append(f"listing stopped after {self._limits.max_pages} pages")
         await self._on_listing(self, tools, notes)
+        self.refreshes += 1
         self.last_refresh = utc_now().isoformat().replace("+00:00", "Z")
 
     # -- calls ----------------------------------------------------------------------------
@@ -248,6 +254,7 @@ class Upstream:
             "last_error": self.last_error,
             "notes": list(self.notes),
             "restarts": self.restarts,
+            "refreshes": self.refreshes,
         }
 
     def _extra(self) -> dict[str, str]:

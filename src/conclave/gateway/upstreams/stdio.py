@@ -8,11 +8,12 @@ newline-delimited JSON-RPC (the SDK's types parse and serialise every message; t
 - a line longer than ``max_line_bytes`` is never kept whole: the rest of it is skipped as it
   arrives, and when its first bytes show the JSON-RPC ``id`` of a response, that request is
   answered at once with an error naming :data:`ANSWER_TOO_LARGE` (a request or a notification
-  that large is dropped and logged);
+  that large is dropped and logged); a line the SDK's types cannot parse (nested beyond the JSON
+  parser's recursion limit, for one) likewise fails its request at once;
 - the process gets a session of its own, so the whole process tree is stopped with it; its
   standard error is read and logged line by line (each cut at 500 characters), never shown to
   callers (it may hold anything);
-- :attr:`StdioProcess.exited` is set when the process is gone, so the supervisor restarts it.
+- :attr:`StdioProcess.returncode` is set when the process is gone, so the supervisor restarts it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 import mcp_types as types
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 _ID = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")')
 _PREFIX = 512
 _STOP_GRACE_SECONDS = 2.0
+UNREADABLE_ANSWER = "answer the gateway could not read (not JSON-RPC, or nested too deeply)"
 
 
 @dataclass
@@ -50,11 +52,13 @@ class StdioProcess:
 
     pid: int | None = None
     returncode: int | None = None
-    exited: anyio.Event = field(default_factory=anyio.Event)
+    """Set when the process has exited (the supervisor looks at it)."""
 
 
-def _too_large_reply(prefix: bytes, cap: int) -> SessionMessage | None:
-    """An error response for the request whose oversized response begins with ``prefix``."""
+def _error_reply(prefix: bytes, message: str) -> SessionMessage | None:
+    """An error response, saying ``message``, for the request whose response the gateway could
+    not take (too large, or unparseable) and which begins with ``prefix``: the request fails at
+    once rather than at its time-out."""
     if b'"method"' in prefix:
         return None  # a request or notification of the server's: nobody waits for it
     found = _ID.search(prefix)
@@ -62,15 +66,18 @@ def _too_large_reply(prefix: bytes, cap: int) -> SessionMessage | None:
         return None
     raw = found.group(1)
     request_id: int | str = int(raw) if raw[:1] != b'"' else raw[1:-1].decode("utf-8", "replace")
-    error = types.ErrorData(code=types.INTERNAL_ERROR, message=f"{ANSWER_TOO_LARGE} ({cap} bytes)")
+    error = types.ErrorData(code=types.INTERNAL_ERROR, message=message)
     return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
+    """The message of ``line``; for one the SDK's types refuse (not JSON-RPC, or nested beyond
+    the JSON parser's recursion limit), an error response to its request when its id shows."""
     try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError as exc:
-        return exc
+        reply = _error_reply(line[:_PREFIX], UNREADABLE_ANSWER)
+        return reply if reply is not None else exc
 
 
 async def _log_stderr(stream: ByteReceiveStream, server: str) -> None:
@@ -139,7 +146,8 @@ async def stdio_transport(
                             break
                         start = end + 1
                         if skipping is not None:
-                            reply = _too_large_reply(skipping, max_line_bytes)
+                            too_large = f"{ANSWER_TOO_LARGE} ({max_line_bytes} bytes)"
+                            reply = _error_reply(skipping, too_large)
                             log.warning("upstream line over the cap", extra={"upstream": spec.name})
                             skipping = None
                             if reply is not None:
@@ -160,7 +168,6 @@ async def stdio_transport(
 
     async def watch_exit() -> None:
         state.returncode = await process.wait()
-        state.exited.set()
 
     try:
         async with anyio.create_task_group() as group:
@@ -179,4 +186,4 @@ async def stdio_transport(
             for stream in (read_stream, write_stream):
                 await stream.aclose()
             await process.aclose()
-        state.exited.set()
+        state.returncode = process.returncode if process.returncode is not None else -1
