@@ -3,7 +3,7 @@
 Only for what the real servers of the suite (``mcp-server-time``, ``server-everything``) will not
 do: break their output schema, list names that are not provider-safe or collide, answer 5 MB,
 die in the middle of a call, storm ``list_changed``, list more tools than anyone should. Run as
-``python -m tests.gateway.hostile_mcp_server [--tools N] [--page N] [--one-page]``.
+``python -m tests.gateway.hostile_mcp_server [--tools N] [--page N] [--abyss]``.
 """
 
 from __future__ import annotations
@@ -71,13 +71,15 @@ def hostile_tools() -> list[types.Tool]:
     ]
 
 
-def make_server(count: int, page: int) -> Server[Any]:
+def make_server(count: int, page: int, abyss: bool = False) -> Server[Any]:
     """The server: ``count`` filler tools after the hostile ones, ``page`` per tools/list page
-    (0: all in one page)."""
+    (0: all in one page); with ``abyss``, a tool nested beyond any JSON parser's patience."""
     tools = hostile_tools() + [
         types.Tool(name=f"filler_{i}", description="Filler.", input_schema=OBJECT)
         for i in range(count)
     ]
+    if abyss:
+        tools.append(types.Tool(name="abyss", description="300 levels.", input_schema=_deep(100)))
 
     async def list_tools(
         _ctx: Any, params: types.PaginatedRequestParams | None
@@ -127,8 +129,8 @@ def make_server(count: int, page: int) -> Server[Any]:
     return Server("hostile", version="0", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-async def _main(count: int, page: int) -> None:
-    server = make_server(count, page)
+async def _main(count: int, page: int, abyss: bool) -> None:
+    server = make_server(count, page, abyss)
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     async with stdio_server() as (read, write):
         await server.run(read, write, options)
@@ -138,5 +140,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--tools", type=int, default=0)
     parser.add_argument("--page", type=int, default=5)
+    parser.add_argument("--abyss", action="store_true")
     arguments = parser.parse_args()
-    anyio.run(_main, arguments.tools, arguments.page)
+    anyio.run(_main, arguments.tools, arguments.page, arguments.abyss)

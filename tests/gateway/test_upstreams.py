@@ -261,16 +261,20 @@ async def test_list_changed_storm_is_debounced(backend: Backend, tmp_path: Path)
 async def test_listing_bounds(backend: Backend, tmp_path: Path):
     many = hostile_entry("--tools", "500", "--page", "7", name="paged")
     flood = hostile_entry("--tools", "100000", "--page", "0", name="flood")
+    abyss = hostile_entry("--abyss", name="abyss")
     async with gateway(
-        backend, tmp_path, many, flood, upstream_max_tools=50, upstream_max_pages=5
+        backend, tmp_path, many, flood, abyss, upstream_max_tools=50, upstream_max_pages=5
     ) as client:
+        # The unreadable page fails its request at once (not at the 10 s time-out).
+        deep = await _upstream(client, "abyss")
+        assert deep["state"] != "ready" and "could not read" in deep["last_error"]
         paged = await _upstream(client, "paged")
         assert paged["tools"] <= 50
         assert any("stopped after 5 pages" in note for note in paged["notes"])
         flooded = await _upstream(client, "flood")
         # 100,000 tools in one answer pass the message cap: cut off, never parsed.
         assert flooded["tools"] == 0 and flooded["state"] != "ready"
-        assert flooded["last_error"]
+        assert "larger than the gateway accepts" in flooded["last_error"]
         health = await client.get("/health")
         assert health.status_code == 200
 
