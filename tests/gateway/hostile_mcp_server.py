@@ -51,6 +51,7 @@ def hostile_tools() -> list[types.Tool]:
         types.Tool(name="storm", description="Sends 200 list_changed.", input_schema=OBJECT),
         types.Tool(name="big_number", description="Answers 2**70.", input_schema=OBJECT),
         types.Tool(name="fails", description="Answers isError.", input_schema=OBJECT),
+        types.Tool(name="nul", description="Answers a NUL in its text.", input_schema=OBJECT),
         types.Tool(name="refuses", description="Answers -32602.", input_schema=OBJECT),
         types.Tool(name="pid", description="Answers its process id.", input_schema=OBJECT),
         # Names: not provider-safe, long, colliding after sanitising, colliding with a plug-in.
@@ -111,6 +112,8 @@ def make_server(count: int, page: int, abyss: bool = False) -> Server[Any]:
                 content=[types.TextContent(type="text", text=str(2**70))],
                 structured_content={"n": 2**70},
             )
+        if name == "nul":
+            return types.CallToolResult(content=[types.TextContent(type="text", text="a\x00b")])
         if name == "fails":
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text="the upstream tool failed")],

@@ -168,7 +168,7 @@ async def test_hostile_names_schemas_and_answers(backend: Backend, tmp_path: Pat
         notes = " ".join(status["notes"])
         for skipped in ("deep", "huge_integer_schema"):
             assert skipped in notes
-        assert status["tools"] == 13 and status["refreshes"] == 1
+        assert status["tools"] == 14 and status["refreshes"] == 1
 
         async def call(tool: str, **args: Any) -> dict[str, Any]:
             response = await client.post("/execute", json={"tool": tool, "args": args})
@@ -182,6 +182,8 @@ async def test_hostile_names_schemas_and_answers(backend: Backend, tmp_path: Pat
         )
         big = await call("hostile__big_number")
         assert (big["http"], big["code"]) == (502, "OUTPUT_INVALID")
+        nul = await call("hostile__nul")
+        assert (nul["http"], nul["code"]) == (502, "OUTPUT_INVALID")
         fails = await call("hostile__fails")
         assert (fails["http"], fails["code"]) == (422, "UPSTREAM_TOOL_ERROR")
         assert "the upstream tool failed" in fails["detail"]
@@ -285,6 +287,16 @@ async def test_egress_policy_guards_http_upstreams(backend: Backend, tmp_path: P
         status = await _upstream(client, "metadata")
         assert status["state"] != "ready" and status["tools"] == 0
         assert status["last_error"]
+
+
+async def test_rate_limit_of_an_upstreams_tools(backend: Backend, tmp_path: Path):
+    async with gateway(backend, tmp_path, {**time_entry(), "rate_limit": "1/60"}) as client:
+        body = {"tool": "time__get_current_time", "args": {"timezone": "UTC"}}
+        first = await client.post("/execute", json=body)
+        second = await client.post("/execute", json=body)
+    assert first.status_code == 200, first.text
+    assert (second.status_code, second.json()["code"]) == (429, "RATE_LIMITED")
+    assert len(await audit_rows(backend)) == 1
 
 
 async def test_everything_over_stdio_with_idempotency(backend: Backend, tmp_path: Path):

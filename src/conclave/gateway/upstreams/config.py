@@ -16,6 +16,7 @@ Format::
         connect_timeout_seconds: 10     # connecting and the initialize handshake
         refresh_seconds: 300            # tools/list again this often (0: only on list_changed)
         max_concurrency: 8              # calls running at once in one process (429 beyond)
+        rate_limit: 10/1                # each of its tools, all users together (429 beyond)
         trust_read_only_hint: false     # see below
 
 Headers and environment values are never listed (``GET /upstreams`` shows neither) nor logged.
@@ -29,6 +30,8 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
+
+from conclave.platform.ratelimit import Rate
 
 SERVER_NAME_PATTERN = r"^[A-Za-z0-9-]{1,32}$"
 
@@ -51,11 +54,14 @@ class McpServerSpec(BaseModel):
     connect_timeout_seconds: float = Field(10.0, gt=0, le=120)
     refresh_seconds: float = Field(300.0, ge=0, le=86_400)
     max_concurrency: int | None = Field(None, ge=1, le=10_000)
+    rate_limit: str = ""
+    """``<requests>/<seconds>[:<burst>]`` for each of its tools across all users; empty: none."""
     trust_read_only_hint: bool = False
     tags: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _transport_fields(self) -> McpServerSpec:
+        Rate.parse(self.rate_limit)  # ValueError names the expected form
         if self.transport == "http":
             if not self.url or not self.url.startswith(("http://", "https://")):
                 raise ValueError(f"mcp server {self.name!r}: http needs an http(s) 'url'")

@@ -38,6 +38,7 @@ from conclave.gateway.validation import depth_exceeds
 from conclave.platform.egress_mcp import ANSWER_TOO_LARGE
 from conclave.platform.inputs import escape_text, find_unsafe
 from conclave.platform.problem_types import ProblemCode
+from conclave.platform.ratelimit import Rate
 
 MAX_SCHEMA_BYTES = 262_144
 """Largest input or output schema of an upstream tool, in bytes of JSON."""
@@ -163,6 +164,7 @@ def build_entries(
                     # The SDK's read time-out fires first and is answered as a time-out too.
                     timeout_seconds=spec.timeout_seconds + 1.0,
                     max_concurrency=spec.max_concurrency,
+                    rate_limit=Rate.parse(spec.rate_limit),
                     audit_read_only=None if spec.trust_read_only_hint else False,
                 )
                 entries.append(ToolRegistry.prepare(tool))
