@@ -318,3 +318,18 @@ async def test_everything_over_stdio_with_idempotency(backend: Backend, tmp_path
     assert again.json()["conclave_id"] == first.json()["conclave_id"]
     assert long.status_code == 200, long.text
     assert len(await audit_rows(backend)) == 2
+
+
+async def test_http_answer_over_the_cap_is_cut_off(
+    backend: Backend, tmp_path: Path, everything_http: str
+):
+    entry = {"name": "everything", "transport": "http", "url": everything_http}
+    async with gateway(backend, tmp_path, entry, upstream_max_message_bytes=65_536) as client:
+        big = await client.post(
+            "/execute", json={"tool": "everything__echo", "args": {"message": "y" * 100_000}}
+        )
+        small = await client.post(
+            "/execute", json={"tool": "everything__echo", "args": {"message": "y"}}
+        )
+    assert (big.status_code, big.json()["code"]) == (422, "RESULT_TOO_LARGE"), big.text
+    assert small.status_code == 200 and small.json()["result"] == "Echo: y"

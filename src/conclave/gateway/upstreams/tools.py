@@ -44,6 +44,8 @@ MAX_SCHEMA_BYTES = 262_144
 """Largest input or output schema of an upstream tool, in bytes of JSON."""
 _MAX_DESCRIPTION = 4000
 _MAX_TOOL_ERROR = 500
+# httpx2's words for an event over ``max_sse_event_size``, which the SDK passes on in its error.
+_SSE_EVENT_TOO_LARGE = "byte limit"
 
 
 def _error(message: str, code: str, status: int) -> ToolExecutionError:
@@ -52,7 +54,8 @@ def _error(message: str, code: str, status: int) -> ToolExecutionError:
 
 def _rpc_error(server: str, exc: MCPError) -> BaseException:
     code, text = exc.error.code, exc.error.message[:300]
-    if ANSWER_TOO_LARGE in text:
+    # Our own cap (an answer's body, a stdio line) or the SDK's on one event of a stream.
+    if ANSWER_TOO_LARGE in text or _SSE_EVENT_TOO_LARGE in text:
         return _error(
             f"Upstream {server!r} answered more than the gateway accepts.",
             ProblemCode.RESULT_TOO_LARGE,
