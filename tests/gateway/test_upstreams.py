@@ -333,3 +333,13 @@ async def test_http_answer_over_the_cap_is_cut_off(
         )
     assert (big.status_code, big.json()["code"]) == (422, "RESULT_TOO_LARGE"), big.text
     assert small.status_code == 200 and small.json()["result"] == "Echo: y"
+
+
+async def test_periodic_refresh(backend: Backend, tmp_path: Path):
+    entry = {**hostile_entry(), "refresh_seconds": 1}
+    async with gateway(backend, tmp_path, entry, upstream_debounce_seconds=0) as client:
+
+        async def relisted() -> bool:
+            return (await _upstream(client, "hostile"))["refreshes"] >= 3
+
+        await eventually(relisted, timeout=10)
