@@ -7,6 +7,9 @@ The gateway commits every audit row (and its outbox event, and its leaf queued f
 transparency log ``calls``) to PostgreSQL before answering; at the end the bench checks that the
 number of audit rows equals the number of 200 answers, and that every call is in the log. The same
 gateway with its calls log off (``GATEWAY_CALL_LOG=false``) is measured too: what the log costs.
+Last, the federated tool (``bench/federated.py``): governed calls of a local upstream MCP server
+that echoes, against calling it directly with the same MCP client (``--federated-only`` runs just
+that).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import sys
 import time
 
+from bench import federated
 from bench.loadgen import LoadResult, run_load
 from bench.report import target
 from bench.servers import (
@@ -167,5 +171,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--federated-only", action="store_true")
     options = parser.parse_args()
-    asyncio.run(main(options.seconds, options.concurrency))
+    if not options.federated_only:
+        asyncio.run(main(options.seconds, options.concurrency))
+    # MCP client sessions are heavier than the load generator's connections: half as many.
+    asyncio.run(federated.measure(options.seconds, max(options.concurrency // 2, 1)))

@@ -17,6 +17,7 @@ from conclave.gateway.store import mcp_tool_calls
 from conclave.gateway.tools import Tool, ToolContext
 from conclave.platform.bus.base import Event
 from tests.conftest import Backend, open_platform, serve_app, test_settings
+from tests.gateway.upstream_fixtures import everything_http  # noqa: F401 (a fixture)
 from tests.httpserver import running_server
 
 

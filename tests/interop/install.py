@@ -5,6 +5,9 @@
   ``npm ci`` into ``node/node_modules``.
 - A virtual environment of its own, ``.venv-mcp1``, for the clients that need the official
   Python SDK 1.x (the project's environment holds 2.x): the pins in ``requirements-mcp1.txt``.
+- The MCP servers the gateway governs as upstreams (tests/gateway/upstreams): the npm package
+  ``@modelcontextprotocol/server-everything`` (in the same lock file) and, in a virtual environment
+  of its own (``.venv-servers``), ``mcp-server-time`` from ``requirements-servers.txt``.
 
 Each install leaves a stamp (a hash of what it installed from); a later run with the same inputs
 does nothing, so only the first run on a machine pays for the downloads. The test fixtures call
@@ -26,6 +29,8 @@ NODE_DIR = HERE / "node"
 NODE_BIN = NODE_DIR / "node_modules" / ".bin"
 CLIENT_VENV = HERE / ".venv-mcp1"
 REQUIREMENTS = HERE / "requirements-mcp1.txt"
+SERVER_VENV = HERE / ".venv-servers"
+SERVER_REQUIREMENTS = HERE / "requirements-servers.txt"
 STAMP = ".conclave-interop-stamp"
 
 
@@ -62,30 +67,39 @@ def install_node_clients() -> Path:
     return NODE_BIN
 
 
-def install_python_clients() -> Path:
-    """Create or refresh the SDK 1.x environment (once per pin set); returns its Python."""
-    python = CLIENT_VENV / ("Scripts" if os.name == "nt" else "bin") / "python"
-    fingerprint = _fingerprint(REQUIREMENTS.read_bytes(), sys.version.encode())
-    stamp = CLIENT_VENV / STAMP
+def _install_venv(venv: Path, requirements: Path) -> Path:
+    """Create or refresh ``venv`` from ``requirements`` (once per pin set); returns its Python."""
+    python = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
+    fingerprint = _fingerprint(requirements.read_bytes(), sys.version.encode())
+    stamp = venv / STAMP
     if stamp.exists() and stamp.read_text() == fingerprint:
         return python
-    shutil.rmtree(CLIENT_VENV, ignore_errors=True)
-    _run([sys.executable, "-m", "venv", str(CLIENT_VENV)], HERE)
+    shutil.rmtree(venv, ignore_errors=True)
+    _run([sys.executable, "-m", "venv", str(venv)], HERE)
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    _run([*pip, "-r", str(REQUIREMENTS)], HERE)
+    _run([*pip, "-r", str(requirements)], HERE)
     stamp.write_text(fingerprint)
     return python
+
+
+def install_python_clients() -> Path:
+    """Create or refresh the SDK 1.x environment (once per pin set); returns its Python."""
+    return _install_venv(CLIENT_VENV, REQUIREMENTS)
+
+
+def install_python_servers() -> Path:
+    """Create or refresh the environment of the Python MCP servers; returns its Python."""
+    return _install_venv(SERVER_VENV, SERVER_REQUIREMENTS)
 
 
 def main() -> int:
     """Install both; a client that cannot be installed is reported, and fails the command only
     under ``CONCLAVE_REQUIRE_SERVICES=1`` (CI). Elsewhere its tests skip and say why."""
     status = 0
-    # Both at once: each spends its time in its own subprocess (npm, pip) and on its registry.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        installs = [
-            pool.submit(install) for install in (install_node_clients, install_python_clients)
-        ]
+    # All at once: each spends its time in its own subprocess (npm, pip) and on its registry.
+    every = (install_node_clients, install_python_clients, install_python_servers)
+    with ThreadPoolExecutor(max_workers=len(every)) as pool:
+        installs = [pool.submit(install) for install in every]
     for install in installs:
         try:
             install.result()

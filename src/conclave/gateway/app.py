@@ -15,6 +15,7 @@ from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.backends.catalogue import (
     ENTITY_TOOLS,
     PLATFORM_TOOLS,
+    Catalogue,
     build_tools,
     load_catalogue,
 )
@@ -31,8 +32,12 @@ from conclave.gateway.registry import ToolRegistry
 from conclave.gateway.service import GatewayService
 from conclave.gateway.signals import signals_table_fallback
 from conclave.gateway.tools import Tool
+from conclave.gateway.upstreams.api import upstreams_router
+from conclave.gateway.upstreams.connection import UpstreamLimits
+from conclave.gateway.upstreams.manager import Upstreams
 from conclave.gateway.workers import WorkerPool
 from conclave.platform.dead_letter_routes import router as dead_letters_router
+from conclave.platform.egress import EgressPolicy
 from conclave.platform.http import create_service_app, platform_lifespan
 from conclave.platform.ratelimit import MemoryRateLimiter, Rate, RateLimiter, RedisRateLimiter
 from conclave.platform.runtime import Platform
@@ -62,18 +67,41 @@ def build_registry(
     return registry
 
 
+def load_catalogues(settings: GatewaySettings) -> list[Catalogue]:
+    """The catalogue files: the built-in ones, then those of settings."""
+    return [
+        load_catalogue(path) for path in (ENTITY_TOOLS, PLATFORM_TOOLS, *settings.tool_catalogues)
+    ]
+
+
 def backend_tools(
-    settings: GatewaySettings, http: httpx.AsyncClient, platform: Platform
+    settings: GatewaySettings,
+    catalogues: list[Catalogue],
+    http: httpx.AsyncClient,
+    platform: Platform,
 ) -> tuple[Tool, ...]:
-    """The tools of the HTTP backend catalogues (built-in ones, then those of settings)."""
+    """The HTTP tools of the catalogues."""
     breakers: dict[str, CircuitBreaker] = {}
     fallbacks = {"signals_table": signals_table_fallback(platform)}
     token = settings.service_token.get_secret_value() or None
     tools: list[Tool] = []
-    for path in (ENTITY_TOOLS, PLATFORM_TOOLS, *settings.tool_catalogues):
-        catalogue = load_catalogue(path)
+    for catalogue in catalogues:
         tools += build_tools(catalogue, settings.backend_urls(), http, breakers, fallbacks, token)
     return tuple(tools)
+
+
+def upstreams_for(
+    settings: GatewaySettings, catalogues: list[Catalogue], registry: ToolRegistry
+) -> Upstreams:
+    """The upstream MCP servers of the catalogues, their tools to go into ``registry``."""
+    limits = UpstreamLimits(
+        max_message_bytes=settings.upstream_max_message_bytes,
+        max_tools=settings.upstream_max_tools,
+        max_pages=settings.upstream_max_pages,
+        debounce_seconds=settings.upstream_debounce_seconds,
+    )
+    specs = [spec for catalogue in catalogues for spec in catalogue.mcp_servers]
+    return Upstreams(specs, registry, EgressPolicy.from_settings(settings), limits)
 
 
 def rate_limiter_for(settings: GatewaySettings) -> RateLimiter:
@@ -99,8 +127,10 @@ def create_app(
         async with AsyncExitStack() as stack:
             # One client for every backend: pooled connections; time-outs are set per tool.
             http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
-            tools = backend_tools(settings, http, runtime)
+            catalogues = load_catalogues(settings)
+            tools = backend_tools(settings, catalogues, http, runtime)
             registry = build_registry(settings, extra_tools, tools)
+            upstreams = upstreams_for(settings, catalogues, registry)
             limiter = rate_limiter_for(settings)
             if isinstance(limiter, RedisRateLimiter):
                 stack.push_async_callback(limiter.close)
@@ -130,6 +160,10 @@ def create_app(
                 call_log=call_log,
             )
             app.state.gateway = service
+            # After the service exists: an upstream's first listing may arrive at once.
+            app.state.upstreams = await stack.enter_async_context(
+                upstreams.serving(start_wait_seconds=settings.upstream_start_wait_seconds)
+            )
             authenticator = app.state.authenticator
             await stack.enter_async_context(
                 mcp_endpoint.serving(authenticator, McpHandlers(service))
@@ -153,6 +187,7 @@ def create_app(
     app.include_router(router)
     app.include_router(dead_letters_router)
     app.include_router(tlog_router)
+    app.include_router(upstreams_router)
     # Ids, metrics and the body cap still apply to it (see platform/fast_lane.py).
     app.add_fast_lane(EXECUTE_ROUTE, "POST")
     if settings.mcp_domain == "finance":

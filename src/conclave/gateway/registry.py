@@ -54,13 +54,20 @@ class ToolRegistry:
         self._tools: dict[str, RegisteredTool] = {}
         self._aliases: dict[str, str] = {}
         self._alias_tools: dict[str, RegisteredAlias] = {}
+        self._sources: dict[str, set[str]] = {}
 
     def register(self, tool: Tool) -> None:
         """Add ``tool``; raises ``ValueError`` for a bad name, a duplicate or an invalid schema."""
+        self._add(self.prepare(tool))
+
+    @staticmethod
+    def prepare(tool: Tool) -> RegisteredTool:
+        """``tool`` checked and its schemas compiled, not yet registered: no state of the
+        registry is read, so this may run off the event loop (upstream tools are many, and what
+        their schemas cost to compile is the upstream's choice). ``ValueError`` says what is
+        wrong."""
         if not _MCP_NAME.match(tool.name):
             raise ValueError(f"tool name {tool.name!r} must match {_MCP_NAME.pattern}")
-        if tool.name in self._tools or tool.name in self._aliases or tool.name in self._alias_tools:
-            raise ValueError(f"tool {tool.name!r} is registered twice")
         _check_executor(tool)
         if tool.parameters.get("type") != "object":
             raise ValueError(f"tool {tool.name!r}: parameters must be a JSON Schema of type object")
@@ -80,12 +87,53 @@ class ToolRegistry:
             if tool.output_schema
             else None
         )
+        return RegisteredTool(tool, arguments, output)
+
+    def answers_to(self, name: str) -> bool:
+        """Whether some tool or alias tool is called ``name`` or has it as wire alias."""
+        return name in self._tools or name in self._aliases or name in self._alias_tools
+
+    def _add(self, entry: RegisteredTool) -> None:
+        tool = entry.tool
+        if self.answers_to(tool.name):
+            raise ValueError(f"tool {tool.name!r} is registered twice")
         alias = wire_name(tool.name)
         if alias != tool.name:
-            if alias in self._tools or alias in self._aliases or alias in self._alias_tools:
+            if self.answers_to(alias):
                 raise ValueError(f"tool {tool.name!r}: wire alias {alias!r} is already taken")
             self._aliases[alias] = tool.name
-        self._tools[tool.name] = RegisteredTool(tool, arguments, output)
+        self._tools[tool.name] = entry
+
+    def _remove(self, name: str) -> None:
+        self._tools.pop(name, None)
+        alias = wire_name(name)
+        if self._aliases.get(alias) == name:
+            del self._aliases[alias]
+
+    def names_in_use(self, *, besides: str) -> frozenset[str]:
+        """Every name a tool answers to, but those of the tools of source ``besides``."""
+        own = self._sources.get(besides, set())
+        every = (*self._tools, *self._aliases, *self._alias_tools)
+        return frozenset(name for name in every if name not in own)
+
+    def replace_source(self, source: str, entries: list[RegisteredTool]) -> list[str]:
+        """Make ``entries`` the tools of ``source`` (an upstream MCP server), in place of the ones
+        it registered before; one that cannot be registered (its name taken meanwhile) is left
+        out and described in the list returned. Synchronous, so no request sees a half-updated
+        catalogue."""
+        for name in self._sources.pop(source, set()):
+            self._remove(name)
+        refused: list[str] = []
+        names: set[str] = set()
+        for entry in entries:
+            try:
+                self._add(entry)
+            except ValueError as exc:
+                refused.append(str(exc))
+            else:
+                names.add(entry.tool.name)
+        self._sources[source] = names
+        return refused
 
     def add_alias(self, alias: Alias) -> None:
         """Add an alias tool for a registered canonical tool."""
@@ -93,11 +141,7 @@ class ToolRegistry:
         if canonical is None:
             raise ValueError(f"alias {alias.name!r}: canonical tool {alias.canonical!r} is missing")
         # A name any tool answers to (its own or its wire alias) cannot be taken twice.
-        if (
-            alias.name in self._tools
-            or alias.name in self._alias_tools
-            or alias.name in self._aliases
-        ):
+        if self.answers_to(alias.name):
             raise ValueError(f"alias {alias.name!r} is registered twice")
         view = replace(
             canonical.tool,

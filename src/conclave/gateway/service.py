@@ -482,4 +482,7 @@ def _read_only(registered: RegisteredTool) -> bool:
     # A tool declared read-only has no side effect to leave unaudited, so it skips the "running"
     # pre-record: one commit per call instead of two. If the store is down when it finishes, the
     # caller gets 503 and nothing happened in the world.
+    declared = registered.tool.audit_read_only
+    if declared is not None:
+        return declared
     return bool((registered.tool.annotations or {}).get("readOnlyHint"))

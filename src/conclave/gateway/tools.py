@@ -96,6 +96,10 @@ class Tool:
     max_concurrency: int | None = None
     """Executions of this tool running at once in one process; more get 429 ``TOOL_BUSY``."""
     cpu_executor: CpuExecutor | None = None
+    audit_read_only: bool | None = None
+    """Whether a call is recorded once, when it finishes (``True``), or first as ``running``
+    (``False``). ``None``: the ``readOnlyHint`` annotation decides. Set for tools whose
+    annotations come from a server the gateway does not control (upstream MCP servers)."""
     unavailable_reason: str | None = None
     """Set when the tool cannot work in this deployment (e.g. its backend is not configured):
     it is left out of the catalogue and its executor answers 503."""

@@ -148,6 +148,21 @@ class ProblemCode(StrEnum):
         "An HTTP tool's backend did not answer.")
     BACKEND_UNAVAILABLE = ("BACKEND_UNAVAILABLE", (503,), "Backend unavailable",
         "An HTTP tool's backend is not configured or not reachable.")
+    UPSTREAM_UNAVAILABLE = ("UPSTREAM_UNAVAILABLE", (503,), "Upstream MCP server unavailable",
+        "An upstream MCP server is not connected (starting, restarting, refused by the egress "
+        "policy) or its circuit is open; nothing was sent to it.")
+    UPSTREAM_CONNECTION_LOST = ("UPSTREAM_CONNECTION_LOST", (502,),
+        "Upstream MCP server connection lost",
+        "The upstream MCP server died or its connection broke while the call ran: whether the "
+        "tool did its work is unknown.")
+    UPSTREAM_FAILED = ("UPSTREAM_FAILED", (502,), "Upstream MCP server failed",
+        "The upstream MCP server answered the call with a JSON-RPC error, or with an answer that "
+        "is not a tool result.")
+    UPSTREAM_REJECTED = ("UPSTREAM_REJECTED", (422,), "Upstream MCP server rejected the call",
+        "The upstream MCP server refused the arguments (JSON-RPC `-32602`).")
+    UPSTREAM_TOOL_ERROR = ("UPSTREAM_TOOL_ERROR", (422,), "Upstream tool error",
+        "The upstream MCP tool answered `isError: true`; `detail` holds its text (first 500 "
+        "characters).")
     INVALID_EXPRESSION = ("INVALID_EXPRESSION", (422,), "Invalid expression",
         "`evaluate_expression`: the expression does not parse or cannot be evaluated.")
     INVALID_QUERY = ("INVALID_QUERY", (422,), "Invalid query",

@@ -72,7 +72,8 @@ class GatewaySettings(CommonSettings):
     tool_catalogues: Annotated[list[Path], NoDecode] = Field(
         default_factory=list,
         alias="GATEWAY_TOOL_CATALOGUES",
-        description="Extra HTTP tool catalogue files (YAML or JSON), comma separated.",
+        description="Extra tool catalogue files (YAML or JSON), comma separated: HTTP tools "
+        "('tools:') and upstream MCP servers ('mcp_servers:', docs/gateway.md).",
     )
     user_rate_limit: str = Field(
         "",
@@ -97,6 +98,46 @@ class GatewaySettings(CommonSettings):
         ge=1,
         description="Worker processes running CPU-bound tools (cpu_executor), so their time-out "
         "stops them; calls beyond this many wait for a free worker.",
+    )
+    upstream_max_message_bytes: int = Field(
+        2_162_688,
+        alias="GATEWAY_UPSTREAM_MAX_MESSAGE_BYTES",
+        ge=65_536,
+        description="Largest message an upstream MCP server may send (one stdio line, one HTTP "
+        "answer or event), in bytes; a longer one is cut off as it arrives and the call it "
+        "answers fails with 422 RESULT_TOO_LARGE. Default: twice GATEWAY_MAX_RESULT_BYTES's "
+        "default plus 64 KiB, room for a result's JSON text and its structured copy.",
+    )
+    upstream_max_tools: int = Field(
+        1000,
+        alias="GATEWAY_UPSTREAM_MAX_TOOLS",
+        ge=1,
+        le=100_000,
+        description="Most tools served from one upstream MCP server; its listing is cut there "
+        "(and GET /upstreams says so).",
+    )
+    upstream_max_pages: int = Field(
+        20,
+        alias="GATEWAY_UPSTREAM_MAX_PAGES",
+        ge=1,
+        le=10_000,
+        description="Most tools/list pages (nextCursor) read from one upstream per refresh.",
+    )
+    upstream_debounce_seconds: float = Field(
+        1.0,
+        alias="GATEWAY_UPSTREAM_DEBOUNCE_SECONDS",
+        ge=0,
+        le=600,
+        description="An upstream's notifications/tools/list_changed is acted on after this "
+        "long, once for all that arrived meanwhile: a storm costs one listing per interval.",
+    )
+    upstream_start_wait_seconds: float = Field(
+        15.0,
+        alias="GATEWAY_UPSTREAM_START_WAIT_SECONDS",
+        ge=0,
+        le=600,
+        description="How long start-up waits for the upstream MCP servers' first connection and "
+        "listing before serving (one that is slower is served once it answers).",
     )
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["127.0.0.1:*", "localhost:*", "[::1]:*"],

@@ -19,6 +19,9 @@ Format (one entry per tool)::
         tags: [entities]
         fallback: signals_table           # optional: local answer when the backend is unset
 
+The same file may declare upstream MCP servers under ``mcp_servers:`` (format in
+:mod:`conclave.gateway.upstreams.config`).
+
 A schema in ``parameters`` may say ``enum_from: media_types`` instead of listing an ``enum``: the
 loader fills in the names of every registered media type (:mod:`conclave.platform.media_types`,
 plug-ins included), so the catalogue never holds a copy of that list.
@@ -38,6 +41,7 @@ from pydantic import BaseModel, Field, ValidationError
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.backends.http_tool import Fallback, HttpCall, http_executor
 from conclave.gateway.tools import Tool
+from conclave.gateway.upstreams.config import McpServerSpec
 from conclave.platform.media_types import media_type_names
 
 ENV_OF_BACKEND = {
@@ -93,9 +97,10 @@ class BackendToolSpec(BaseModel):
 
 
 class Catalogue(BaseModel):
-    """A catalogue file."""
+    """A catalogue file: HTTP tools, and upstream MCP servers (:mod:`..upstreams.config`)."""
 
-    tools: list[BackendToolSpec]
+    tools: list[BackendToolSpec] = Field(default_factory=list)
+    mcp_servers: list[McpServerSpec] = Field(default_factory=list)
 
 
 # Keywords whose value is data, not a schema: nothing below them is read as a directive.

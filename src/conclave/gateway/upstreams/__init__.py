@@ -1,0 +1,1 @@
+"""Upstream MCP servers as a governed tool source (docs/gateway.md, "Upstream MCP servers")."""

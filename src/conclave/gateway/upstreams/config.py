@@ -1,0 +1,78 @@
+"""The ``mcp_servers:`` section of a catalogue file: one entry per upstream MCP server.
+
+Format::
+
+    mcp_servers:
+      - name: time                      # [A-Za-z0-9-]{1,32}: the prefix of its tools' names
+        transport: stdio
+        command: mcp-server-time        # looked up on PATH
+        args: [--local-timezone, UTC]
+        env: {TZ: UTC}                  # added to a minimal environment (PATH, HOME, ...)
+      - name: everything
+        transport: http                 # streamable HTTP
+        url: https://mcp.example.org/mcp
+        headers: {Authorization: Bearer ...}
+        timeout_seconds: 30             # one tools/call (the chain's time-out for its tools)
+        connect_timeout_seconds: 10     # connecting and the initialize handshake
+        refresh_seconds: 300            # tools/list again this often (0: only on list_changed)
+        max_concurrency: 8              # calls running at once in one process (429 beyond)
+        rate_limit: 10/1                # each of its tools, all users together (429 beyond)
+        trust_read_only_hint: false     # see below
+
+Headers and environment values are never listed (``GET /upstreams`` shows neither) nor logged.
+An upstream's tool annotations are hints from a server the gateway does not control:
+``readOnlyHint`` decides whether the gateway records a call as ``running`` before it runs (no side
+effect without an audit row), so it is honoured only with ``trust_read_only_hint: true``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from conclave.platform.ratelimit import Rate
+
+SERVER_NAME_PATTERN = r"^[A-Za-z0-9-]{1,32}$"
+
+
+class McpServerSpec(BaseModel):
+    """One upstream MCP server of a catalogue."""
+
+    model_config = {"extra": "forbid"}
+
+    # No underscore: the alias `<server>__<tool>` then splits at its first `__` unambiguously.
+    name: str = Field(pattern=SERVER_NAME_PATTERN)
+    transport: Literal["http", "stdio"]
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    timeout_seconds: float = Field(30.0, gt=0, le=600)
+    connect_timeout_seconds: float = Field(10.0, gt=0, le=120)
+    refresh_seconds: float = Field(300.0, ge=0, le=86_400)
+    max_concurrency: int | None = Field(None, ge=1, le=10_000)
+    rate_limit: str = ""
+    """``<requests>/<seconds>[:<burst>]`` for each of its tools across all users; empty: none."""
+    trust_read_only_hint: bool = False
+    tags: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> McpServerSpec:
+        Rate.parse(self.rate_limit)  # ValueError names the expected form
+        if self.transport == "http":
+            if not self.url or not self.url.startswith(("http://", "https://")):
+                raise ValueError(f"mcp server {self.name!r}: http needs an http(s) 'url'")
+            if self.command or self.args or self.env or self.cwd:
+                raise ValueError(f"mcp server {self.name!r}: command/args/env/cwd are for stdio")
+        else:
+            if not self.command:
+                raise ValueError(f"mcp server {self.name!r}: stdio needs a 'command'")
+            if self.url or self.headers:
+                raise ValueError(f"mcp server {self.name!r}: url/headers are for http")
+        for text in (self.command or "", *self.args, *self.env, *self.env.values()):
+            if "\x00" in text:
+                raise ValueError(f"mcp server {self.name!r}: NUL in command, args or env")
+        return self

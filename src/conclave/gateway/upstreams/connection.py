@@ -1,0 +1,265 @@
+"""One upstream MCP server: its connection kept up, its tools listed, its calls made.
+
+:meth:`Upstream.run` is the supervisor: it connects (the SDK's ``ClientSession`` over the
+streamable HTTP client or :mod:`.stdio`), runs the ``initialize`` handshake within the connect
+time-out, lists the tools, then waits for ``notifications/tools/list_changed`` (debounced: a storm
+of them costs one listing per debounce interval), the refresh period, or the end of the
+connection (the process exited, a listing failed). Then it connects again after a backoff that
+doubles up to a minute and is reset by a connection that worked. Its last known tools stay
+listed while it reconnects; their calls answer 503 ``UPSTREAM_UNAVAILABLE`` meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.client.session import ClientSession, IncomingMessage
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from conclave import __version__
+from conclave.gateway.backends.breaker import CircuitBreaker
+from conclave.gateway.upstreams.config import McpServerSpec
+from conclave.gateway.upstreams.stdio import StdioProcess, stdio_transport
+from conclave.platform.clock import utc_now
+from conclave.platform.egress import EgressPolicy
+from conclave.platform.egress_mcp import guarded_mcp_client
+from conclave.platform.inputs import escape_text
+
+log = logging.getLogger(__name__)
+
+_CLIENT = types.Implementation(name="conclave-gateway", version=__version__)
+_MAX_BACKOFF_SECONDS = 60.0
+_PROCESS_POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class UpstreamLimits:
+    """Bounds on what one upstream may send (settings ``GATEWAY_UPSTREAM_*``)."""
+
+    max_message_bytes: int
+    max_tools: int
+    max_pages: int
+    debounce_seconds: float
+    first_backoff_seconds: float = 1.0
+
+
+Listing = Callable[["Upstream", list[types.Tool], list[str]], Awaitable[None]]
+"""Called with each complete listing and the notes on it (truncated, a page bound reached)."""
+
+
+class ConnectionEnded(Exception):
+    """The connection to the upstream is gone (its process exited)."""
+
+
+def describe(exc: BaseException) -> str:
+    """A short, safe text of a failure: what ``/upstreams`` shows as ``last_error``."""
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return describe(exc.exceptions[0])
+    text = str(exc) or type(exc).__name__
+    return escape_text(f"{type(exc).__name__}: {text}"[:300])
+
+
+class Upstream:
+    """An upstream MCP server and its supervisor's state."""
+
+    def __init__(
+        self, spec: McpServerSpec, policy: EgressPolicy, limits: UpstreamLimits, on_listing: Listing
+    ) -> None:
+        self.spec = spec
+        self.breaker = CircuitBreaker()
+        self.state = "starting"
+        self.tool_count = 0
+        self.last_refresh: str | None = None
+        self.last_error: str | None = None
+        self.notes: list[str] = []
+        self.restarts = 0
+        self.refreshes = 0
+        self.process = StdioProcess()
+        self.ready = asyncio.Event()
+        """Set once the first connection attempt has ended, one way or the other."""
+        self._policy = policy
+        self._limits = limits
+        self._on_listing = on_listing
+        self._session: ClientSession | None = None
+        self._changed = asyncio.Event()
+
+    # -- the supervisor -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Keep the upstream connected until cancelled."""
+        backoff = self._limits.first_backoff_seconds
+        while True:
+            try:
+                async with self._connected() as session:
+                    self._session = session
+                    self.state = "ready"
+                    await self._refresh(session)
+                    self.ready.set()
+                    backoff = self._limits.first_backoff_seconds
+                    await self._watch(session)
+            except Exception as exc:  # whatever broke, the supervisor carries on
+                self.last_error = describe(exc)
+                log.warning("upstream connection ended: %s", self.last_error, extra=self._extra())
+            finally:
+                self._session = None
+            self.state = "restarting"
+            self.ready.set()
+            self.restarts += 1
+            await asyncio.sleep(backoff * random.uniform(0.8, 1.0))
+            backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
+
+    @asynccontextmanager
+    async def _connected(self) -> AsyncIterator[ClientSession]:
+        async with AsyncExitStack() as stack:
+            spec = self.spec
+            self.process = StdioProcess()
+            if spec.transport == "http":
+                assert spec.url is not None
+                client = guarded_mcp_client(
+                    self._policy,
+                    headers=dict(spec.headers),
+                    connect_timeout=spec.connect_timeout_seconds,
+                    read_timeout=spec.timeout_seconds,
+                    max_answer_bytes=self._limits.max_message_bytes,
+                )
+                await stack.enter_async_context(client)
+                streams = await stack.enter_async_context(
+                    streamable_http_client(
+                        spec.url,
+                        http_client=client,
+                        max_sse_event_size=self._limits.max_message_bytes,
+                    )
+                )
+            else:
+                streams = await stack.enter_async_context(
+                    stdio_transport(
+                        spec, self.process, max_line_bytes=self._limits.max_message_bytes
+                    )
+                )
+            session = await stack.enter_async_context(
+                ClientSession(*streams, message_handler=self._on_message, client_info=_CLIENT)
+            )
+            with anyio.fail_after(spec.connect_timeout_seconds):
+                await session.initialize()
+            yield session
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._changed.set()
+
+    async def _watch(self, session: ClientSession) -> None:
+        """Refresh on ``list_changed`` (debounced) and on the period, until the connection ends.
+        It looks at the process twice a second (a dead one fails its calls at once anyway: the
+        SDK's session sees its output end)."""
+        period = self.spec.refresh_seconds or None
+        listed = time.monotonic()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_PROCESS_POLL_SECONDS):
+                    await self._changed.wait()
+            if self.process.returncode is not None:
+                raise ConnectionEnded(f"the process exited (code {self.process.returncode})")
+            due = period is not None and time.monotonic() - listed >= period
+            if not (self._changed.is_set() or due):
+                continue
+            # Debounce: notifications arriving meanwhile are folded into this one listing.
+            await asyncio.sleep(self._limits.debounce_seconds)
+            self._changed.clear()
+            await self._refresh(session)
+            listed = time.monotonic()
+
+    async def _refresh(self, session: ClientSession) -> None:
+        """``tools/list`` through every page, within the bounds; hands the listing on."""
+        tools: list[types.Tool] = []
+        notes: list[str] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for page in range(self._limits.max_pages):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+            result = await session.send_request(
+                types.ListToolsRequest(params=params),
+                types.ListToolsResult,
+                request_read_timeout_seconds=self.spec.timeout_seconds,
+            )
+            room = self._limits.max_tools - len(tools)
+            if len(result.tools) > room:
+                notes.append(f"listing cut at {self._limits.max_tools} tools")
+                tools += result.tools[:room]
+                break
+            tools += result.tools
+            cursor = result.next_cursor
+            if cursor is None:
+                break
+            if cursor in seen:
+                notes.append("the server repeated a cursor: listing stopped")
+                break
+            seen.add(cursor)
+            if page == self._limits.max_pages - 1:
+                notes.append(f"listing stopped after {self._limits.max_pages} pages")
+        await self._on_listing(self, tools, notes)
+        self.refreshes += 1
+        self.last_refresh = utc_now().isoformat().replace("+00:00", "Z")
+
+    # -- calls ----------------------------------------------------------------------------
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """``tools/call`` on the upstream; raises what :mod:`.errors` maps to problems."""
+        session = self._session
+        if session is None:
+            raise UpstreamDown(f"Upstream {self.spec.name!r} is not connected ({self.state}).")
+        if not self.breaker.allow():
+            raise UpstreamDown(f"Upstream {self.spec.name!r} is failing; calls are paused.")
+        started = time.monotonic()
+        try:
+            result = await session.send_request(
+                types.CallToolRequest(
+                    params=types.CallToolRequestParams(name=name, arguments=arguments)
+                ),
+                types.CallToolResult,
+                request_read_timeout_seconds=self.spec.timeout_seconds,
+            )
+        except MCPError as exc:
+            if exc.error.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                self.breaker.record_failure()
+            else:
+                self.breaker.record_success()  # it answered, whatever it thought of the call
+            raise
+        except (asyncio.CancelledError, Exception):
+            self.breaker.record_failure()
+            raise
+        self.breaker.record_success()
+        log.debug("upstream call", extra={**self._extra(), "seconds": time.monotonic() - started})
+        return result
+
+    def status(self) -> dict[str, Any]:
+        """What ``GET /upstreams`` shows: never a header, an environment value or a URL secret."""
+        return {
+            "name": self.spec.name,
+            "transport": self.spec.transport,
+            "state": self.state,
+            "circuit": self.breaker.state,
+            "tools": self.tool_count,
+            "last_refresh": self.last_refresh,
+            "last_error": self.last_error,
+            "notes": list(self.notes),
+            "restarts": self.restarts,
+            "refreshes": self.refreshes,
+        }
+
+    def _extra(self) -> dict[str, str]:
+        return {"upstream": self.spec.name}
+
+
+class UpstreamDown(Exception):
+    """Nothing was sent: the upstream is not connected or its circuit is open."""

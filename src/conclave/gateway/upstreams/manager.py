@@ -1,0 +1,88 @@
+"""Every upstream MCP server of the catalogues: supervised while the gateway serves, their tools
+kept in the registry, their state for ``GET /upstreams``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import mcp_types as types
+
+from conclave.gateway.registry import ToolRegistry
+from conclave.gateway.upstreams.config import McpServerSpec
+from conclave.gateway.upstreams.connection import Upstream, UpstreamLimits
+from conclave.gateway.upstreams.tools import entries_off_loop
+from conclave.platform.egress import EgressPolicy
+
+log = logging.getLogger(__name__)
+
+SOURCE_PREFIX = "upstream:"
+
+
+class Upstreams:
+    """The upstream MCP servers of one gateway process."""
+
+    def __init__(
+        self,
+        specs: Sequence[McpServerSpec],
+        registry: ToolRegistry,
+        policy: EgressPolicy,
+        limits: UpstreamLimits,
+    ) -> None:
+        names = [spec.name for spec in specs]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"mcp server {duplicates[0]!r} is declared twice")
+        self._registry = registry
+        self.upstreams = {spec.name: Upstream(spec, policy, limits, self._listed) for spec in specs}
+        # One listing applied at a time: two refreshes must not interleave their registry edits.
+        self._applying = asyncio.Lock()
+
+    async def _listed(
+        self, upstream: Upstream, listing: list[types.Tool], notes: list[str]
+    ) -> None:
+        source = SOURCE_PREFIX + upstream.spec.name
+        async with self._applying:
+            # Names other tools answer to; this upstream's own current ones are about to go.
+            taken = self._registry.names_in_use(besides=source)
+            entries, skipped = await entries_off_loop(upstream, listing, taken)
+            refused = self._registry.replace_source(source, entries)
+        upstream.tool_count = len(entries) - len(refused)
+        upstream.notes = [*notes, *skipped, *refused]
+        if upstream.notes:
+            log.warning(
+                "upstream listing: %d tools, %d notes",
+                upstream.tool_count,
+                len(upstream.notes),
+                extra={"upstream": upstream.spec.name},
+            )
+
+    def status(self) -> list[dict[str, Any]]:
+        """Every upstream's state, by name."""
+        return [self.upstreams[name].status() for name in sorted(self.upstreams)]
+
+    @contextlib.asynccontextmanager
+    async def serving(self, *, start_wait_seconds: float) -> AsyncIterator[Upstreams]:
+        """Supervise every upstream while the block runs. Waits up to ``start_wait_seconds``
+        for each upstream's first connection attempt, so a gateway that starts serves the
+        tools of the upstreams that answer at once; a slow or broken one does not hold it."""
+        tasks = [
+            asyncio.create_task(upstream.run(), name=f"upstream {name}")
+            for name, upstream in self.upstreams.items()
+        ]
+        try:
+            if tasks:
+                waits = [upstream.ready.wait() for upstream in self.upstreams.values()]
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(start_wait_seconds):
+                        await asyncio.gather(*waits)
+            yield self
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
