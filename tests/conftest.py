@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import ssl
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx._transports.default as httpx_transports
 import pytest
 from fastapi import FastAPI
 from redis.asyncio import Redis
@@ -49,6 +51,38 @@ def missing_service(reason: str) -> None:
     if REQUIRE_SERVICES:
         pytest.fail(f"{reason} (CONCLAVE_REQUIRE_SERVICES=1)")
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_default_ssl_context() -> Iterator[None]:
+    """Every ``httpx`` client made with the default ``verify=True`` shares one SSL context.
+
+    httpx builds a context from certifi's bundle for each client it makes, even one that only
+    ever speaks plain HTTP to loopback: 40 to 80 ms of parsing certificates each time, and the
+    tests (with the consoles and services they start) make hundreds of clients; that was a fifth
+    of the console tests' time. The shared context is the one httpx would build (same bundle,
+    same settings), made once per set of ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (and once for the
+    clients that read no environment); a client given its own ``verify`` or ``cert`` gets exactly
+    what it asked for."""
+    made = httpx_transports.create_ssl_context
+    contexts: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+
+    def shared(verify: Any = True, cert: Any = None, trust_env: bool = True) -> ssl.SSLContext:
+        if verify is not True or cert is not None:
+            return made(verify=verify, cert=cert, trust_env=trust_env)
+        # Without trust_env (the console's clients) httpx reads neither variable.
+        key = (
+            (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+            if trust_env
+            else ("certifi", "certifi")
+        )
+        if key not in contexts:
+            contexts[key] = made(verify=verify, cert=cert, trust_env=trust_env)
+        return contexts[key]
+
+    httpx_transports.create_ssl_context = shared
+    yield
+    httpx_transports.create_ssl_context = made
 
 
 @pytest.fixture(scope="session")
