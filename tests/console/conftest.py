@@ -3,10 +3,19 @@
 Three people: ``alice`` and ``bob`` (users) and ``olga`` (an operator), each with a static token;
 HS256 JWTs are accepted too. The services share one embedded store and bus, as under ``conclave
 up``; the console reaches them over HTTP like any deployment would.
+
+Starting a stack costs about a second, and stopping it half as much, so the tests that only read,
+or write under names no other test looks at, share one per module (``shared_stack``,
+``shared_gateway_stack``). Such a module runs its tests on the module's event loop, where the
+shared stack's servers run: ``pytestmark = pytest.mark.asyncio(loop_scope="module")``. A test whose
+assertions need an empty store (all that a user or an operator sees, exactly) keeps a fresh stack
+(``stack``, ``gateway_stack``) on a loop of its own:
+``@pytest.mark.asyncio(loop_scope="function")``, with the reason.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -17,8 +26,11 @@ from typing import Any
 import httpx
 import jwt
 import pytest
+import pytest_asyncio
 
 from conclave.console.app import create_app as create_console
+from conclave.platform.bus.memory import MemoryBus
+from conclave.platform.db.engine import create_engine
 from conclave.platform.runtime import Platform
 from conclave.settings import ConsoleSettings
 from tests.conftest import Backend
@@ -31,9 +43,15 @@ TOKEN_TABLE = ",".join(f"{token}={user}" for user, token in TOKENS.items())
 SERVICES = ("gateway", "collector", "graph", "edge")
 
 
+def credential_of(user: str) -> str:
+    """What ``user`` signs in and calls with: their static token, or for any other name a JWT (a
+    user of a test's own, whom no other test sharing its stack knows)."""
+    return TOKENS[user] if user in TOKENS else user_jwt(user)
+
+
 def auth(user: str) -> dict[str, str]:
     """The header a user's API calls carry."""
-    return {"Authorization": f"Bearer {TOKENS[user]}"}
+    return {"Authorization": f"Bearer {credential_of(user)}"}
 
 
 def user_jwt(user: str, lifetime: float = 3600, **claims: Any) -> str:
@@ -118,4 +136,38 @@ async def stack(embedded: Backend, tmp_path: Path) -> AsyncIterator[Stack]:
 async def gateway_stack(embedded: Backend, tmp_path: Path) -> AsyncIterator[Stack]:
     """The gateway and the console only (the other services unreachable)."""
     async with open_stack(embedded, tmp_path, services=("gateway",)) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_embedded(
+    tmp_path_factory: pytest.TempPathFactory, migrated_sqlite: Path
+) -> AsyncIterator[Backend]:
+    """``embedded`` for a whole module: one SQLite store (a copy of the migrated one) and one
+    in-process bus, on the module's event loop."""
+    path = tmp_path_factory.mktemp("shared-store") / "conclave.db"
+    shutil.copyfile(migrated_sqlite, path)
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    try:
+        yield Backend("embedded", engine, MemoryBus(claim_idle_seconds=0.5))
+    finally:
+        await engine.dispose()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_stack(
+    shared_embedded: Backend, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    """The four services and the console, shared by a module's tests."""
+    async with open_stack(shared_embedded, tmp_path_factory.mktemp("shared-stack")) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_gateway_stack(
+    shared_embedded: Backend, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    """The gateway and the console only, shared by a module's tests."""
+    data_dir = tmp_path_factory.mktemp("shared-gateway-stack")
+    async with open_stack(shared_embedded, data_dir, services=("gateway",)) as running:
         yield running

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from conclave.console.upstream import MAX_ANSWER_BYTES
 from tests.chromium import chromium
@@ -20,10 +21,24 @@ from tests.console.test_pages import signed_in
 from tests.edge import samples
 from tests.edge.conftest import form
 
+# The tests find their packs by id, or as a user of their own: one gateway, edge and console
+# serve a module's tests, on its event loop. The test of who sees what keeps a stack of its own.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def edge_stack(
+    shared_embedded: Backend, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    """The gateway (for sign-in), the edge and the console, shared by the module's tests."""
+    data_dir = tmp_path_factory.mktemp("edge-stack")
+    async with open_stack(shared_embedded, data_dir, services=("gateway", "edge")) as running:
+        yield running
+
 
 @pytest.fixture
-async def edge_stack(embedded: Backend, tmp_path: Path) -> AsyncIterator[Stack]:
-    """The gateway (for sign-in), the edge and the console."""
+async def own_edge_stack(embedded: Backend, tmp_path: Path) -> AsyncIterator[Stack]:
+    """The gateway, the edge and the console, for one test."""
     async with open_stack(embedded, tmp_path, services=("gateway", "edge")) as running:
         yield running
 
@@ -46,13 +61,17 @@ def pack_ids(html: str) -> list[str]:
     return re.findall(r'data-pack="([^"]+)"', html)
 
 
+# A fresh stack: the operator's list is checked to be exactly these two packs.
+@pytest.mark.asyncio(loop_scope="function")
 async def test_a_user_sees_only_their_own_evidence_and_an_operator_everyones(
-    edge_stack: Stack,
+    own_edge_stack: Stack,
 ) -> None:
-    alices = await upload(edge_stack, "alice", "dam.png", samples.png(16, 9), correlation_id="c-1")
-    bobs = await upload(edge_stack, "bob", "bridge.png", samples.png(9, 16))
+    alices = await upload(
+        own_edge_stack, "alice", "dam.png", samples.png(16, 9), correlation_id="c-1"
+    )
+    bobs = await upload(own_edge_stack, "bob", "bridge.png", samples.png(9, 16))
 
-    async with signed_in(edge_stack, TOKENS["alice"]) as alice:
+    async with signed_in(own_edge_stack, TOKENS["alice"]) as alice:
         listed = await alice.get("/evidence")
         assert listed.status_code == 200
         assert pack_ids(listed.text) == [alices]
@@ -69,7 +88,7 @@ async def test_a_user_sees_only_their_own_evidence_and_an_operator_everyones(
             assert refused.status_code == 404, path
             assert "EVIDENCE_NOT_FOUND" in refused.text and "bridge.png" not in refused.text
 
-    async with signed_in(edge_stack, TOKENS["olga"]) as olga:
+    async with signed_in(own_edge_stack, TOKENS["olga"]) as olga:
         everyone = await olga.get("/evidence")
         assert pack_ids(everyone.text) == [bobs, alices]
         assert 'name="user_id"' in everyone.text

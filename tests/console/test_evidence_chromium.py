@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.chromium import chromium
 from tests.console.conftest import TOKENS, Stack
 from tests.console.test_evidence import edge_stack as edge_stack  # the fixture
 from tests.console.test_evidence_media import real_png
 from tests.console.test_in_chromium import Watched
+
+# The imported stack is module-scoped: it and the test share the module's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 async def _signed_in(browser, console: str, user: str, width: int = 1280) -> Watched:

@@ -7,13 +7,18 @@ import io
 import re
 from importlib import resources
 
+import pytest
 from PIL import Image
 
-from tests.console.conftest import TOKENS, Stack
+from tests.console.conftest import TOKENS, Stack, credential_of
 from tests.console.test_evidence import edge_stack as edge_stack  # the fixture
 from tests.console.test_evidence import pack_ids, upload
 from tests.console.test_pages import signed_in
 from tests.edge import samples
+
+# The imported stack is the module's (see test_evidence.py): each test uploads as a user of its
+# own, whose lists hold only that test's packs.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 def real_png() -> bytes:
@@ -24,23 +29,23 @@ def real_png() -> bytes:
 async def test_thumbnails_are_shown_from_the_consoles_origin_to_their_readers_only(
     edge_stack: Stack,
 ) -> None:
-    photo = await upload(edge_stack, "alice", "site.jpg", samples.jpeg_with_gps())
-    report = await upload(edge_stack, "alice", "report.pdf", samples.pdf(), route="document")
-    async with signed_in(edge_stack, TOKENS["alice"]) as alice:
-        listed = (await alice.get("/evidence")).text
+    photo = await upload(edge_stack, "thumbs", "site.jpg", samples.jpeg_with_gps())
+    report = await upload(edge_stack, "thumbs", "report.pdf", samples.pdf(), route="document")
+    async with signed_in(edge_stack, credential_of("thumbs")) as client:
+        listed = (await client.get("/evidence")).text
         assert pack_ids(listed) == [report, photo]
         assert f'src="/evidence/{photo}/thumbnail" alt="Thumbnail of site.jpg"' in listed
         assert f"/evidence/{report}/thumbnail" not in listed  # a document has none
-        page = (await alice.get(f"/evidence/{photo}")).text
+        page = (await client.get(f"/evidence/{photo}")).text
         assert f'src="/evidence/{photo}/thumbnail"' in page
-        thumbnail = await alice.get(f"/evidence/{photo}/thumbnail")
+        thumbnail = await client.get(f"/evidence/{photo}/thumbnail")
         assert thumbnail.status_code == 200
         assert thumbnail.headers["content-type"] == "image/webp"
         assert thumbnail.headers["x-content-type-options"] == "nosniff"
         assert thumbnail.headers["cache-control"] == "private, max-age=86400"
         image = Image.open(io.BytesIO(thumbnail.content))
         assert (image.format, image.size) == ("WEBP", (256, 192))
-        none = await alice.get(f"/evidence/{report}/thumbnail")
+        none = await client.get(f"/evidence/{report}/thumbnail")
         assert none.status_code == 404
         assert "NO_THUMBNAIL" in none.text and none.headers["content-type"].startswith("text/html")
     async with signed_in(edge_stack, TOKENS["bob"]) as bob:
@@ -55,14 +60,14 @@ async def test_thumbnails_are_shown_from_the_consoles_origin_to_their_readers_on
 
 
 async def test_the_map_plots_geotagged_packs_with_links_and_no_tiles(edge_stack: Stack) -> None:
-    paris = await upload(edge_stack, "alice", "paris.jpg", samples.jpeg_with_gps(48.8584, 2.2945))
+    paris = await upload(edge_stack, "mapper", "paris.jpg", samples.jpeg_with_gps(48.8584, 2.2945))
     lyon = await upload(
-        edge_stack, "alice", "lyon.png", samples.png(4, 4), metadata={"lat": 45.76, "lon": 4.84}
+        edge_stack, "mapper", "lyon.png", samples.png(4, 4), metadata={"lat": 45.76, "lon": 4.84}
     )
-    await upload(edge_stack, "alice", "nowhere.png", samples.png(5, 4))
+    await upload(edge_stack, "mapper", "nowhere.png", samples.png(5, 4))
     bobs = await upload(edge_stack, "bob", "rome.jpg", samples.jpeg_with_gps(41.9, 12.5))
-    async with signed_in(edge_stack, TOKENS["alice"]) as alice:
-        shown = await alice.get("/evidence/map")
+    async with signed_in(edge_stack, credential_of("mapper")) as client:
+        shown = await client.get("/evidence/map")
         assert shown.status_code == 200, shown.text
         html = shown.text
         assert "2 of the 3 newest matching packs carry a position" in html
@@ -82,9 +87,9 @@ async def test_the_map_plots_geotagged_packs_with_links_and_no_tiles(edge_stack:
         assert "http" not in html.split("<svg", 1)[1].split("</svg>", 1)[0].replace(
             'xmlns="http://www.w3.org/2000/svg"', ""
         )  # no tiles, nothing fetched
-        only_png = await alice.get("/evidence/map", params={"correlation_id": "none-such"})
+        only_png = await client.get("/evidence/map", params={"correlation_id": "none-such"})
         assert "None of the 0 newest matching packs carries a position" in only_png.text
-        bad = await alice.get("/evidence/map", params={"type": "nonesuch"})
+        bad = await client.get("/evidence/map", params={"type": "nonesuch"})
         assert bad.status_code == 404 and "UNKNOWN_MEDIA_TYPE" in bad.text
 
 
@@ -118,8 +123,8 @@ def _multipart(parts: list[tuple[str, object]], boundary: str = "b0undary") -> t
 
 
 async def test_the_upload_form_streams_a_file_to_the_edge_once(edge_stack: Stack) -> None:
-    async with signed_in(edge_stack, TOKENS["alice"]) as alice:
-        form_page = await alice.get("/evidence/new")
+    async with signed_in(edge_stack, credential_of("streamer")) as client:
+        form_page = await client.get("/evidence/new")
         assert form_page.status_code == 200
         assert 'enctype="multipart/form-data"' in form_page.text
         csrf, key = _csrf_and_key(form_page.text)
@@ -133,27 +138,27 @@ async def test_the_upload_form_streams_a_file_to_the_edge_once(edge_stack: Stack
                 ("file", ("gate.jpg", photo)),
             ]
         )
-        sent = await alice.post(
+        sent = await client.post(
             "/evidence/new", content=body, headers={"Content-Type": content_type}
         )
         assert sent.status_code == 303, sent.text
         target = sent.headers["location"]
         evidence_id = target.rsplit("/", 1)[1]
         # A double submit (the same form again) makes no second pack.
-        again = await alice.post(
+        again = await client.post(
             "/evidence/new", content=body, headers={"Content-Type": content_type}
         )
         assert again.status_code == 303 and again.headers["location"] == target
-        assert pack_ids((await alice.get("/evidence")).text) == [evidence_id]
-        shown = (await alice.get(target)).text
+        assert pack_ids((await client.get("/evidence")).text) == [evidence_id]
+        shown = (await client.get(target)).text
         assert "gate.jpg" in shown and "north gate" in shown
-        download = await alice.get(f"{target}/content")
+        download = await client.get(f"{target}/content")
         assert download.content == photo
 
 
 async def test_the_upload_form_refuses_before_it_sends(edge_stack: Stack) -> None:
-    async with signed_in(edge_stack, TOKENS["alice"]) as alice:
-        csrf, key = _csrf_and_key((await alice.get("/evidence/new")).text)
+    async with signed_in(edge_stack, credential_of("refused")) as client:
+        csrf, key = _csrf_and_key((await client.get("/evidence/new")).text)
         fine = [("csrf_token", csrf), ("idempotency_key", key), ("media_type", "image")]
         png = ("file", ("a.png", samples.png()))
         cases = [
@@ -177,16 +182,16 @@ async def test_the_upload_form_refuses_before_it_sends(edge_stack: Stack) -> Non
         ]
         for parts, status, code in cases:
             body, content_type = _multipart(parts)
-            answer = await alice.post(
+            answer = await client.post(
                 "/evidence/new", content=body, headers={"Content-Type": content_type}
             )
             assert answer.status_code == status, (parts[:4], answer.text[:2000])
             assert code in answer.text, (code, answer.text[:3000])
             assert answer.headers["content-type"].startswith("text/html")
         # URL-encoded and unbounded bodies are refused before they are read.
-        plain = await alice.post("/evidence/new", data={"csrf_token": csrf})
+        plain = await client.post("/evidence/new", data={"csrf_token": csrf})
         assert plain.status_code == 415
-        assert pack_ids((await alice.get("/evidence")).text) == []
+        assert pack_ids((await client.get("/evidence")).text) == []
 
 
 async def test_a_file_past_the_limit_is_cut_off_and_nothing_stored(
@@ -194,8 +199,8 @@ async def test_a_file_past_the_limit_is_cut_off_and_nothing_stored(
 ) -> None:
     """The console counts the file as it relays it: past the type's limit the request to the edge
     ends mid-body, the edge stores nothing, and the form says why."""
-    async with signed_in(edge_stack, TOKENS["alice"]) as alice:
-        csrf, key = _csrf_and_key((await alice.get("/evidence/new")).text)
+    async with signed_in(edge_stack, credential_of("big-sender")) as client:
+        csrf, key = _csrf_and_key((await client.get("/evidence/new")).text)
         big = samples.png() + b"\0" * (50 * 1024 * 1024)  # past the image limit of 50 MiB
 
         async def chunks():
@@ -211,19 +216,19 @@ async def test_a_file_past_the_limit_is_cut_off_and_nothing_stored(
                 yield big[start : start + (1 << 20)]
             yield b"\r\n--b0undary--\r\n"
 
-        answer = await alice.post(
+        answer = await client.post(
             "/evidence/new",
             content=chunks(),
             headers={"Content-Type": "multipart/form-data; boundary=b0undary"},
         )
         assert answer.status_code == 413, answer.text[:2000]
         assert "PAYLOAD_TOO_LARGE" in answer.text and "52,428,800" in answer.text
-        assert pack_ids((await alice.get("/evidence")).text) == []
+        assert pack_ids((await client.get("/evidence")).text) == []
 
 
 async def test_broken_upload_bodies_are_refused_and_store_nothing(edge_stack: Stack) -> None:
-    async with signed_in(edge_stack, TOKENS["alice"]) as alice:
-        csrf, key = _csrf_and_key((await alice.get("/evidence/new")).text)
+    async with signed_in(edge_stack, credential_of("breaker")) as client:
+        csrf, key = _csrf_and_key((await client.get("/evidence/new")).text)
         whole, content_type = _multipart(
             [
                 ("csrf_token", csrf),
@@ -239,16 +244,16 @@ async def test_broken_upload_bodies_are_refused_and_store_nothing(edge_stack: St
             (whole, "multipart/form-data", 415, "UNSUPPORTED_MEDIA_TYPE"),
         ]
         for body, sent_type, status, code in cases:
-            answer = await alice.post(
+            answer = await client.post(
                 "/evidence/new", content=body, headers={"Content-Type": sent_type}
             )
             assert answer.status_code == status, (code, answer.text[:2000])
             assert code in answer.text, answer.text[answer.text.find("problem-title") :][:600]
-        assert pack_ids((await alice.get("/evidence")).text) == []
+        assert pack_ids((await client.get("/evidence")).text) == []
         # The non-ASCII name is carried on as sent, and the upload works.
-        sent = await alice.post(
+        sent = await client.post(
             "/evidence/new", content=whole, headers={"Content-Type": content_type}
         )
         assert sent.status_code == 303, sent.text[:2000]
-        assert len(pack_ids((await alice.get("/evidence")).text)) == 1
-        assert "café «1»" in (await alice.get(sent.headers["location"])).text
+        assert len(pack_ids((await client.get("/evidence")).text)) == 1
+        assert "café «1»" in (await client.get(sent.headers["location"])).text

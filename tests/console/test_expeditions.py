@@ -19,8 +19,13 @@ import pytest
 
 from conclave.collector.store.tables import records as collected_records
 from tests.conftest import Backend, eventually
-from tests.console.conftest import TOKENS, Stack, auth, open_stack
+from tests.console.conftest import TOKENS, Stack, auth, credential_of, open_stack
 from tests.console.test_pages import session_csrf, signed_in
+
+# Most tests share one stack (the collector queueing without running), on the module's event loop:
+# the hostile forms and the undecodable bytes are sent by a user of their own (mallory), whose
+# history must stay empty. The tests that need a store of their own say so.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 ITEMS = (
     '{"id": "a1", "title": "Red apple orchard"}\n{"id": "b2", "title": "Blue whale migration"}\n'
@@ -74,6 +79,9 @@ def listed(html: str) -> set[str]:
     return set(re.findall(r'data-expedition="([^"]+)"', html))
 
 
+# A fresh stack: the pages are checked to list exactly alice's and bob's expeditions, and the
+# collector's counts of everyone's.
+@pytest.mark.asyncio(loop_scope="function")
 async def test_a_user_follows_and_cancels_only_their_own_expeditions(stack: Stack) -> None:
     # The test stack's collector queues without running: both stay queued, so cancellable.
     alice_id = await run_expedition(stack, "alice", "alices")
@@ -140,8 +148,8 @@ async def test_a_user_follows_and_cancels_only_their_own_expeditions(stack: Stac
     assert (await collector_status(stack, "bob", bob_id))["status"] == "cancelled"
 
 
-async def test_the_trigger_form_queues_an_expedition_as_the_user(stack: Stack) -> None:
-    async with signed_in(stack, TOKENS["alice"]) as alice:
+async def test_the_trigger_form_queues_an_expedition_as_the_user(shared_stack: Stack) -> None:
+    async with signed_in(shared_stack, TOKENS["alice"]) as alice:
         form = await alice.get("/expeditions/new")
         assert form.status_code == 200
         assert "<option>discovery</option>" in form.text and "<option>audit</option>" in form.text
@@ -160,7 +168,7 @@ async def test_the_trigger_form_queues_an_expedition_as_the_user(stack: Stack) -
         expedition_id = sent.headers["location"].rsplit("/", 1)[1]
         shown = await alice.get(sent.headers["location"])
         assert "things" in shown.text and "items.jsonl" in shown.text
-    stored = await collector_status(stack, "alice", expedition_id)
+    stored = await collector_status(shared_stack, "alice", expedition_id)
     assert stored["requested_by"] == "alice"
     assert stored["priority"] == "high"
     assert stored["target_collections"] == ["things", "more"]
@@ -200,10 +208,10 @@ async def test_the_trigger_form_queues_an_expedition_as_the_user(stack: Stack) -
     ],
 )
 async def test_hostile_trigger_forms_are_shown_back_and_queue_nothing(
-    stack: Stack, fields: dict[str, str], shown: str
+    shared_stack: Stack, fields: dict[str, str], shown: str
 ) -> None:
-    async with signed_in(stack, TOKENS["alice"]) as alice:
-        form = await alice.get("/expeditions/new")
+    async with signed_in(shared_stack, credential_of("mallory")) as mallory:
+        form = await mallory.get("/expeditions/new")
         data = {
             "csrf_token": session_csrf(form.text),
             "expedition_type": "discovery",
@@ -212,32 +220,34 @@ async def test_hostile_trigger_forms_are_shown_back_and_queue_nothing(
             "sources": FILE_SOURCES,
             **fields,
         }
-        answer = await alice.post("/expeditions/new", data=data)
+        answer = await mallory.post("/expeditions/new", data=data)
         assert answer.status_code == 422, answer.text[:2000]
         assert shown in answer.text, answer.text.split('role="alert"')[1][:600]
         # The form comes back (with what was typed) and carries the problem inline.
         assert 'role="alert"' in answer.text and 'action="/expeditions/new"' in answer.text
-    assert await history_count(stack, "alice") == 0
+    assert await history_count(shared_stack, "mallory") == 0
 
 
-async def test_undecodable_form_bytes_and_a_missing_csrf_token_queue_nothing(stack: Stack) -> None:
-    async with signed_in(stack, TOKENS["alice"]) as alice:
-        csrf = session_csrf((await alice.get("/expeditions/new")).text)
+async def test_undecodable_form_bytes_and_a_missing_csrf_token_queue_nothing(
+    shared_stack: Stack,
+) -> None:
+    async with signed_in(shared_stack, credential_of("mallory")) as mallory:
+        csrf = session_csrf((await mallory.get("/expeditions/new")).text)
         # A lone surrogate's UTF-8 bytes, percent-encoded, in a form value.
         raw = f"csrf_token={csrf}&expedition_type=discovery&collections=%ED%A0%80&sources=%5B%5D"
-        answer = await alice.post(
+        answer = await mallory.post(
             "/expeditions/new",
             content=raw,
             headers={"Content-Type": "application/x-www-form-urlencoded"},
         )
         assert 400 <= answer.status_code < 500 and "<h1" in answer.text
-        no_csrf = await alice.post("/expeditions/new", data={"expedition_type": "discovery"})
+        no_csrf = await mallory.post("/expeditions/new", data={"expedition_type": "discovery"})
         assert no_csrf.status_code == 403 and "CSRF_FAILED" in no_csrf.text
-    assert await history_count(stack, "alice") == 0
+    assert await history_count(shared_stack, "mallory") == 0
 
 
-async def test_schedules_are_added_listed_and_removed_per_user(stack: Stack) -> None:
-    async with signed_in(stack, TOKENS["bob"]) as bob:
+async def test_schedules_are_added_listed_and_removed_per_user(shared_stack: Stack) -> None:
+    async with signed_in(shared_stack, TOKENS["bob"]) as bob:
         csrf = session_csrf((await bob.get("/schedules")).text)
         await bob.post(
             "/schedules",
@@ -249,7 +259,7 @@ async def test_schedules_are_added_listed_and_removed_per_user(stack: Stack) -> 
                 "collections": "bobs",
             },
         )
-    async with signed_in(stack, TOKENS["alice"]) as alice:
+    async with signed_in(shared_stack, TOKENS["alice"]) as alice:
         page = await alice.get("/schedules")
         assert "No schedules." in page.text
         csrf = session_csrf(page.text)
@@ -316,11 +326,13 @@ async def test_schedules_are_added_listed_and_removed_per_user(stack: Stack) -> 
         assert action is not None
         assert (await alice.post(action.group(1), data={"csrf_token": csrf})).status_code == 303
         assert "No schedules." in (await alice.get("/schedules")).text
-    async with signed_in(stack, TOKENS["olga"]) as olga:
+    async with signed_in(shared_stack, TOKENS["olga"]) as olga:
         page = await olga.get("/schedules")
         assert 'data-schedule="bobs-nightly"' in page.text
 
 
+# A stack of its own: the collector runs its workers.
+@pytest.mark.asyncio(loop_scope="function")
 async def test_a_triggered_expedition_runs_to_the_end_and_fills_its_collection(
     working_stack: Stack,
 ) -> None:
@@ -387,9 +399,9 @@ async def test_a_triggered_expedition_runs_to_the_end_and_fills_its_collection(
 
 
 async def test_the_graph_playground_dispatches_as_the_user_and_shows_the_heartbeat(
-    stack: Stack,
+    shared_stack: Stack,
 ) -> None:
-    async with signed_in(stack, TOKENS["alice"]) as alice:
+    async with signed_in(shared_stack, TOKENS["alice"]) as alice:
         page = await alice.get("/graph")
         assert page.status_code == 200
         assert 'data-field="graph-status">healthy' in page.text

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from tests.chromium import chromium
 from tests.conftest import Backend
@@ -23,14 +23,22 @@ from tests.console.conftest import TOKENS, Stack, open_stack
 SCREENSHOTS = os.environ.get("CONCLAVE_CONSOLE_SCREENSHOTS")
 
 
-@pytest.fixture
-async def live_stack(embedded: Backend, tmp_path: Path) -> AsyncIterator[Stack]:
+# One stack and one Chromium for the module, on its event loop; each test signs in in a browser
+# context of its own. Only the second test makes calls, so its lists are exactly its own.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def live_stack(
+    shared_embedded: Backend, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
     """The four services and a console whose overview refreshes every second."""
-    async with open_stack(embedded, tmp_path, poll_seconds=1.0) as running:
+    data_dir = tmp_path_factory.mktemp("live-stack")
+    async with open_stack(shared_embedded, data_dir, poll_seconds=1.0) as running:
         yield running
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def browser() -> AsyncIterator[Any]:
     async with chromium() as launched:
         yield launched
@@ -91,6 +99,7 @@ async def test_overview_refreshes_itself_and_draws_rates(browser: Any, live_stac
     assert float(await gateway_rate.text_content() or "nan") >= 0
     await watched.shot("overview")
     assert watched.failures == []
+    await page.context.close()  # the browser is the module's: its polling ends here
 
 
 async def test_a_user_searches_their_calls_and_cannot_see_anothers(
@@ -149,3 +158,5 @@ async def test_a_user_searches_their_calls_and_cannot_see_anothers(
     assert set(users) == {"alice", "bob"}
     await olga.shot("calls-narrow")
     assert olga.failures == []
+    for context in (alice.page.context, olga.page.context):
+        await context.close()

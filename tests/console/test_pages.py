@@ -13,13 +13,17 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import pytest
 
 from conclave.console.app import create_app
 from conclave.console.session import COOKIE_NAME
-from conclave.console.web import pretty_json
 from conclave.settings import ConsoleSettings
-from tests.console.conftest import TOKENS, Stack, user_jwt
+from tests.console.conftest import TOKENS, Stack, credential_of, user_jwt
 from tests.httpserver import running_server
+
+# One gateway and console for the module's tests: each signs in with a session of its own; a test
+# that needs an empty store says so and takes a fresh stack.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -56,6 +60,8 @@ def call_ids(html: str) -> set[str]:
     return set(re.findall(r'data-call="([^"]+)"', html))
 
 
+# A fresh stack: the operator's view is checked to be exactly these two calls.
+@pytest.mark.asyncio(loop_scope="function")
 async def test_a_user_sees_only_their_own_calls_and_an_operator_sees_everyones(
     gateway_stack: Stack,
 ) -> None:
@@ -87,37 +93,39 @@ async def test_a_user_sees_only_their_own_calls_and_an_operator_sees_everyones(
         assert detail.status_code == 200 and "from bob" in detail.text
 
 
-async def test_filters_and_pages_follow_the_gateways_cursor(gateway_stack: Stack) -> None:
+async def test_filters_and_pages_follow_the_gateways_cursor(shared_gateway_stack: Stack) -> None:
+    # A user of its own: the pages list exactly the calls made here.
+    stack = shared_gateway_stack
     made = [
-        (await gateway_stack.call_tool("alice", "echo", {"message": f"m{i}"}))["conclave_id"]
+        (await stack.call_tool("pager", "echo", {"message": f"m{i}"}))["conclave_id"]
         for i in range(53)
     ]
-    failed = await gateway_stack.call_tool("alice", "echo", {"message": 42})
-    async with signed_in(gateway_stack, TOKENS["alice"]) as alice:
-        first = await alice.get("/calls", params={"tool": "echo", "status": "succeeded"})
+    failed = await stack.call_tool("pager", "echo", {"message": 42})
+    async with signed_in(stack, credential_of("pager")) as pager:
+        first = await pager.get("/calls", params={"tool": "echo", "status": "succeeded"})
         shown = call_ids(first.text)
         assert len(shown) == 50 and failed["conclave_id"] not in shown
         link = re.search(r'<a rel="next" href="([^"]+)"', first.text)
         assert link is not None
-        second = await alice.get(link.group(1).replace("&amp;", "&"))
+        second = await pager.get(link.group(1).replace("&amp;", "&"))
         rest = call_ids(second.text)
         assert shown | rest == set(made) and not shown & rest
         assert 'rel="next"' not in second.text  # the last page offers no next page
-        rejected = await alice.get("/calls", params={"orthodoxy_status": "heretical"})
+        rejected = await pager.get("/calls", params={"orthodoxy_status": "heretical"})
         assert call_ids(rejected.text) == {failed["conclave_id"]}
         # A filter the gateway refuses is its problem, shown as a page.
-        bad = await alice.get("/calls", params={"status": "exploded"})
+        bad = await pager.get("/calls", params={"status": "exploded"})
         assert bad.status_code == 422 and "VALIDATION_FAILED" in bad.text
-        forged = await alice.get("/calls", params={"cursor": "bm90LWEtY3Vyc29y"})
+        forged = await pager.get("/calls", params={"cursor": "bm90LWEtY3Vyc29y"})
         assert forged.status_code == 400 and "INVALID_CURSOR" in forged.text
 
 
-async def test_sign_in_with_a_jwt_and_refusals_at_sign_in(gateway_stack: Stack) -> None:
-    async with signed_in(gateway_stack, user_jwt("carol", roles=["operator"])) as carol:
+async def test_sign_in_with_a_jwt_and_refusals_at_sign_in(shared_gateway_stack: Stack) -> None:
+    async with signed_in(shared_gateway_stack, user_jwt("carol", roles=["operator"])) as carol:
         overview = await carol.get("/calls")
         assert "carol" in overview.text and "operator" in overview.text
 
-    async with httpx.AsyncClient(base_url=gateway_stack.console) as client:
+    async with httpx.AsyncClient(base_url=shared_gateway_stack.console) as client:
         token = await signin_form(client)
         wrong = await client.post("/signin", data={"csrf_token": token, "token": "nope"})
         assert wrong.status_code == 401 and "INVALID_TOKEN" in wrong.text
@@ -145,8 +153,10 @@ async def test_sign_in_with_a_jwt_and_refusals_at_sign_in(gateway_stack: Stack) 
             assert COOKIE_NAME not in client.cookies
 
 
-async def test_without_a_session_pages_send_you_to_sign_in_and_back(gateway_stack: Stack) -> None:
-    async with httpx.AsyncClient(base_url=gateway_stack.console) as client:
+async def test_without_a_session_pages_send_you_to_sign_in_and_back(
+    shared_gateway_stack: Stack,
+) -> None:
+    async with httpx.AsyncClient(base_url=shared_gateway_stack.console) as client:
         page = await client.get("/calls", params={"tool": "echo"})
         assert page.status_code == 303
         assert page.headers["location"] == "/signin?next=/calls%3Ftool%3Decho"
@@ -163,7 +173,7 @@ async def test_without_a_session_pages_send_you_to_sign_in_and_back(gateway_stac
         )
         assert back.headers["location"] == "/calls?tool=echo"
     for elsewhere in ("//evil.example/", "https://evil.example/", "/\\evil.example", "javas:x"):
-        async with httpx.AsyncClient(base_url=gateway_stack.console) as client:
+        async with httpx.AsyncClient(base_url=shared_gateway_stack.console) as client:
             token = await signin_form(client, elsewhere)
             answer = await client.post(
                 "/signin", data={"csrf_token": token, "token": TOKENS["alice"], "next": elsewhere}
@@ -172,9 +182,9 @@ async def test_without_a_session_pages_send_you_to_sign_in_and_back(gateway_stac
 
 
 async def test_sign_out_needs_the_sessions_csrf_token_and_ends_the_session(
-    gateway_stack: Stack,
+    shared_gateway_stack: Stack,
 ) -> None:
-    async with signed_in(gateway_stack, TOKENS["alice"]) as alice:
+    async with signed_in(shared_gateway_stack, TOKENS["alice"]) as alice:
         page = await alice.get("/calls")
         refused = await alice.post("/signout", data={"csrf_token": "not-it"})
         assert refused.status_code == 403 and "CSRF_FAILED" in refused.text
@@ -184,9 +194,9 @@ async def test_sign_out_needs_the_sessions_csrf_token_and_ends_the_session(
         assert (await alice.get("/calls")).status_code == 303
 
 
-async def test_a_call_id_cannot_reach_another_gateway_route(gateway_stack: Stack) -> None:
-    call = await gateway_stack.call_tool("alice", "echo", {"message": "x"})
-    async with signed_in(gateway_stack, TOKENS["alice"]) as alice:
+async def test_a_call_id_cannot_reach_another_gateway_route(shared_gateway_stack: Stack) -> None:
+    call = await shared_gateway_stack.call_tool("alice", "echo", {"message": "x"})
+    async with signed_in(shared_gateway_stack, TOKENS["alice"]) as alice:
         for sneaky in ("..%2Ftools", "%2E%2E", "x%2Fverify", f"{call['conclave_id']}%3Fa%3Db"):
             answer = await alice.get(f"/calls/{sneaky}")
             assert answer.status_code in (400, 404), (sneaky, answer.status_code)
@@ -195,8 +205,8 @@ async def test_a_call_id_cannot_reach_another_gateway_route(gateway_stack: Stack
         assert nul.status_code == 422 and "UNSAFE_INPUT" in nul.text
 
 
-async def test_pages_carry_the_browser_protections(gateway_stack: Stack) -> None:
-    async with signed_in(gateway_stack, TOKENS["alice"]) as alice:
+async def test_pages_carry_the_browser_protections(shared_gateway_stack: Stack) -> None:
+    async with signed_in(shared_gateway_stack, TOKENS["alice"]) as alice:
         page = await alice.get("/calls")
         policy = page.headers["content-security-policy"]
         assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
@@ -213,8 +223,8 @@ async def test_pages_carry_the_browser_protections(gateway_stack: Stack) -> None
         assert foreign.status_code == 403 and "ORIGIN_NOT_ALLOWED" in foreign.text
 
 
-async def test_a_revoked_credential_ends_the_session(gateway_stack: Stack) -> None:
-    async with signed_in(gateway_stack, user_jwt("dora", lifetime=3)) as dora:
+async def test_a_revoked_credential_ends_the_session(shared_gateway_stack: Stack) -> None:
+    async with signed_in(shared_gateway_stack, user_jwt("dora", lifetime=3)) as dora:
         assert (await dora.get("/calls")).status_code == 200
         await asyncio.sleep(3.5)
         expired = await dora.get("/calls")
@@ -222,8 +232,8 @@ async def test_a_revoked_credential_ends_the_session(gateway_stack: Stack) -> No
         assert COOKIE_NAME not in dora.cookies
 
 
-async def test_overview_shows_every_service_and_an_unreachable_one(stack: Stack) -> None:
-    async with signed_in(stack, TOKENS["bob"]) as bob:
+async def test_overview_shows_every_service_and_an_unreachable_one(shared_stack: Stack) -> None:
+    async with signed_in(shared_stack, TOKENS["bob"]) as bob:
         page = await bob.get("/overview")
         assert page.status_code == 200
         for name in ("gateway", "collector", "graph", "edge"):
@@ -231,7 +241,7 @@ async def test_overview_shows_every_service_and_an_unreachable_one(stack: Stack)
         shown = re.findall(r'class="badge ([a-z]+)".*?(?:<small>([^<]*)</small>)?', page.text)
         assert page.text.count('class="badge healthy"') == 4, shown
 
-    async with signed_in_gateway_only(stack) as client:
+    async with signed_in_gateway_only(shared_stack) as client:
         page = await client.get("/overview/services")
         assert page.text.count('class="badge healthy"') == 1
         assert page.text.count('class="badge unreachable"') == 3
@@ -273,19 +283,11 @@ async def test_a_gateway_url_that_is_no_gateway_is_a_clear_problem_at_sign_in() 
             assert COOKIE_NAME not in client.cookies
 
 
-def test_a_large_document_is_shown_compact_and_cut() -> None:
-    small = pretty_json({"a": [1, 2]})
-    assert small == '{\n  "a": [\n    1,\n    2\n  ]\n}'
-    big = pretty_json({"rows": ["x" * 100] * 5000})
-    assert big.startswith('{"rows": ["xxx') and "\n" in big  # compact, then the note
-    assert big.endswith("more characters)") and len(big) < 200_100
-
-
 async def test_behind_a_tls_proxy_the_cookie_is_secure_and_https_is_kept(
-    gateway_stack: Stack,
+    shared_gateway_stack: Stack,
 ) -> None:
     https = {"X-Forwarded-Proto": "https"}  # from loopback, a trusted proxy (uvicorn's default)
-    async with httpx.AsyncClient(base_url=gateway_stack.console, headers=https) as client:
+    async with httpx.AsyncClient(base_url=shared_gateway_stack.console, headers=https) as client:
         form = await client.get("/signin")
         assert form.headers["strict-transport-security"] == "max-age=31536000"
         token = CSRF.search(form.text)
@@ -295,5 +297,5 @@ async def test_behind_a_tls_proxy_the_cookie_is_secure_and_https_is_kept(
         )
         cookie = next(c for c in answer.headers.get_list("set-cookie") if c.startswith(COOKIE_NAME))
         assert "secure" in cookie.lower()
-    async with httpx.AsyncClient(base_url=gateway_stack.console) as plain:
+    async with httpx.AsyncClient(base_url=shared_gateway_stack.console) as plain:
         assert "strict-transport-security" not in (await plain.get("/signin")).headers

@@ -12,11 +12,11 @@ import re
 from collections.abc import AsyncIterator
 from html import unescape
 from html.parser import HTMLParser
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from tests.conftest import Backend
 from tests.console.conftest import TOKENS, Stack, auth, open_stack
@@ -27,11 +27,21 @@ PLUGIN = "tests.console.playground_tools"
 AUDIT_LINK = re.compile(r'<a href="/calls/([^"]+)" data-audit-link>')
 
 
-@pytest.fixture
-async def tools_stack(embedded: Backend, tmp_path: Path) -> AsyncIterator[Stack]:
-    """The gateway (with the ``form_shapes`` plug-in) and the console."""
-    async with open_stack(embedded, tmp_path, services=("gateway",), tool_modules=(PLUGIN,)) as s:
-        yield s
+# The tests read the catalogue and run tools as alice, each comparing her audit trail before and
+# after itself: one gateway and console serve them all, on the module's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def tools_stack(
+    shared_embedded: Backend, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    """The gateway (with the ``form_shapes`` plug-in) and the console, shared by the module."""
+    data_dir = tmp_path_factory.mktemp("tools-stack")
+    async with open_stack(
+        shared_embedded, data_dir, services=("gateway",), tool_modules=(PLUGIN,)
+    ) as running:
+        yield running
 
 
 class _Controls(HTMLParser):

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.chromium import chromium
 from tests.console.conftest import TOKENS, Stack
 from tests.console.test_in_chromium import SCREENSHOTS, Watched
 from tests.console.test_tools import tools_stack as tools_stack  # the fixture, for this test too
+
+# The imported stack is module-scoped: it and the test share the module's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 async def test_run_a_tool_from_its_form_and_follow_it_to_the_audit_row(tools_stack: Stack) -> None:
