@@ -305,7 +305,7 @@ async def test_the_gateways_refusal_is_shown_with_the_audit_row_it_left(tools_st
         assert refused.status_code == 422
         assert "<code>VALIDATION_FAILED</code>" in refused.text
         assert '<span class="badge heretical">heretical</span>' in refused.text
-        assert "<code>/message</code> 42 is not of type &#39;string&#39;" in refused.text
+        assert "<code>/message</code> 42 is not of type &#34;string&#34;" in refused.text
         link = AUDIT_LINK.search(refused.text)
         assert link is not None
         stored = await stored_call(tools_stack, link.group(1))

@@ -57,7 +57,7 @@ async def test_run_a_tool_from_its_form_and_follow_it_to_the_audit_row(tools_sta
         await page.get_by_label("Arguments (a JSON object)").fill('{"message": 42}')
         await page.get_by_role("button", name="Run with these arguments").click()
         await expect(outcome).to_contain_text("VALIDATION_FAILED")
-        await expect(outcome).to_contain_text("42 is not of type 'string'")
+        await expect(outcome).to_contain_text('42 is not of type "string"')
         await expect(outcome.locator(".badge.heretical")).to_be_visible()
         await expect(outcome.get_by_role("link", name=re.compile(r"^call "))).to_be_visible()
         await watched.shot("playground-refused")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
 import jsonschema_rs
-from jsonschema import Draft202012Validator, FormatChecker
-from jsonschema.exceptions import SchemaError
 
 REDACTED = "***REDACTED***"
 # Field names that are redacted whatever the schema says: a safety net for careless plug-ins.
@@ -22,54 +22,88 @@ _MAX_ERRORS = 20
 
 @dataclass(frozen=True)
 class SchemaCheck:
-    """A JSON Schema compiled twice: ``reference`` (the ``jsonschema`` package) decides and words
-    the errors; ``fast`` (compiled Rust, when it accepts the schema) answers the common case, a
-    valid instance, about fifty times faster. Where the two disagree the reference wins."""
+    """A JSON Schema compiled by ``jsonschema_rs`` (Rust), which decides and words every error.
 
-    reference: Draft202012Validator
-    fast: Any = None
+    Tool schemas come from plug-ins, catalogues and upstream MCP servers, and arguments from any
+    user: the check runs on the event loop, so it must cost time linear in what it reads. The
+    ``jsonschema`` package's validator did not (an outside attack, issue 22): its ``pattern``
+    runs Python's backtracking ``re`` (``^(a+)+$`` against 27 characters froze the gateway for
+    12 s), its ``uniqueItems`` compares objects pairwise (8,000 items, 100 s), and it fetched a
+    remote ``$ref`` with ``urllib`` outside the egress policy. The Rust validator's regular
+    expressions have a backtracking limit, its ``uniqueItems`` hashes, and it is built
+    ``offline``: a schema whose ``$ref`` leaves it is refused at registration."""
+
+    validator: Any
 
 
 def compile_schema(schema: Mapping[str, Any], *, where: str) -> SchemaCheck:
-    """Check ``schema`` is a valid JSON Schema and return a reusable validator for it."""
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise ValueError(f"{where}: invalid JSON Schema: {exc.message}") from exc
-    return SchemaCheck(Draft202012Validator(schema, format_checker=FormatChecker()), _fast(schema))
-
-
-def _fast(schema: Mapping[str, Any]) -> Any:
+    """Check ``schema`` is a valid JSON Schema (Draft 2020-12) this gateway can apply, and return
+    a reusable validator for it; ``ValueError`` naming ``where`` otherwise."""
     # Its stubs ask for a dict; any other mapping is refused with a ValueError, handled below.
     document = cast("dict[str, Any]", schema)
-    try:  # offline: a remote $ref is never fetched; such a schema is left to the reference
-        return jsonschema_rs.Draft202012Validator(document, validate_formats=True, offline=True)
-    except (ValueError, TypeError, jsonschema_rs.ReferencingError):
-        return None
-
-
-def _surely_valid(check: SchemaCheck, instance: Any) -> bool:
-    if check.fast is None:
-        return False
     try:
-        return bool(check.fast.is_valid(instance))
-    except (ValueError, TypeError, OverflowError):  # a value it cannot read: ask the reference
-        return False
+        jsonschema_rs.meta.validate(document)
+    except jsonschema_rs.ValidationError as exc:
+        raise ValueError(f"{where}: invalid JSON Schema: {_first_line(str(exc))}") from exc
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{where}: invalid JSON Schema: {_first_line(str(exc))}") from exc
+    try:
+        validator = jsonschema_rs.Draft202012Validator(
+            document, validate_formats=True, offline=True
+        )
+    except (jsonschema_rs.ReferencingError, ValueError, TypeError) as exc:
+        text = _first_line(str(exc))
+        if isinstance(exc, jsonschema_rs.ReferencingError) or "Retrieval is disabled" in text:
+            text = f"a $ref that does not point inside the schema (nothing is fetched): {text}"
+        raise ValueError(f"{where}: unusable JSON Schema: {text}") from exc
+    return SchemaCheck(validator)
+
+
+def _first_line(text: str) -> str:
+    return text.split("\n", 1)[0][:300]
 
 
 def schema_errors(check: SchemaCheck, instance: Any) -> list[dict[str, str]]:
-    """Field errors of ``instance``: ``field`` is a JSON Pointer into the arguments."""
-    if _surely_valid(check, instance):
-        return []
-    errors = []
-    for error in sorted(check.reference.iter_errors(instance), key=lambda e: list(e.absolute_path))[
-        :_MAX_ERRORS
-    ]:
-        pointer = "/" + "/".join(str(part) for part in error.absolute_path)
-        errors.append(
-            {"field": pointer, "message": error.message[:500], "rule": str(error.validator)}
-        )
-    return errors
+    """Field errors of ``instance``: ``field`` is a JSON Pointer into the arguments, ``rule``
+    the schema keyword that failed."""
+    try:
+        if check.validator.is_valid(instance):
+            return []
+        finite = _finite(instance)
+        if finite is not instance:
+            if check.validator.is_valid(finite):
+                return []
+            instance = finite
+        found = check.validator.iter_errors(instance)
+        errors = []
+        for error in found:
+            pointer = "/" + "/".join(str(part) for part in error.instance_path)
+            rule = str(error.schema_path[-1]) if error.schema_path else "schema"
+            errors.append({"field": pointer, "message": error.message[:500], "rule": rule})
+            if len(errors) == _MAX_ERRORS:
+                break
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        # A value the validator cannot read (the inputs refuse most such values before).
+        return [{"field": "/", "message": "A value cannot be checked.", "rule": "unreadable"}]
+    return sorted(errors, key=lambda error: error["field"])
+
+
+def _finite(value: Any) -> Any:
+    """``value``, or a copy with each infinity or NaN a finite number of its sign: the Rust
+    validator reads them as no number at all, where a tool's result that holds one (the
+    gateway answers it as null, with a warning) is a number to its schema."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return 0.0 if math.isnan(value) else math.copysign(sys.float_info.max, value)
+    if isinstance(value, dict):
+        items = {key: _finite(item) for key, item in value.items()}
+        changed = any(items[key] is not item for key, item in value.items())
+        return items if changed else value
+    if isinstance(value, list):
+        copied = [_finite(item) for item in value]
+        return copied if any(a is not b for a, b in zip(copied, value, strict=True)) else value
+    return value
 
 
 def depth_exceeds(value: Any, limit: int) -> bool:

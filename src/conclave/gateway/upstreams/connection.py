@@ -230,12 +230,18 @@ class Upstream:
                 request_read_timeout_seconds=self.spec.timeout_seconds,
             )
         except MCPError as exc:
-            if exc.error.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+            if exc.error.code == types.CONNECTION_CLOSED:
                 self.breaker.record_failure()
-            else:
+            elif exc.error.code != types.REQUEST_TIMEOUT:
                 self.breaker.record_success()  # it answered, whatever it thought of the call
+            # A time-out is not counted: it says this call was slow, which its caller's own
+            # arguments can make it (an outside attack: five `sleep 5` calls against a 1 s
+            # time-out paused every tool of a healthy upstream for everyone for 30 s). A hung
+            # upstream costs each call its time-out instead, within `max_concurrency`.
             raise
-        except (asyncio.CancelledError, Exception):
+        except asyncio.CancelledError:
+            raise  # the caller gave up (its time-out, a disconnect): nothing about the upstream
+        except Exception:
             self.breaker.record_failure()
             raise
         self.breaker.record_success()

@@ -20,6 +20,7 @@ from conclave.platform.egress import EgressPolicy
 log = logging.getLogger(__name__)
 
 SOURCE_PREFIX = "upstream:"
+_STOP_SECONDS = 3.0
 
 
 class Upstreams:
@@ -83,6 +84,14 @@ class Upstreams:
         finally:
             for task in tasks:
                 task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            if tasks:
+                # Bounded: the SDK ends an HTTP session with a DELETE in a ``finally`` that a
+                # cancellation does not cut short, so an upstream that never answers it held
+                # the gateway's shutdown for its whole time-out (up to 600 s). A stdio process
+                # is stopped within its 2 s grace, well inside this bound.
+                _, stuck = await asyncio.wait(tasks, timeout=_STOP_SECONDS)
+                for task in stuck:
+                    log.warning("upstream did not stop in time: %s", task.get_name())
+                for task in tasks:
+                    if task.done() and not task.cancelled():
+                        task.exception()  # retrieved: its failure was logged by the task
