@@ -5,12 +5,11 @@ hostile server built with the MCP SDK's own server API for what real servers wil
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import signal
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +20,15 @@ from mcp.client.streamable_http import streamable_http_client
 
 from conclave.gateway.app import create_app
 from conclave.gateway.tools import Tool, ToolContext
-from tests.conftest import Backend, eventually, open_platform, serve_app, test_settings
+from tests.conftest import Backend, eventually, open_platform, test_settings
 from tests.gateway.conftest import audit_rows, published
 from tests.gateway.upstream_fixtures import (
-    ALLOW_LOOPBACK,
     catalogue,
     everything_stdio_entry,
     hostile_entry,
     time_entry,
 )
+from tests.gateway.upstream_fixtures import gateway as plain_gateway
 from tests.httpserver import running_server
 
 PROVIDER_SAFE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -41,20 +40,7 @@ async def _clash(_args: dict[str, Any], _ctx: ToolContext) -> str:
 
 # A plug-in whose name is what the hostile server's tool `clash` would be served as.
 CLASHING_PLUGIN = Tool(name="hostile__clash", description="A plug-in.", executor=_clash)
-
-
-@asynccontextmanager
-async def gateway(
-    backend: Backend, tmp_path: Path, *servers: dict[str, Any], **overrides: Any
-) -> AsyncIterator[httpx.AsyncClient]:
-    settings = test_settings(
-        tool_catalogues=catalogue(tmp_path, *servers), **{**ALLOW_LOOPBACK, **overrides}
-    )
-    async with open_platform(backend, settings) as platform:
-        app = create_app(settings, platform=platform, extra_tools=(CLASHING_PLUGIN,))
-        async with serve_app(app) as client:
-            client.app = app  # type: ignore[attr-defined]
-            yield client
+gateway = functools.partial(plain_gateway, extra_tools=(CLASHING_PLUGIN,))
 
 
 async def _upstream(client: httpx.AsyncClient, name: str) -> dict[str, Any]:

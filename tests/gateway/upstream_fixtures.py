@@ -13,13 +13,17 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from tests.conftest import missing_service
+from conclave.gateway.app import create_app
+from conclave.gateway.tools import Tool
+from tests.conftest import Backend, missing_service, open_platform, serve_app, test_settings
 from tests.httpserver import free_port
 from tests.interop.install import (
     NODE_DIR,
@@ -114,3 +118,23 @@ def everything_http() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@asynccontextmanager
+async def gateway(
+    backend: Backend,
+    tmp_path: Path,
+    *servers: dict[str, Any],
+    extra_tools: Sequence[Tool] = (),
+    **overrides: Any,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A gateway whose catalogue names ``servers`` (loopback allowed), with a client; the app
+    is ``client.app``."""
+    settings = test_settings(
+        tool_catalogues=catalogue(tmp_path, *servers), **{**ALLOW_LOOPBACK, **overrides}
+    )
+    async with open_platform(backend, settings) as platform:
+        app = create_app(settings, platform=platform, extra_tools=tuple(extra_tools))
+        async with serve_app(app) as client:
+            client.app = app  # type: ignore[attr-defined]
+            yield client

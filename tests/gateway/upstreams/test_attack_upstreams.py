@@ -20,9 +20,8 @@ import mcp_types as types
 import pytest
 from mcp.server.lowlevel import Server
 
-from conclave.gateway.app import create_app
-from tests.conftest import Backend, eventually, open_platform, serve_app, test_settings
-from tests.gateway.upstream_fixtures import ALLOW_LOOPBACK, ROOT, catalogue
+from tests.conftest import Backend, eventually
+from tests.gateway.upstream_fixtures import ROOT, gateway
 from tests.httpserver import running_server
 
 
@@ -37,19 +36,6 @@ def attack_entry(*args: str, name: str = "attack", **extra: Any) -> dict[str, An
         "timeout_seconds": 10,
         **extra,
     }
-
-
-@asynccontextmanager
-async def gateway(
-    backend: Backend, tmp_path: Path, *servers: dict[str, Any], **overrides: Any
-) -> AsyncIterator[httpx.AsyncClient]:
-    settings = test_settings(
-        tool_catalogues=catalogue(tmp_path, *servers), **{**ALLOW_LOOPBACK, **overrides}
-    )
-    async with open_platform(backend, settings) as platform:
-        app = create_app(settings, platform=platform)
-        async with serve_app(app) as client:
-            yield client
 
 
 async def _status(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
