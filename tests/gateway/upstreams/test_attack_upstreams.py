@@ -20,6 +20,7 @@ import mcp_types as types
 import pytest
 from mcp.server.lowlevel import Server
 
+from conclave.gateway.upstreams.connection import describe
 from tests.conftest import Backend, eventually
 from tests.gateway.upstream_fixtures import ROOT, gateway
 from tests.httpserver import running_server
@@ -273,3 +274,15 @@ async def test_shutdown_does_not_wait_for_a_stuck_http_upstream(backend: Backend
         took = time.monotonic() - started
         release.set()
     assert took < 5, f"shutdown took {took:.1f} s"
+
+
+def test_last_error_never_shows_an_upstream_url() -> None:
+    # /upstreams is for any signed-in user; httpx words an HTTP error with the whole URL, and an
+    # operator may have put a credential in an upstream URL's query.
+    request = httpx.Request("GET", "https://up.example/mcp?api_key=SECRET")
+    error = httpx.HTTPStatusError(
+        "Client error '401 Unauthorized' for url 'https://up.example/mcp?api_key=SECRET'",
+        request=request,
+        response=httpx.Response(401, request=request),
+    )
+    assert describe(error) == "HTTPStatusError: Client error '401 Unauthorized' for url '<url>'"

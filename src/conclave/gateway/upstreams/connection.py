@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -62,11 +63,16 @@ class ConnectionEnded(Exception):
     """The connection to the upstream is gone (its process exited)."""
 
 
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+
+
 def describe(exc: BaseException) -> str:
-    """A short, safe text of a failure: what ``/upstreams`` shows as ``last_error``."""
+    """A short, safe text of a failure: what ``/upstreams`` (any signed-in user) shows as
+    ``last_error``. URLs are cut out: httpx words an HTTP error with the whole URL, and an
+    upstream's URL may carry a credential in its query."""
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         return describe(exc.exceptions[0])
-    text = str(exc) or type(exc).__name__
+    text = _URL.sub("<url>", str(exc) or type(exc).__name__)
     return escape_text(f"{type(exc).__name__}: {text}"[:300])
 
 
