@@ -43,9 +43,7 @@ def compile_schema(schema: Mapping[str, Any], *, where: str) -> SchemaCheck:
     document = cast("dict[str, Any]", schema)
     try:
         jsonschema_rs.meta.validate(document)
-    except jsonschema_rs.ValidationError as exc:
-        raise ValueError(f"{where}: invalid JSON Schema: {_first_line(str(exc))}") from exc
-    except (ValueError, TypeError) as exc:
+    except (jsonschema_rs.ValidationError, ValueError, TypeError) as exc:
         raise ValueError(f"{where}: invalid JSON Schema: {_first_line(str(exc))}") from exc
     try:
         validator = jsonschema_rs.Draft202012Validator(

@@ -164,6 +164,12 @@ async def stored_documents(
     return await all_rows(executor, statement)
 
 
+def _readable_by(reader: str) -> Any:
+    """The records user ``reader`` may read in a collection they may read: SQL of
+    :meth:`CollectedRecord.visible_to`."""
+    return records.c.owner.is_(None) | (records.c.owner == reader)
+
+
 async def collection_counts(engine: AsyncEngine, reader: str | None = None) -> list[CollectionSize]:
     """Records, pending vectors and newest update of each collection, by name; with
     ``reader`` (a user id), of the records that user may read."""
@@ -175,7 +181,7 @@ async def collection_counts(engine: AsyncEngine, reader: str | None = None) -> l
         func.max(records.c.updated_at).label("updated_at"),
     )
     if reader is not None:
-        statement = statement.where(records.c.owner.is_(None) | (records.c.owner == reader))
+        statement = statement.where(_readable_by(reader))
     rows = await all_rows(
         engine, statement.group_by(records.c.collection).order_by(records.c.collection)
     )
@@ -193,8 +199,7 @@ async def total_records(
     statement = select(func.count()).select_from(records)
     if reader is not None:
         statement = statement.where(
-            records.c.collection.in_(list(collections)),
-            records.c.owner.is_(None) | (records.c.owner == reader),
+            records.c.collection.in_(list(collections)), _readable_by(reader)
         )
     row = await first_row(engine, statement)
     return int(row[0]) if row else 0
