@@ -1,7 +1,8 @@
 """Real upstream MCP servers for the gateway's tests, and catalogues that name them.
 
-``mcp-server-time`` (PyPI) and ``@modelcontextprotocol/server-everything`` (npm) are installed by
-``tests/interop/install.py`` (pinned, once per lock file); the hostile server is
+``mcp-server-time`` and ``mcp-server-git`` (PyPI) and ``@modelcontextprotocol/server-everything``
+(npm) are installed by ``tests/interop/install.py`` (pinned, once per lock file); the hostile
+server is
 :mod:`tests.gateway.hostile_mcp_server`, built with the MCP SDK's own server. When a server
 cannot be installed its tests skip, or fail under ``CONCLAVE_REQUIRE_SERVICES=1``.
 """
@@ -54,6 +55,15 @@ def time_server() -> str:
     except ClientUnavailable as exc:
         missing_service(f"mcp-server-time: {exc}")
     return str(python.parent / "mcp-server-time")
+
+
+def git_server() -> str:
+    """The ``mcp-server-git`` command, installed if need be."""
+    try:
+        python = install_python_servers()
+    except ClientUnavailable as exc:
+        missing_service(f"mcp-server-git: {exc}")
+    return str(python.parent / "mcp-server-git")
 
 
 def time_entry() -> dict[str, Any]:

@@ -7,7 +7,8 @@
   Python SDK 1.x (the project's environment holds 2.x): the pins in ``requirements-mcp1.txt``.
 - The MCP servers the gateway governs as upstreams (tests/gateway/upstreams): the npm package
   ``@modelcontextprotocol/server-everything`` (in the same lock file) and, in a virtual environment
-  of its own (``.venv-servers``), ``mcp-server-time`` from ``requirements-servers.txt``.
+  of its own (``.venv-servers``), ``mcp-server-time`` and ``mcp-server-git`` from
+  ``requirements-servers.txt``.
 
 Each install leaves a stamp (a hash of what it installed from); a later run with the same inputs
 does nothing, so only the first run on a machine pays for the downloads. The test fixtures call
