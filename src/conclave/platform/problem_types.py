@@ -163,6 +163,8 @@ class ProblemCode(StrEnum):
     UPSTREAM_TOOL_ERROR = ("UPSTREAM_TOOL_ERROR", (422,), "Upstream tool error",
         "The upstream MCP tool answered `isError: true`; `detail` holds its text (first 500 "
         "characters).")
+    UPSTREAM_NOT_FOUND = ("UPSTREAM_NOT_FOUND", (404,), "Upstream not found",
+        "No upstream MCP server of this name is configured.")
     UPSTREAM_CREDENTIAL_REQUIRED = ("UPSTREAM_CREDENTIAL_REQUIRED", (403,),
         "Upstream credential required",
         "The upstream MCP server needs a credential the caller has not registered "
@@ -174,8 +176,8 @@ class ProblemCode(StrEnum):
         "it. Other users and the server's state are not affected.")
     UPSTREAM_CREDENTIAL_INVALID = ("UPSTREAM_CREDENTIAL_INVALID", (422,),
         "Upstream credential invalid",
-        "A credential to register is empty, longer than 4096 characters, or holds a character a "
-        "header cannot carry (only visible ASCII and inner spaces).")
+        "A credential to register is shorter than 8 or longer than 4096 characters, or holds a "
+        "character a header cannot carry (only visible ASCII and inner spaces).")
     UPSTREAM_CREDENTIALS_NOT_ACCEPTED = ("UPSTREAM_CREDENTIALS_NOT_ACCEPTED", (409,),
         "Upstream takes no user credentials",
         "The upstream MCP server is not configured to accept users' own credentials.")

@@ -153,7 +153,7 @@ class GatewaySettings(CommonSettings):
         default_factory=dict,
         alias="GATEWAY_UPSTREAM_SECRETS",
         description='Named service credentials of upstream MCP servers, JSON {"name": "value"}; '
-        'a server\'s catalogue entry references one as credential.service: {secret: name} and '
+        "a server's catalogue entry references one as credential.service: {secret: name} and "
         "never holds the value.",
     )
     upstream_max_user_sessions: int = Field(

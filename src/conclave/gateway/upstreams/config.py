@@ -22,7 +22,8 @@ Format::
           header: Authorization         # the header carrying it (default Authorization)
           scheme: Bearer                # written before it ("Bearer <credential>"); "" for none
           accept: user_or_service       # user | service | user_or_service
-          service: {secret: docs-token} # a name of GATEWAY_UPSTREAM_SECRETS, never the value
+          service: {secret: docs-token} # a name of GATEWAY_UPSTREAM_SECRETS, never the value;
+                                        # with accept: user it only lists the tools
 
 Headers and environment values are never listed (``GET /upstreams`` shows neither) nor logged.
 An upstream's tool annotations are hints from a server the gateway does not control:
@@ -90,8 +91,6 @@ class CredentialSpec(BaseModel):
     def _service_when_accepted(self) -> CredentialSpec:
         if self.accept == "service" and self.service is None:
             raise ValueError("credential accept 'service' needs credential.service")
-        if self.accept == "user" and self.service is not None:
-            raise ValueError("credential.service is given but accept is 'user'")
         return self
 
     @property
