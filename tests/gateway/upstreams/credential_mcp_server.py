@@ -1,8 +1,8 @@
 """An MCP server over streamable HTTP (the MCP SDK's server API) that checks and records the
 credential each request carries, for the tests of users' upstream credentials.
 
-- every ``tools/list`` and ``tools/call`` records ``(method, Authorization header)`` in
-  :attr:`CredentialServer.seen`;
+- every ``tools/list`` and ``tools/call`` records ``(method, Authorization header)`` (or the
+  header it is told to) in :attr:`CredentialServer.seen`;
 - a request whose ``Authorization`` is ``Bearer revoked-…`` is answered HTTP 401, as an upstream
   answers a revoked token;
 - ``whoami`` answers the SHA-256 of the header it saw (the gateway scrubs the credential's own
@@ -32,7 +32,9 @@ def digest(header: str | None) -> str:
 class CredentialServer:
     """The server, its ASGI app and what it saw."""
 
-    def __init__(self) -> None:
+    def __init__(self, header: str = "authorization") -> None:
+        self.header = header
+        """The request header recorded (and echoed)."""
         self.seen: list[tuple[str, str | None]] = []
         server = Server(
             "credentials", version="0", on_list_tools=self._list, on_call_tool=self._call
@@ -53,10 +55,9 @@ class CredentialServer:
         app: ASGIApp = self._mcp
         await app(scope, receive, send)
 
-    @staticmethod
-    def _header(ctx: Any) -> str | None:
+    def _header(self, ctx: Any) -> str | None:
         request = ctx.request
-        return None if request is None else request.headers.get("authorization")
+        return None if request is None else request.headers.get(self.header)
 
     async def _list(
         self, ctx: Any, _params: types.PaginatedRequestParams | None

@@ -46,23 +46,24 @@ def _bearer(token: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def _setup(
+async def credential_gateway(
     backend: Backend,
     tmp_path: Path,
     accept: str = "user_or_service",
     service: bool = True,
     keys: str = KEY,
+    rules: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, CredentialServer, str]]:
     """The upstream, a gateway naming it with the credential rules given, a client (no
     Authorization of its own: each request names its user) and the gateway's URL."""
-    upstream = CredentialServer()
+    upstream = CredentialServer((rules or {}).get("header", "authorization").lower())
     async with running_server(upstream) as upstream_url:
         entry: dict[str, Any] = {
             "name": "creds",
             "transport": "http",
             "url": f"{upstream_url}/mcp",
             "timeout_seconds": 10,
-            "credential": {"accept": accept},
+            "credential": {"accept": accept, **(rules or {})},
         }
         if service:
             entry["credential"]["service"] = {"secret": "creds-service"}
@@ -82,24 +83,24 @@ async def _setup(
                 yield client, upstream, url
 
 
-async def _execute(client: httpx.AsyncClient, token: str, tool: str) -> httpx.Response:
+async def execute(client: httpx.AsyncClient, token: str, tool: str) -> httpx.Response:
     return await client.post(
         "/execute", json={"tool": f"creds__{tool}", "args": {}}, headers=_bearer(token)
     )
 
 
-async def _register(client: httpx.AsyncClient, token: str, credential: str) -> httpx.Response:
+async def register(client: httpx.AsyncClient, token: str, credential: str) -> httpx.Response:
     return await client.put(
         "/upstreams/creds/credential", json={"credential": credential}, headers=_bearer(token)
     )
 
 
 async def test_each_user_calls_with_their_own_credential(backend: Backend, tmp_path: Path):
-    async with _setup(backend, tmp_path) as (client, upstream, url):
-        assert (await _register(client, "tok-ada", ADA)).status_code == 204
-        assert (await _register(client, "tok-bob", BOB)).status_code == 204
+    async with credential_gateway(backend, tmp_path) as (client, upstream, url):
+        assert (await register(client, "tok-ada", ADA)).status_code == 204
+        assert (await register(client, "tok-bob", BOB)).status_code == 204
         answers = {
-            token: await _execute(client, token, "whoami")
+            token: await execute(client, token, "whoami")
             for token in ("tok-ada", "tok-bob", "tok-carol", "tok-ada")
         }
         listed = (await client.get("/upstreams", headers=_bearer("tok-ada"))).json()
@@ -170,13 +171,17 @@ async def _call_row(client: httpx.AsyncClient, conclave_id: str) -> dict[str, An
 async def test_without_a_credential_the_call_is_refused_and_audited(
     backend: Backend, tmp_path: Path
 ):
-    async with _setup(backend, tmp_path, accept="user", service=False) as (client, upstream, _):
-        refused = await _execute(client, "tok-carol", "whoami")
-        assert (await _register(client, "tok-ada", ADA)).status_code == 204
-        allowed = await _execute(client, "tok-ada", "whoami")
+    async with credential_gateway(backend, tmp_path, accept="user", service=False) as (
+        client,
+        upstream,
+        _,
+    ):
+        refused = await execute(client, "tok-carol", "whoami")
+        assert (await register(client, "tok-ada", ADA)).status_code == 204
+        allowed = await execute(client, "tok-ada", "whoami")
         # Deleted: refused again, and the session opened with it is gone.
         deleted = await client.delete("/upstreams/creds/credential", headers=_bearer("tok-ada"))
-        again = await _execute(client, "tok-ada", "whoami")
+        again = await execute(client, "tok-ada", "whoami")
     assert refused.status_code == 403
     assert refused.json()["code"] == "UPSTREAM_CREDENTIAL_REQUIRED"
     assert "PUT /upstreams/creds/credential" in refused.json()["detail"]
@@ -195,11 +200,11 @@ async def test_without_a_credential_the_call_is_refused_and_audited(
 
 
 async def test_the_credential_never_leaks(backend: Backend, tmp_path: Path, json_logs: Any):
-    async with _setup(backend, tmp_path) as (client, _upstream, _):
-        assert (await _register(client, "tok-ada", ADA)).status_code == 204
-        error = await _execute(client, "tok-ada", "leak_error")
-        result = await _execute(client, "tok-ada", "leak_result")
-        service_error = await _execute(client, "tok-carol", "leak_error")
+    async with credential_gateway(backend, tmp_path) as (client, _upstream, _):
+        assert (await register(client, "tok-ada", ADA)).status_code == 204
+        error = await execute(client, "tok-ada", "leak_error")
+        result = await execute(client, "tok-ada", "leak_result")
+        service_error = await execute(client, "tok-carol", "leak_error")
         listed = await client.get("/upstreams", headers=_bearer("tok-ada"))
         calls = [
             await _call_row(client, body.json()["conclave_id"])
@@ -232,16 +237,16 @@ async def test_the_credential_never_leaks(backend: Backend, tmp_path: Path, json
 
 
 async def test_a_refused_credential_fails_its_user_only(backend: Backend, tmp_path: Path):
-    async with _setup(backend, tmp_path) as (client, upstream, _):
-        assert (await _register(client, "tok-ada", "revoked-ada-0001")).status_code == 204
-        assert (await _register(client, "tok-bob", BOB)).status_code == 204
-        refusals = [await _execute(client, "tok-ada", "whoami") for _ in range(7)]
-        bob = await _execute(client, "tok-bob", "whoami")
-        carol = await _execute(client, "tok-carol", "whoami")
+    async with credential_gateway(backend, tmp_path) as (client, upstream, _):
+        assert (await register(client, "tok-ada", "revoked-ada-0001")).status_code == 204
+        assert (await register(client, "tok-bob", BOB)).status_code == 204
+        refusals = [await execute(client, "tok-ada", "whoami") for _ in range(7)]
+        bob = await execute(client, "tok-bob", "whoami")
+        carol = await execute(client, "tok-carol", "whoami")
         (state,) = (await client.get("/upstreams", headers=_bearer("tok-bob"))).json()["upstreams"]
         # Ada replaces it: her next call works.
-        assert (await _register(client, "tok-ada", ADA)).status_code == 204
-        fixed = await _execute(client, "tok-ada", "whoami")
+        assert (await register(client, "tok-ada", ADA)).status_code == 204
+        fixed = await execute(client, "tok-ada", "whoami")
     assert {(r.status_code, r.json()["code"]) for r in refusals} == {
         (403, "UPSTREAM_CREDENTIAL_REJECTED")
     }
@@ -253,9 +258,9 @@ async def test_a_refused_credential_fails_its_user_only(backend: Backend, tmp_pa
 
 
 async def test_credentials_at_rest_are_bound_to_their_user(backend: Backend, tmp_path: Path):
-    async with _setup(backend, tmp_path) as (client, upstream, _):
-        assert (await _register(client, "tok-ada", ADA)).status_code == 204
-        assert (await _register(client, "tok-bob", BOB)).status_code == 204
+    async with credential_gateway(backend, tmp_path) as (client, upstream, _):
+        assert (await register(client, "tok-ada", ADA)).status_code == 204
+        assert (await register(client, "tok-bob", BOB)).status_code == 204
         async with backend.engine.begin() as connection:
             stored = {
                 row.user_id: row for row in await connection.execute(select(upstream_credentials))
@@ -266,7 +271,7 @@ async def test_credentials_at_rest_are_bound_to_their_user(backend: Backend, tmp
                 .where(upstream_credentials.c.user_id == "bob")
                 .values(ciphertext=stored["ada"].ciphertext, key_id=stored["ada"].key_id)
             )
-        copied = await _execute(client, "tok-bob", "whoami")
+        copied = await execute(client, "tok-bob", "whoami")
     assert set(stored) == {"ada", "bob"}
     for user, plain in (("ada", ADA), ("bob", BOB)):
         blob = bytes(stored[user].ciphertext)
@@ -283,8 +288,8 @@ async def test_credentials_at_rest_are_bound_to_their_user(backend: Backend, tmp
 
 
 async def test_a_wrong_key_at_start_is_a_clear_error(backend: Backend, tmp_path: Path):
-    async with _setup(backend, tmp_path) as (client, _upstream, _):
-        assert (await _register(client, "tok-ada", ADA)).status_code == 204
+    async with credential_gateway(backend, tmp_path) as (client, _upstream, _):
+        assert (await register(client, "tok-ada", ADA)).status_code == 204
     entry = {"name": "creds", "transport": "http", "url": "http://127.0.0.1:9/mcp"}
     entry["credential"] = {"accept": "user"}  # type: ignore[assignment]
     settings = test_settings(
@@ -300,8 +305,8 @@ async def test_a_wrong_key_at_start_is_a_clear_error(backend: Backend, tmp_path:
     assert KEY not in str(raised.value)
     # Rotation: the new key first, the old one still listed: the gateway starts and decrypts.
     rotated = f"{new_key_text()},{KEY}"
-    async with _setup(backend, tmp_path, keys=rotated) as (client, _upstream, _):
-        answer = await _execute(client, "tok-ada", "whoami")
+    async with credential_gateway(backend, tmp_path, keys=rotated) as (client, _upstream, _):
+        answer = await execute(client, "tok-ada", "whoami")
     assert answer.json()["result"] == digest(f"Bearer {ADA}")
 
 
@@ -321,7 +326,7 @@ async def test_a_wrong_key_at_start_is_a_clear_error(backend: Backend, tmp_path:
 async def test_a_credential_a_header_cannot_carry_is_refused(
     backend: Backend, tmp_path: Path, credential: str, code: str | None
 ):
-    async with _setup(backend, tmp_path) as (client, _upstream, _):
+    async with credential_gateway(backend, tmp_path) as (client, _upstream, _):
         body = json.dumps({"credential": credential}).encode()
         answer = await client.put(
             "/upstreams/creds/credential",
@@ -338,8 +343,8 @@ async def test_a_credential_a_header_cannot_carry_is_refused(
 
 
 async def test_who_may_touch_which_credential(backend: Backend, tmp_path: Path):
-    async with _setup(backend, tmp_path) as (client, _upstream, _):
-        assert (await _register(client, "tok-ada", ADA)).status_code == 204
+    async with credential_gateway(backend, tmp_path) as (client, _upstream, _):
+        assert (await register(client, "tok-ada", ADA)).status_code == 204
         unknown = await client.put(
             "/upstreams/nope/credential", json={"credential": ADA}, headers=_bearer("tok-ada")
         )
@@ -350,11 +355,11 @@ async def test_who_may_touch_which_credential(backend: Backend, tmp_path: Path):
             json={"credential": BOB, "user_id": "ada"},
             headers=_bearer("tok-bob"),
         )
-        still = await _execute(client, "tok-ada", "whoami")
+        still = await execute(client, "tok-ada", "whoami")
         by_root = await client.delete(
             "/upstreams/creds/credentials/ada", headers=_bearer("tok-root")
         )
-        gone = await _execute(client, "tok-ada", "whoami")
+        gone = await execute(client, "tok-ada", "whoami")
         anonymous = await client.put("/upstreams/creds/credential", json={"credential": ADA})
     assert (unknown.status_code, unknown.json()["code"]) == (404, "UPSTREAM_NOT_FOUND")
     assert (by_bob.status_code, by_bob.json()["code"]) == (403, "FORBIDDEN")
@@ -367,9 +372,9 @@ async def test_who_may_touch_which_credential(backend: Backend, tmp_path: Path):
 
 
 async def test_an_upstream_without_user_credentials_takes_none(backend: Backend, tmp_path: Path):
-    async with _setup(backend, tmp_path, accept="service") as (client, upstream, _):
-        refused = await _register(client, "tok-ada", ADA)
-        answer = await _execute(client, "tok-ada", "whoami")
+    async with credential_gateway(backend, tmp_path, accept="service") as (client, upstream, _):
+        refused = await register(client, "tok-ada", ADA)
+        answer = await execute(client, "tok-ada", "whoami")
     assert (refused.status_code, refused.json()["code"]) == (
         409,
         "UPSTREAM_CREDENTIALS_NOT_ACCEPTED",
