@@ -141,7 +141,9 @@ class UserSessions:
     def _entry(self, user_id: str, header_value: str) -> _UserSession:
         self.close_idle()
         entry = self._sessions.get(user_id)
-        if entry is not None and entry.credential != header_value:
+        # A session that ended by itself (the upstream closed it) or holds an older credential
+        # is replaced.
+        if entry is not None and (entry.credential != header_value or entry.stop.is_set()):
             self._close(user_id, entry)
             entry = None
         if entry is None:
@@ -178,7 +180,13 @@ class UserSessions:
             extra = {"upstream": self._upstream.spec.name}
             log.info("upstream user session ended: %s", describe(exc), extra=extra)
             if not entry.ready.done():
-                entry.ready.set_exception(CredentialRefused() if entry.refused else exc)
+                # The call was not sent: 503 like an upstream that is not connected, in words
+                # without the request's headers.
+                opened = UpstreamDown(
+                    f"Upstream {self._upstream.spec.name!r} did not open a session for your "
+                    f"credential ({describe(exc)})."
+                )
+                entry.ready.set_exception(CredentialRefused() if entry.refused else opened)
         finally:
             entry.stop.set()
             if not entry.ready.done():
