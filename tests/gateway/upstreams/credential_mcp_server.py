@@ -4,7 +4,8 @@ credential each request carries, for the tests of users' upstream credentials.
 - every ``tools/list`` and ``tools/call`` records ``(method, Authorization header)`` (or the
   header it is told to) in :attr:`CredentialServer.seen`;
 - a request whose ``Authorization`` is ``Bearer revoked-…`` is answered HTTP 401, as an upstream
-  answers a revoked token;
+  answers a revoked token; ``Bearer broken-…`` gets a 500 whose body is the header;
+- the sessions opened and closed are recorded with the Authorization they carried;
 - ``whoami`` answers the SHA-256 of the header it saw (the gateway scrubs the credential's own
   text from results, a digest passes);
 - ``leak_error`` answers ``isError`` with the header in its text, ``leak_result`` the header as
@@ -22,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 OBJECT = {"type": "object", "properties": {}, "additionalProperties": False}
 REVOKED = "Bearer revoked-"
+BROKEN = "Bearer broken-"
 
 
 def digest(header: str | None) -> str:
@@ -36,6 +38,10 @@ class CredentialServer:
         self.header = header
         """The request header recorded (and echoed)."""
         self.seen: list[tuple[str, str | None]] = []
+        self.opened: list[str | None] = []
+        """The Authorization of each session opened (an ``initialize`` without a session id)."""
+        self.closed: list[str | None] = []
+        """The Authorization of each session ended by its client (``DELETE``)."""
         server = Server(
             "credentials", version="0", on_list_tools=self._list, on_call_tool=self._call
         )
@@ -48,10 +54,19 @@ class CredentialServer:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             headers = dict(scope["headers"])
-            if headers.get(b"authorization", b"").decode().startswith(REVOKED):
+            authorization = headers.get(b"authorization", b"").decode()
+            if authorization.startswith(REVOKED):
                 await send({"type": "http.response.start", "status": 401, "headers": []})
                 await send({"type": "http.response.body", "body": b"revoked"})
                 return
+            if authorization.startswith(BROKEN):
+                await send({"type": "http.response.start", "status": 500, "headers": []})
+                await send({"type": "http.response.body", "body": authorization.encode()})
+                return
+            if scope["method"] == "POST" and b"mcp-session-id" not in headers:
+                self.opened.append(authorization or None)
+            if scope["method"] == "DELETE":
+                self.closed.append(authorization or None)
         app: ASGIApp = self._mcp
         await app(scope, receive, send)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import stat
 from pathlib import Path
@@ -13,12 +14,15 @@ from pydantic import ValidationError
 from conclave.gateway.app import create_app
 from conclave.gateway.upstreams.config import McpServerSpec
 from conclave.gateway.upstreams.credentials import CredentialKeyError, parse_keys
-from tests.conftest import Backend, open_platform, serve_app, test_settings
+from tests.conftest import Backend, eventually, open_platform, serve_app, test_settings
 from tests.gateway.conftest import audit_rows
 from tests.gateway.upstream_fixtures import catalogue
 from tests.gateway.upstreams.credential_mcp_server import digest
 from tests.gateway.upstreams.test_upstream_credentials import (
     ADA,
+    BOB,
+    SERVICE,
+    bearer,
     credential_gateway,
     execute,
     register,
@@ -102,3 +106,43 @@ async def test_an_api_key_header_without_a_scheme(backend: Backend, tmp_path: Pa
     assert listed.json()["upstreams"][0]["credential"]["header"] == "X-Api-Key"
     assert ADA not in json.dumps(listed.json())
     assert [row.upstream_credential for row in await audit_rows(backend)] == ["user"]
+
+
+async def test_user_sessions_are_bounded_and_closed_when_idle(backend: Backend, tmp_path: Path):
+    async with credential_gateway(
+        backend, tmp_path, upstream_max_user_sessions=1, upstream_user_session_idle_seconds=1
+    ) as (client, upstream, _):
+        assert (await register(client, "tok-ada", ADA)).status_code == 204
+        assert (await register(client, "tok-bob", BOB)).status_code == 204
+        answers = [
+            await execute(client, token, "whoami") for token in ("tok-ada", "tok-ada", "tok-bob")
+        ]
+        # One session per user at most here: Bob's pushed Ada's out (closed by the gateway).
+
+        async def closed(header: str) -> bool:
+            return header in upstream.closed
+
+        await eventually(functools.partial(closed, f"Bearer {ADA}"))
+        # Bob's is closed once idle, without any call.
+        await eventually(functools.partial(closed, f"Bearer {BOB}"), timeout=10)
+        again = await execute(client, "tok-bob", "whoami")
+    assert [answer.status_code for answer in (*answers, again)] == [200] * 4
+    user_sessions = [header for header in upstream.opened if header != f"Bearer {SERVICE}"]
+    assert user_sessions == [f"Bearer {ADA}", f"Bearer {BOB}", f"Bearer {BOB}"]
+
+
+async def test_a_session_that_cannot_open_fails_the_call_without_the_credential(
+    backend: Backend, tmp_path: Path, json_logs: Any
+):
+    broken = "broken-ada-0001"
+    async with credential_gateway(backend, tmp_path) as (client, upstream, _):
+        assert (await register(client, "tok-ada", broken)).status_code == 204
+        answer = await execute(client, "tok-ada", "whoami")
+        (state,) = (await client.get("/upstreams", headers=bearer("tok-ada"))).json()["upstreams"]
+    assert (answer.status_code, answer.json()["code"]) == (503, "UPSTREAM_UNAVAILABLE")
+    assert broken not in answer.text and broken not in json_logs.getvalue()
+    assert (state["state"], state["circuit"], state["last_error"]) == ("ready", "closed", None)
+    assert upstream.calls() == []
+    (row,) = await audit_rows(backend)
+    assert (row.upstream_credential, row.error_code) == ("user", "UPSTREAM_UNAVAILABLE")
+    assert broken not in (row.error_message or "")

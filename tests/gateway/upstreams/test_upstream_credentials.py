@@ -41,7 +41,7 @@ SERVICE = "service-token-9999"
 KEY = new_key_text()
 
 
-def _bearer(token: str) -> dict[str, str]:
+def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
@@ -53,6 +53,7 @@ async def credential_gateway(
     service: bool = True,
     keys: str = KEY,
     rules: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, CredentialServer, str]]:
     """The upstream, a gateway naming it with the credential rules given, a client (no
     Authorization of its own: each request names its user) and the gateway's URL."""
@@ -75,7 +76,7 @@ async def credential_gateway(
             upstream_credential_keys=keys,
             upstream_secrets={"creds-service": SERVICE},
             data_dir=tmp_path / "data",
-            **ALLOW_LOOPBACK,
+            **{**ALLOW_LOOPBACK, **overrides},
         )
         async with open_platform(backend, settings) as platform:
             app = create_app(settings, platform=platform)
@@ -85,13 +86,13 @@ async def credential_gateway(
 
 async def execute(client: httpx.AsyncClient, token: str, tool: str) -> httpx.Response:
     return await client.post(
-        "/execute", json={"tool": f"creds__{tool}", "args": {}}, headers=_bearer(token)
+        "/execute", json={"tool": f"creds__{tool}", "args": {}}, headers=bearer(token)
     )
 
 
 async def register(client: httpx.AsyncClient, token: str, credential: str) -> httpx.Response:
     return await client.put(
-        "/upstreams/creds/credential", json={"credential": credential}, headers=_bearer(token)
+        "/upstreams/creds/credential", json={"credential": credential}, headers=bearer(token)
     )
 
 
@@ -103,13 +104,13 @@ async def test_each_user_calls_with_their_own_credential(backend: Backend, tmp_p
             token: await execute(client, token, "whoami")
             for token in ("tok-ada", "tok-bob", "tok-carol", "tok-ada")
         }
-        listed = (await client.get("/upstreams", headers=_bearer("tok-ada"))).json()
-        listed_bob = (await client.get("/upstreams", headers=_bearer("tok-carol"))).json()
+        listed = (await client.get("/upstreams", headers=bearer("tok-ada"))).json()
+        listed_bob = (await client.get("/upstreams", headers=bearer("tok-carol"))).json()
         # The same through /mcp, driven by the MCP SDK's own client, one session per user.
         mcp_results = {}
         for token in ("tok-bob", "tok-ada"):
             async with (
-                httpx2.AsyncClient(headers=_bearer(token)) as http,
+                httpx2.AsyncClient(headers=bearer(token)) as http,
                 Client(streamable_http_client(f"{url}/mcp", http_client=http)) as mcp,
             ):
                 result = await mcp.call_tool("creds__whoami", {})
@@ -162,7 +163,7 @@ async def test_each_user_calls_with_their_own_credential(backend: Backend, tmp_p
 
 
 async def _call_row(client: httpx.AsyncClient, conclave_id: str) -> dict[str, Any]:
-    answer = await client.get(f"/calls/{conclave_id}", headers=_bearer("tok-root"))
+    answer = await client.get(f"/calls/{conclave_id}", headers=bearer("tok-root"))
     assert answer.status_code == 200, answer.text
     body: dict[str, Any] = answer.json()
     return body
@@ -180,7 +181,7 @@ async def test_without_a_credential_the_call_is_refused_and_audited(
         assert (await register(client, "tok-ada", ADA)).status_code == 204
         allowed = await execute(client, "tok-ada", "whoami")
         # Deleted: refused again, and the session opened with it is gone.
-        deleted = await client.delete("/upstreams/creds/credential", headers=_bearer("tok-ada"))
+        deleted = await client.delete("/upstreams/creds/credential", headers=bearer("tok-ada"))
         again = await execute(client, "tok-ada", "whoami")
     assert refused.status_code == 403
     assert refused.json()["code"] == "UPSTREAM_CREDENTIAL_REQUIRED"
@@ -205,7 +206,7 @@ async def test_the_credential_never_leaks(backend: Backend, tmp_path: Path, json
         error = await execute(client, "tok-ada", "leak_error")
         result = await execute(client, "tok-ada", "leak_result")
         service_error = await execute(client, "tok-carol", "leak_error")
-        listed = await client.get("/upstreams", headers=_bearer("tok-ada"))
+        listed = await client.get("/upstreams", headers=bearer("tok-ada"))
         calls = [
             await _call_row(client, body.json()["conclave_id"])
             for body in (error, result, service_error)
@@ -243,7 +244,7 @@ async def test_a_refused_credential_fails_its_user_only(backend: Backend, tmp_pa
         refusals = [await execute(client, "tok-ada", "whoami") for _ in range(7)]
         bob = await execute(client, "tok-bob", "whoami")
         carol = await execute(client, "tok-carol", "whoami")
-        (state,) = (await client.get("/upstreams", headers=_bearer("tok-bob"))).json()["upstreams"]
+        (state,) = (await client.get("/upstreams", headers=bearer("tok-bob"))).json()["upstreams"]
         # Ada replaces it: her next call works.
         assert (await register(client, "tok-ada", ADA)).status_code == 204
         fixed = await execute(client, "tok-ada", "whoami")
@@ -331,7 +332,7 @@ async def test_a_credential_a_header_cannot_carry_is_refused(
         answer = await client.put(
             "/upstreams/creds/credential",
             content=body,
-            headers={**_bearer("tok-ada"), "Content-Type": "application/json"},
+            headers={**bearer("tok-ada"), "Content-Type": "application/json"},
         )
     assert answer.status_code == 422, answer.text
     assert answer.headers["content-type"].startswith("application/problem+json")
@@ -346,18 +347,18 @@ async def test_who_may_touch_which_credential(backend: Backend, tmp_path: Path):
     async with credential_gateway(backend, tmp_path) as (client, _upstream, _):
         assert (await register(client, "tok-ada", ADA)).status_code == 204
         unknown = await client.put(
-            "/upstreams/nope/credential", json={"credential": ADA}, headers=_bearer("tok-ada")
+            "/upstreams/nope/credential", json={"credential": ADA}, headers=bearer("tok-ada")
         )
         # Bob cannot delete Ada's; the route for another user's is for operators.
-        by_bob = await client.delete("/upstreams/creds/credentials/ada", headers=_bearer("tok-bob"))
+        by_bob = await client.delete("/upstreams/creds/credentials/ada", headers=bearer("tok-bob"))
         stray = await client.put(
             "/upstreams/creds/credential",
             json={"credential": BOB, "user_id": "ada"},
-            headers=_bearer("tok-bob"),
+            headers=bearer("tok-bob"),
         )
         still = await execute(client, "tok-ada", "whoami")
         by_root = await client.delete(
-            "/upstreams/creds/credentials/ada", headers=_bearer("tok-root")
+            "/upstreams/creds/credentials/ada", headers=bearer("tok-root")
         )
         gone = await execute(client, "tok-ada", "whoami")
         anonymous = await client.put("/upstreams/creds/credential", json={"credential": ADA})
