@@ -316,8 +316,8 @@ async def test_a_wrong_key_at_start_is_a_clear_error(backend: Backend, tmp_path:
     [
         ("token\r\nX-Injected: yes", "UPSTREAM_CREDENTIAL_INVALID"),
         ("token-with\nnewline", "UPSTREAM_CREDENTIAL_INVALID"),
-        ("token\x00nul-inside", None),
-        ("tok\ud800surrogate", None),
+        ("token\x00nul-inside", "UNSAFE_INPUT"),
+        ("tok\ud800surrogate", "UNSAFE_INPUT"),
         ("short", "UPSTREAM_CREDENTIAL_INVALID"),
         ("x" * 4097, "UPSTREAM_CREDENTIAL_INVALID"),
         (" leading-space", "UPSTREAM_CREDENTIAL_INVALID"),
@@ -325,7 +325,7 @@ async def test_a_wrong_key_at_start_is_a_clear_error(backend: Backend, tmp_path:
     ],
 )
 async def test_a_credential_a_header_cannot_carry_is_refused(
-    backend: Backend, tmp_path: Path, credential: str, code: str | None
+    backend: Backend, tmp_path: Path, credential: str, code: str
 ):
     async with credential_gateway(backend, tmp_path) as (client, _upstream, _):
         body = json.dumps({"credential": credential}).encode()
@@ -336,8 +336,7 @@ async def test_a_credential_a_header_cannot_carry_is_refused(
         )
     assert answer.status_code == 422, answer.text
     assert answer.headers["content-type"].startswith("application/problem+json")
-    if code is not None:
-        assert answer.json()["code"] == code
+    assert answer.json()["code"] == code
     assert credential not in answer.text
     async with backend.engine.connect() as connection:
         assert (await connection.execute(select(upstream_credentials))).all() == []
