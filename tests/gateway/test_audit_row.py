@@ -34,6 +34,7 @@ IN_THE_EVENT = {
     "status": "status",
     "orthodoxy_status": "orthodoxy_status",
     "correlation_id": None,  # the event's envelope, not its payload
+    "upstream_credential": "upstream_credential",
     "log_leaf_hash": None,  # the receipt is the caller's; subscribers read the row or the log
 }
 
@@ -60,6 +61,7 @@ def _finished_row() -> AuditRow:
         error_message="no error message",
         duration_ms=1.25,
         completed_at=datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC),
+        upstream_credential="service",
         log_leaf_hash=bytes(range(32)),
     )
 

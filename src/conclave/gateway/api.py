@@ -379,6 +379,7 @@ def _tool_call(row: AuditRow) -> ToolCall:
         **_shown_columns(row),
         args=row.args,
         canonical_args=row.canonical_args,
+        upstream_credential=row.upstream_credential,
         result=row.result,
         error_message=row.error_message,
         warnings=list(row.warnings or []),

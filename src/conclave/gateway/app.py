@@ -7,6 +7,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import httpx
 from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.routing import Route
 
 from conclave import __version__
@@ -32,10 +33,18 @@ from conclave.gateway.registry import ToolRegistry
 from conclave.gateway.service import GatewayService
 from conclave.gateway.signals import signals_table_fallback
 from conclave.gateway.tools import Tool
+from conclave.gateway.upstreams.access import CredentialSettings
 from conclave.gateway.upstreams.api import upstreams_router
 from conclave.gateway.upstreams.connection import UpstreamLimits
+from conclave.gateway.upstreams.credentials import (
+    CredentialCipher,
+    CredentialVault,
+    embedded_key,
+    parse_keys,
+)
 from conclave.gateway.upstreams.manager import Upstreams
 from conclave.gateway.workers import WorkerPool
+from conclave.platform.db.engine import is_sqlite
 from conclave.platform.dead_letter_routes import router as dead_letters_router
 from conclave.platform.egress import EgressPolicy
 from conclave.platform.http import create_service_app, platform_lifespan
@@ -90,8 +99,40 @@ def backend_tools(
     return tuple(tools)
 
 
+async def upstream_credentials(
+    settings: GatewaySettings, catalogues: list[Catalogue], engine: AsyncEngine
+) -> CredentialSettings:
+    """The vault of users' upstream credentials (keys from settings; embedded mode generates one
+    the first time an upstream accepts users' credentials) and the named service credentials.
+    :class:`CredentialKeyError` for a malformed key or a stored credential whose key is not
+    given: the gateway does not start."""
+    keys = parse_keys(settings.upstream_credential_keys.get_secret_value())
+    wanted = any(
+        spec.credential is not None and spec.credential.accepts_user
+        for catalogue in catalogues
+        for spec in catalogue.mcp_servers
+    )
+    if not keys and wanted and is_sqlite(engine):
+        keys = [embedded_key(settings.upstream_credential_key_file())]
+    vault = None
+    if keys:
+        vault = CredentialVault(engine, CredentialCipher(keys))
+        await vault.check_keys()
+    return CredentialSettings(
+        vault=vault,
+        secrets={
+            name: value.get_secret_value() for name, value in settings.upstream_secrets.items()
+        },
+        max_user_sessions=settings.upstream_max_user_sessions,
+        user_session_idle_seconds=settings.upstream_user_session_idle_seconds,
+    )
+
+
 def upstreams_for(
-    settings: GatewaySettings, catalogues: list[Catalogue], registry: ToolRegistry
+    settings: GatewaySettings,
+    catalogues: list[Catalogue],
+    registry: ToolRegistry,
+    credentials: CredentialSettings | None = None,
 ) -> Upstreams:
     """The upstream MCP servers of the catalogues, their tools to go into ``registry``."""
     limits = UpstreamLimits(
@@ -101,7 +142,8 @@ def upstreams_for(
         debounce_seconds=settings.upstream_debounce_seconds,
     )
     specs = [spec for catalogue in catalogues for spec in catalogue.mcp_servers]
-    return Upstreams(specs, registry, EgressPolicy.from_settings(settings), limits)
+    policy = EgressPolicy.from_settings(settings)
+    return Upstreams(specs, registry, policy, limits, credentials)
 
 
 def rate_limiter_for(settings: GatewaySettings) -> RateLimiter:
@@ -130,7 +172,8 @@ def create_app(
             catalogues = load_catalogues(settings)
             tools = backend_tools(settings, catalogues, http, runtime)
             registry = build_registry(settings, extra_tools, tools)
-            upstreams = upstreams_for(settings, catalogues, registry)
+            credentials = await upstream_credentials(settings, catalogues, runtime.engine)
+            upstreams = upstreams_for(settings, catalogues, registry, credentials)
             limiter = rate_limiter_for(settings)
             if isinstance(limiter, RedisRateLimiter):
                 stack.push_async_callback(limiter.close)

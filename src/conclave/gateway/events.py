@@ -25,4 +25,6 @@ def call_event(row: AuditRow) -> Event:
         "status": row.status,
         "orthodoxy_status": row.orthodoxy_status,
     }
+    if row.upstream_credential is not None:  # the kind only, never the credential
+        payload["upstream_credential"] = row.upstream_credential
     return Event(channel=CHANNEL, payload=payload, source=SOURCE, correlation_id=row.correlation_id)

@@ -95,6 +95,11 @@ class ToolCall(BaseModel):
     duration_ms: float | None
     created_at: str
     completed_at: str | None
+    upstream_credential: str | None = Field(
+        None,
+        description="Credential an upstream MCP server's tool was called with: 'user', "
+        "'service' or 'none' (the kind, never the value); null for the gateway's own tools.",
+    )
     log_leaf_hash: str | None = Field(
         None,
         description="SHA-256 leaf hash (hex) of the call's entry in the transparency log 'calls' "

@@ -36,6 +36,9 @@ class Outcome:
     error_message: str | None = None
     errors: list[dict[str, str]] | None = None
     replayed: bool = False
+    upstream_credential: str | None = None
+    """The kind of credential an upstream tool's call presented (``user``, ``service``,
+    ``none``); None for the gateway's own tools."""
     log_leaf_hash: bytes | None = None
     """The leaf hash of the call's entry in the transparency log ``calls``, when it is kept."""
 

@@ -41,6 +41,9 @@ class AuditRow:
     error_message: str | None = None
     duration_ms: float | None = None
     completed_at: datetime | None = None
+    upstream_credential: str | None = None
+    """For a call of an upstream MCP server's tool, the kind of credential it presented:
+    ``user``, ``service`` or ``none`` (never the credential); None for the gateway's own tools."""
     log_leaf_hash: bytes | None = None
     """The leaf hash of the call's entry in the transparency log ``calls`` (None: not logged);
     its index is given by the log's integrator, and its receipt found by this hash."""
@@ -55,6 +58,7 @@ class AuditRow:
         self.error_code = outcome.error_code
         self.error_message = outcome.error_message
         self.duration_ms = outcome.duration_ms
+        self.upstream_credential = outcome.upstream_credential
         self.completed_at = utc_now()
 
     def outcome(self, *, replayed: bool = False) -> Outcome:
@@ -71,5 +75,6 @@ class AuditRow:
             error_code=self.error_code,
             error_message=self.error_message,
             replayed=replayed,
+            upstream_credential=self.upstream_credential,
             log_leaf_hash=self.log_leaf_hash,
         )

@@ -300,7 +300,7 @@ class GatewayService:
             ending = _failed(502, ProblemCode.TOOL_FAILED, "The tool failed unexpectedly.")
         else:
             ending = self._judge(registered, command.args, result)
-        return await self._finish(call, ending)
+        return await self._finish(call, ending, upstream_credential=context.upstream_credential)
 
     def _judge(self, registered: RegisteredTool, args: Any, result: Any) -> _Ending:
         """How a call whose tool returned ``result`` ends: its output schema, then its rules, then
@@ -337,7 +337,9 @@ class GatewayService:
         orthodoxy = PURIFIED if warnings else BLESSED
         return _Ending(SUCCEEDED, orthodoxy, 200, result=result, warnings=warnings)
 
-    async def _finish(self, call: _Call, ending: _Ending) -> Outcome:
+    async def _finish(
+        self, call: _Call, ending: _Ending, *, upstream_credential: str | None = None
+    ) -> Outcome:
         row = call.row
         message, warnings = ending.message, ending.warnings
         if message is not None:  # a plug-in's or a backend's words: stored and answered
@@ -355,6 +357,7 @@ class GatewayService:
             http_status=ending.http_status,
             error_code=ending.code,
             error_message=message,
+            upstream_credential=upstream_credential,
         )
         row.finish(outcome)
         # The tool has run: keep trying for a moment so a store blip does not lose its audit row.

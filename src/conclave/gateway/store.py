@@ -13,9 +13,11 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
+    delete,
     select,
     text,
     update,
@@ -52,6 +54,7 @@ mcp_tool_calls = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("completed_at", DateTime(timezone=True), nullable=True),
     Column("log_leaf_hash", LargeBinary, nullable=True),
+    Column("upstream_credential", String(16), nullable=True),
     Index("ix_mcp_tool_calls_created_at", "created_at"),
     # The audit trail's search (gateway/call_search.py): each filter that can pick few rows
     # among millions walks one of these backwards from the newest (migration 0014).
@@ -146,6 +149,7 @@ def _outcome_columns(row: AuditRow) -> dict[str, Any]:
         "duration_ms": row.duration_ms,
         "completed_at": row.completed_at,
         "log_leaf_hash": row.log_leaf_hash,
+        "upstream_credential": row.upstream_credential,
     }
 
 
@@ -231,3 +235,74 @@ async def query_signals(
     query = query.order_by(signals.c.observed_at.desc(), signals.c.signal_id).limit(limit)
     async with engine.connect() as connection:
         return list((await connection.execute(query)).all())
+
+
+# Users' own credentials for upstream MCP servers, AES-GCM-encrypted (gateway/upstreams/
+# credentials.py): the plaintext never reaches the store, and the ciphertext is bound to its
+# (server, user_id), so a row copied to another user does not decrypt.
+upstream_credentials = Table(
+    "upstream_credentials",
+    metadata,
+    Column("server", String(32), nullable=False),
+    Column("user_id", String(256), nullable=False),
+    Column("key_id", String(16), nullable=False),
+    Column("ciphertext", LargeBinary, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("server", "user_id", name="pk_upstream_credentials"),
+)
+
+
+async def put_upstream_credential(
+    connection: AsyncConnection,
+    server: str,
+    user_id: str,
+    key_id: str,
+    ciphertext: bytes,
+    at: datetime,
+) -> None:
+    """Store (or replace) ``user_id``'s encrypted credential for ``server``."""
+    where = (upstream_credentials.c.server == server, upstream_credentials.c.user_id == user_id)
+    values = {"key_id": key_id, "ciphertext": ciphertext, "updated_at": at}
+    replaced = await connection.execute(update(upstream_credentials).where(*where).values(values))
+    if replaced.rowcount == 0:
+        await connection.execute(
+            upstream_credentials.insert().values(server=server, user_id=user_id, **values)
+        )
+
+
+async def delete_upstream_credential(
+    connection: AsyncConnection, server: str, user_id: str
+) -> bool:
+    """Remove ``user_id``'s credential for ``server``; whether there was one."""
+    result = await connection.execute(
+        delete(upstream_credentials).where(
+            upstream_credentials.c.server == server, upstream_credentials.c.user_id == user_id
+        )
+    )
+    return result.rowcount == 1
+
+
+async def get_upstream_credential(
+    engine: AsyncEngine, server: str, user_id: str
+) -> tuple[str, bytes] | None:
+    """``(key_id, ciphertext)`` of ``user_id``'s credential for ``server``."""
+    query = select(upstream_credentials.c.key_id, upstream_credentials.c.ciphertext).where(
+        upstream_credentials.c.server == server, upstream_credentials.c.user_id == user_id
+    )
+    async with engine.connect() as connection:
+        row = (await connection.execute(query)).first()
+    return None if row is None else (row.key_id, bytes(row.ciphertext))
+
+
+async def upstreams_with_credential(engine: AsyncEngine, user_id: str) -> set[str]:
+    """The servers ``user_id`` has registered a credential for."""
+    query = select(upstream_credentials.c.server).where(upstream_credentials.c.user_id == user_id)
+    async with engine.connect() as connection:
+        return {row.server for row in await connection.execute(query)}
+
+
+async def upstream_credential_key_ids(engine: AsyncEngine) -> set[str]:
+    """Every key id a stored credential is encrypted with."""
+    query = select(upstream_credentials.c.key_id).distinct()
+    async with engine.connect() as connection:
+        return {row.key_id for row in await connection.execute(query)}

@@ -28,13 +28,16 @@ if TYPE_CHECKING:  # worker processes import this module: they need no Redis cli
     from conclave.platform.ratelimit import Rate
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ToolContext:
     """What an executor knows about the call it serves."""
 
     conclave_id: str
     user_id: str
     correlation_id: str | None
+    upstream_credential: str | None = None
+    """Set by an upstream tool's executor: the kind of credential it presented (``user``,
+    ``service``, ``none``); the chain writes it into the audit row."""
 
 
 Executor = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]

@@ -163,6 +163,24 @@ class ProblemCode(StrEnum):
     UPSTREAM_TOOL_ERROR = ("UPSTREAM_TOOL_ERROR", (422,), "Upstream tool error",
         "The upstream MCP tool answered `isError: true`; `detail` holds its text (first 500 "
         "characters).")
+    UPSTREAM_NOT_FOUND = ("UPSTREAM_NOT_FOUND", (404,), "Upstream not found",
+        "No upstream MCP server of this name is configured.")
+    UPSTREAM_CREDENTIAL_REQUIRED = ("UPSTREAM_CREDENTIAL_REQUIRED", (403,),
+        "Upstream credential required",
+        "The upstream MCP server needs a credential the caller has not registered "
+        "(`PUT /upstreams/{name}/credential`) and no service credential stands in; nothing was "
+        "sent to it.")
+    UPSTREAM_CREDENTIAL_REJECTED = ("UPSTREAM_CREDENTIAL_REJECTED", (403,),
+        "Upstream credential rejected",
+        "The upstream MCP server refused the caller's own credential (HTTP 401 or 403): replace "
+        "it. Other users and the server's state are not affected.")
+    UPSTREAM_CREDENTIAL_INVALID = ("UPSTREAM_CREDENTIAL_INVALID", (422,),
+        "Upstream credential invalid",
+        "A credential to register is shorter than 8 or longer than 4096 characters, or holds a "
+        "character a header cannot carry (only visible ASCII and inner spaces).")
+    UPSTREAM_CREDENTIALS_NOT_ACCEPTED = ("UPSTREAM_CREDENTIALS_NOT_ACCEPTED", (409,),
+        "Upstream takes no user credentials",
+        "The upstream MCP server is not configured to accept users' own credentials.")
     INVALID_EXPRESSION = ("INVALID_EXPRESSION", (422,), "Invalid expression",
         "`evaluate_expression`: the expression does not parse or cannot be evaluated.")
     INVALID_QUERY = ("INVALID_QUERY", (422,), "Invalid query",

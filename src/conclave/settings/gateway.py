@@ -139,6 +139,39 @@ class GatewaySettings(CommonSettings):
         description="How long start-up waits for the upstream MCP servers' first connection and "
         "listing before serving (one that is slower is served once it answers).",
     )
+    upstream_credential_keys: SecretStr = Field(
+        SecretStr(""),
+        alias="GATEWAY_UPSTREAM_CREDENTIAL_KEYS",
+        description="Keys encrypting the users' upstream credentials at rest (AES-256-GCM): "
+        "32 random bytes each in URL-safe base64, separated by spaces, commas or newlines; the "
+        "first encrypts, all decrypt (key rotation, docs/security.md). Unset in embedded mode: "
+        "one is generated on first start under <CONCLAVE_DATA_DIR>/upstream-credential.key "
+        "(mode 0600); on PostgreSQL a gateway whose upstreams accept users' credentials does "
+        "not start without it.",
+    )
+    upstream_secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        alias="GATEWAY_UPSTREAM_SECRETS",
+        description='Named service credentials of upstream MCP servers, JSON {"name": "value"}; '
+        "a server's catalogue entry references one as credential.service: {secret: name} and "
+        "never holds the value.",
+    )
+    upstream_max_user_sessions: int = Field(
+        256,
+        alias="GATEWAY_UPSTREAM_MAX_USER_SESSIONS",
+        ge=1,
+        le=100_000,
+        description="Most sessions one HTTP upstream keeps open with users' own credentials in "
+        "one process; beyond it the least recently used idle one is closed.",
+    )
+    upstream_user_session_idle_seconds: float = Field(
+        300.0,
+        alias="GATEWAY_UPSTREAM_USER_SESSION_IDLE_SECONDS",
+        gt=0,
+        le=86_400,
+        description="A session opened with a user's own credential is closed after this long "
+        "without a call.",
+    )
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["127.0.0.1:*", "localhost:*", "[::1]:*"],
         alias="GATEWAY_MCP_ALLOWED_HOSTS",
@@ -174,6 +207,10 @@ class GatewaySettings(CommonSettings):
             merged = [*self.allowed_hosts, *map(host_pattern, self.mcp_allowed_hosts)]
             self.allowed_hosts = list(dict.fromkeys(merged))
         return self
+
+    def upstream_credential_key_file(self) -> Path:
+        """Where embedded mode keeps the upstream credential key it generated."""
+        return self.data_dir / "upstream-credential.key"
 
     def transparency_logs(self) -> dict[str, str]:
         """The log of governed calls, ``calls``, unless ``GATEWAY_CALL_LOG`` is off."""

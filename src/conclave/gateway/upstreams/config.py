@@ -18,6 +18,12 @@ Format::
         max_concurrency: 8              # calls running at once in one process (429 beyond)
         rate_limit: 10/1                # each of its tools, all users together (429 beyond)
         trust_read_only_hint: false     # see below
+        credential:                     # optional: how calls authenticate (http only)
+          header: Authorization         # the header carrying it (default Authorization)
+          scheme: Bearer                # written before it ("Bearer <credential>"); "" for none
+          accept: user_or_service       # user | service | user_or_service
+          service: {secret: docs-token} # a name of GATEWAY_UPSTREAM_SECRETS, never the value;
+                                        # with accept: user it only lists the tools
 
 Headers and environment values are never listed (``GET /upstreams`` shows neither) nor logged.
 An upstream's tool annotations are hints from a server the gateway does not control:
@@ -27,13 +33,74 @@ effect without an audit row), so it is honoured only with ``trust_read_only_hint
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from conclave.platform.ratelimit import Rate
 
 SERVER_NAME_PATTERN = r"^[A-Za-z0-9-]{1,32}$"
+# RFC 9110 token: what a header name may be.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}\Z")
+# Headers the HTTP client and the MCP transport set themselves: a credential there would be
+# overwritten or would break the session.
+_RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "accept",
+        "connection",
+        "transfer-encoding",
+        "mcp-session-id",
+        "mcp-protocol-version",
+        "last-event-id",
+        "cookie",
+    }
+)
+Accepts = Literal["user", "service", "user_or_service"]
+
+
+class SecretReference(BaseModel):
+    """``{secret: <name>}``: a name of ``GATEWAY_UPSTREAM_SECRETS``."""
+
+    model_config = {"extra": "forbid"}
+
+    secret: str = Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class CredentialSpec(BaseModel):
+    """How an HTTP upstream's calls present a credential, and which ones it accepts."""
+
+    model_config = {"extra": "forbid"}
+
+    header: str = "Authorization"
+    scheme: str = Field("Bearer", pattern=r"^[A-Za-z0-9._~+/-]{0,32}$")
+    accept: Accepts = "user_or_service"
+    service: SecretReference | None = None
+
+    @field_validator("header")
+    @classmethod
+    def _header_name(cls, value: str) -> str:
+        if not _HEADER_NAME.match(value) or value.lower() in _RESERVED_HEADERS:
+            raise ValueError(f"credential header {value[:64]!r} is not a header name one may set")
+        return value
+
+    @model_validator(mode="after")
+    def _service_when_accepted(self) -> CredentialSpec:
+        if self.accept == "service" and self.service is None:
+            raise ValueError("credential accept 'service' needs credential.service")
+        return self
+
+    @property
+    def accepts_user(self) -> bool:
+        """Whether users may register their own credential for the server."""
+        return self.accept in ("user", "user_or_service")
+
+    def header_value(self, credential: str) -> str:
+        """What the header carries for ``credential``."""
+        return f"{self.scheme} {credential}" if self.scheme else credential
 
 
 class McpServerSpec(BaseModel):
@@ -58,6 +125,8 @@ class McpServerSpec(BaseModel):
     """``<requests>/<seconds>[:<burst>]`` for each of its tools across all users; empty: none."""
     trust_read_only_hint: bool = False
     tags: list[str] = Field(default_factory=list)
+    credential: CredentialSpec | None = None
+    """How calls authenticate: the acting user's credential, a service credential or either."""
 
     @model_validator(mode="after")
     def _transport_fields(self) -> McpServerSpec:
@@ -72,6 +141,14 @@ class McpServerSpec(BaseModel):
                 raise ValueError(f"mcp server {self.name!r}: stdio needs a 'command'")
             if self.url or self.headers:
                 raise ValueError(f"mcp server {self.name!r}: url/headers are for http")
+            if self.credential is not None:
+                # One process serves every user: a user's credential cannot be given to it per
+                # call. A stdio server's own credential goes in its `env`.
+                raise ValueError(f"mcp server {self.name!r}: 'credential' is for http servers")
+        if self.credential is not None:
+            header = self.credential.header.lower()
+            if any(name.lower() == header for name in self.headers):
+                raise ValueError(f"mcp server {self.name!r}: {header!r} is set in 'headers' too")
         for text in (self.command or "", *self.args, *self.env, *self.env.values()):
             if "\x00" in text:
                 raise ValueError(f"mcp server {self.name!r}: NUL in command, args or env")

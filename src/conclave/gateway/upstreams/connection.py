@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
-from mcp.client.session import ClientSession, IncomingMessage
+from mcp.client.session import ClientSession, IncomingMessage, MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -99,6 +100,9 @@ class Upstream:
         self._on_listing = on_listing
         self._session: ClientSession | None = None
         self._changed = asyncio.Event()
+        self.service_headers: dict[str, str] = {}
+        """The service credential's header (HTTP upstreams with one): on the shared session,
+        which lists the tools and makes the calls that present the service credential."""
 
     # -- the supervisor -------------------------------------------------------------------
 
@@ -127,34 +131,57 @@ class Upstream:
 
     @asynccontextmanager
     async def _connected(self) -> AsyncIterator[ClientSession]:
+        spec = self.spec
+        self.process = StdioProcess()
+        if spec.transport == "http":
+            headers = {**spec.headers, **self.service_headers}
+            async with self.http_session(headers, self._on_message) as session:
+                yield session
+            return
         async with AsyncExitStack() as stack:
-            spec = self.spec
-            self.process = StdioProcess()
-            if spec.transport == "http":
-                assert spec.url is not None
-                client = guarded_mcp_client(
-                    self._policy,
-                    headers=dict(spec.headers),
-                    connect_timeout=spec.connect_timeout_seconds,
-                    read_timeout=spec.timeout_seconds,
-                    max_answer_bytes=self._limits.max_message_bytes,
-                )
-                await stack.enter_async_context(client)
-                streams = await stack.enter_async_context(
-                    streamable_http_client(
-                        spec.url,
-                        http_client=client,
-                        max_sse_event_size=self._limits.max_message_bytes,
-                    )
-                )
-            else:
-                streams = await stack.enter_async_context(
-                    stdio_transport(
-                        spec, self.process, max_line_bytes=self._limits.max_message_bytes
-                    )
-                )
+            streams = await stack.enter_async_context(
+                stdio_transport(spec, self.process, max_line_bytes=self._limits.max_message_bytes)
+            )
             session = await stack.enter_async_context(
                 ClientSession(*streams, message_handler=self._on_message, client_info=_CLIENT)
+            )
+            with anyio.fail_after(spec.connect_timeout_seconds):
+                await session.initialize()
+            yield session
+
+    @asynccontextmanager
+    async def http_session(
+        self,
+        headers: dict[str, str],
+        message_handler: MessageHandlerFnT | None = None,
+        on_status: Callable[[int], None] | None = None,
+    ) -> AsyncIterator[ClientSession]:
+        """An initialised session with the HTTP upstream, every request carrying ``headers``;
+        ``on_status`` sees the status of each HTTP answer (the SDK words a 401 like a 500)."""
+        spec = self.spec
+        assert spec.url is not None
+        async with AsyncExitStack() as stack:
+            client = guarded_mcp_client(
+                self._policy,
+                headers=headers,
+                connect_timeout=spec.connect_timeout_seconds,
+                read_timeout=spec.timeout_seconds,
+                max_answer_bytes=self._limits.max_message_bytes,
+            )
+            if on_status is not None:
+
+                async def seen(response: httpx2.Response) -> None:
+                    on_status(response.status_code)
+
+                client.event_hooks["response"].append(seen)
+            await stack.enter_async_context(client)
+            streams = await stack.enter_async_context(
+                streamable_http_client(
+                    spec.url, http_client=client, max_sse_event_size=self._limits.max_message_bytes
+                )
+            )
+            session = await stack.enter_async_context(
+                ClientSession(*streams, message_handler=message_handler, client_info=_CLIENT)
             )
             with anyio.fail_after(spec.connect_timeout_seconds):
                 await session.initialize()

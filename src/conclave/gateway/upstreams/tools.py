@@ -32,8 +32,10 @@ from pydantic import ValidationError
 
 from conclave.gateway.registry import MAX_SCHEMA_DEPTH, RegisteredTool, ToolRegistry
 from conclave.gateway.tools import Executor, Tool, ToolContext, ToolExecutionError
+from conclave.gateway.upstreams.access import Presented, UpstreamAccess, scrub
 from conclave.gateway.upstreams.aliases import upstream_alias
 from conclave.gateway.upstreams.connection import Upstream, UpstreamDown
+from conclave.gateway.upstreams.user_sessions import CredentialRefused
 from conclave.gateway.validation import depth_exceeds
 from conclave.platform.egress_mcp import ANSWER_TOO_LARGE
 from conclave.platform.inputs import escape_text, find_unsafe
@@ -88,32 +90,59 @@ def result_value(result: types.CallToolResult) -> Any:
     return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in content]
 
 
-def upstream_executor(upstream: Upstream, name: str) -> Executor:
-    """The executor of upstream tool ``name``: one ``tools/call``, failures as stable codes."""
-    server = upstream.spec.name
+def upstream_executor(upstream: Upstream, name: str, access: UpstreamAccess | None) -> Executor:
+    """The executor of upstream tool ``name``: one ``tools/call`` presenting the credential
+    ``access`` chooses (none without one), failures as stable codes."""
 
-    async def execute(args: dict[str, Any], _ctx: ToolContext) -> Any:
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> Any:
+        ctx.upstream_credential = "none"
+        presented = Presented("none") if access is None else await access.presented(ctx.user_id)
+        ctx.upstream_credential = presented.kind
         try:
-            result = await upstream.call(name, args)
-        except UpstreamDown as exc:
-            raise _error(str(exc), ProblemCode.UPSTREAM_UNAVAILABLE, 503) from exc
-        except MCPError as exc:
-            raise _rpc_error(server, exc) from exc
-        except ValidationError as exc:
-            message = f"Upstream {server!r} answered with something that is not a tool result."
-            raise _error(message, ProblemCode.UPSTREAM_FAILED, 502) from exc
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
-            message = f"The connection to upstream {server!r} ended during the call."
-            raise _error(message, ProblemCode.UPSTREAM_CONNECTION_LOST, 502) from exc
-        except (httpx2.HTTPError, OSError) as exc:
-            message = f"Upstream {server!r} could not be reached."
-            raise _error(message, ProblemCode.UPSTREAM_CONNECTION_LOST, 502) from exc
-        if result.is_error:
-            text = f"Upstream tool failed: {_tool_error_text(result)}"
-            raise _error(text, ProblemCode.UPSTREAM_TOOL_ERROR, 422)
-        return result_value(result)
+            result = await _call(upstream, access, presented, name, args, ctx.user_id)
+        except ToolExecutionError as exc:
+            raise _error(scrub(exc.message, presented.secret), exc.code, exc.status) from None
+        return scrub(result, presented.secret)
 
     return execute
+
+
+async def _call(
+    upstream: Upstream,
+    access: UpstreamAccess | None,
+    presented: Presented,
+    name: str,
+    args: dict[str, Any],
+    user_id: str,
+) -> Any:
+    server = upstream.spec.name
+    try:
+        if presented.kind == "user":
+            assert access is not None and access.sessions is not None
+            assert presented.header_value is not None
+            result = await access.sessions.call(user_id, presented.header_value, name, args)
+        else:
+            result = await upstream.call(name, args)
+    except CredentialRefused as exc:
+        message = f"Upstream {server!r} refused your credential; replace it."
+        raise _error(message, ProblemCode.UPSTREAM_CREDENTIAL_REJECTED, 403) from exc
+    except UpstreamDown as exc:
+        raise _error(str(exc), ProblemCode.UPSTREAM_UNAVAILABLE, 503) from exc
+    except MCPError as exc:
+        raise _rpc_error(server, exc) from exc
+    except ValidationError as exc:
+        message = f"Upstream {server!r} answered with something that is not a tool result."
+        raise _error(message, ProblemCode.UPSTREAM_FAILED, 502) from exc
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
+        message = f"The connection to upstream {server!r} ended during the call."
+        raise _error(message, ProblemCode.UPSTREAM_CONNECTION_LOST, 502) from exc
+    except (httpx2.HTTPError, OSError) as exc:
+        message = f"Upstream {server!r} could not be reached."
+        raise _error(message, ProblemCode.UPSTREAM_CONNECTION_LOST, 502) from exc
+    if result.is_error:
+        text = f"Upstream tool failed: {_tool_error_text(result)}"
+        raise _error(text, ProblemCode.UPSTREAM_TOOL_ERROR, 422)
+    return result_value(result)
 
 
 def _refusal(tool: types.Tool) -> str | None:
@@ -132,7 +161,10 @@ def _refusal(tool: types.Tool) -> str | None:
 
 
 def build_entries(
-    upstream: Upstream, listing: list[types.Tool], taken: Callable[[str], bool]
+    upstream: Upstream,
+    listing: list[types.Tool],
+    taken: Callable[[str], bool],
+    access: UpstreamAccess | None = None,
 ) -> tuple[list[RegisteredTool], list[str]]:
     """Checked, compiled tools of ``listing`` and notes on the ones skipped. Synchronous and
     free of shared state: it runs in a thread, its cost being proportional to what the upstream
@@ -159,7 +191,7 @@ def build_entries(
                     name=alias,
                     title=escape_text(listed.title[:200]) if listed.title else None,
                     description=escape_text((listed.description or "")[:_MAX_DESCRIPTION]),
-                    executor=upstream_executor(upstream, listed.name),
+                    executor=upstream_executor(upstream, listed.name, access),
                     parameters=listed.input_schema,
                     output_schema=listed.output_schema,
                     annotations=annotations or None,
@@ -180,7 +212,10 @@ def build_entries(
 
 
 async def entries_off_loop(
-    upstream: Upstream, listing: list[types.Tool], taken: frozenset[str]
+    upstream: Upstream,
+    listing: list[types.Tool],
+    taken: frozenset[str],
+    access: UpstreamAccess | None = None,
 ) -> tuple[list[RegisteredTool], list[str]]:
     """:func:`build_entries` in a worker thread (``taken``: a snapshot of the names in use)."""
-    return await asyncio.to_thread(build_entries, upstream, listing, taken.__contains__)
+    return await asyncio.to_thread(build_entries, upstream, listing, taken.__contains__, access)
