@@ -35,6 +35,7 @@ from conclave.gateway.outcome import (
     Outcome,
     request_hash,
 )
+from conclave.gateway.policy import CallRefusal, Subject, ToolPolicy, call_refusal
 from conclave.gateway.records import AuditRow
 from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
 from conclave.gateway.results import result_problem
@@ -73,6 +74,8 @@ class ExecuteCommand:
     user_id: str
     correlation_id: str | None
     idempotency_key: str | None = None
+    roles: frozenset[str] = frozenset()
+    """The roles of the principal acting as ``user_id``, which the tool policy reads."""
 
 
 @dataclass(slots=True)
@@ -120,8 +123,10 @@ class GatewayService:
         max_depth: int,
         max_result_bytes: int,
         call_log: TransparencyLog | None = None,
+        policy: ToolPolicy | None = None,
     ) -> None:
         self.registry = registry
+        self.policy = policy or ToolPolicy()
         self._call_log = call_log
         self._platform = platform
         self._metrics = metrics
@@ -143,11 +148,19 @@ class GatewayService:
                 return replay
         alias = self.registry.alias(command.tool)
         registered = self.registry.resolve(alias.alias.canonical if alias else command.tool)
-        if registered is not None:
+        forbidden: Rejection | None = None
+        if registered is not None and self.policy.configured:
+            # Before the tool's rate limit, whose 429 would tell a hidden tool from a missing one.
+            refusal = self._police(command, alias, registered)
+            if refusal is not None and refusal.hidden:
+                alias = registered = None
+            elif refusal is not None:
+                forbidden = ProblemCode.TOOL_FORBIDDEN, refusal.detail, None, 403
+        if registered is not None and forbidden is None:
             await self._limits.admit_tool(registered.tool)
         shape = self._shape(command.args)
         row = self._audit_row(command, conclave_id, alias, registered, shape, fingerprint)
-        rejection = self._reject(command, registered, alias, shape=shape)
+        rejection = forbidden or self._reject(command, registered, alias, shape=shape)
         if rejection is None and alias is not None and registered is not None:
             canonical_args, rejection = rewrite_alias_args(alias, registered, command.args)
             if canonical_args is not None:
@@ -165,6 +178,18 @@ class GatewayService:
                 except IntegrityError:
                     return await self._conflicting_key(command, fingerprint)
             return await self._run(call, registered)
+
+    def _police(
+        self, command: ExecuteCommand, alias: RegisteredAlias | None, registered: RegisteredTool
+    ) -> CallRefusal | None:
+        subject = Subject(command.user_id, command.roles)
+        tools = (alias.view, registered.tool) if alias else (registered.tool,)
+        refusal = call_refusal(self.policy, subject, tools)
+        if refusal is not None and refusal.hidden:
+            # The caller is told no such tool exists; the operators' log says why.
+            extra = {"user_id": command.user_id, "tool": registered.tool.name}
+            log.info("tool policy hid a tool from a call", extra=extra)
+        return refusal
 
     async def refuse_unsafe(self, command: ExecuteCommand, refusal: UnsafeInput) -> Outcome:
         """Audit and answer a call refused for holding a value no store, bus or answer can carry
