@@ -30,15 +30,19 @@ no regular expression built from configuration ever runs on a name a caller sent
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from conclave.gateway.registry import ToolRegistry
+from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
 from conclave.gateway.tools import Tool
 from conclave.platform.auth import KNOWN_ROLES, MAX_USER_ID_LENGTH, Principal, user_id_problem
+from conclave.platform.problem_types import ProblemCode
+
+log = logging.getLogger(__name__)
 
 Action = Literal["list", "call"]
 Effect = Literal["allow", "deny"]
@@ -275,6 +279,10 @@ class CallRefusal:
     hidden: bool
     detail: str
 
+    def rejection(self) -> tuple[str, str, None, int]:
+        """The chain's rejection of a call refused outright: 403 ``TOOL_FORBIDDEN``."""
+        return ProblemCode.TOOL_FORBIDDEN, self.detail, None, 403
+
 
 def call_refusal(policy: ToolPolicy, subject: Subject, tools: Iterable[Tool]) -> CallRefusal | None:
     """Why ``subject`` may not call, or ``None`` when it may. ``tools`` are the tool the call
@@ -283,12 +291,32 @@ def call_refusal(policy: ToolPolicy, subject: Subject, tools: Iterable[Tool]) ->
     named = tuple(tools)
     for tool in named:
         if not policy.allows(subject, tool, "call") and not policy.allows(subject, tool, "list"):
-            return CallRefusal(True, f"rule hides {tool.name!r}")
+            # The caller is told no such tool exists; the operators' log says why.
+            extra = {"user_id": subject.user_id, "tool": tool.name}
+            log.info("the tool policy hid a tool from a call", extra=extra)
+            return CallRefusal(True, f"the policy hides {tool.name!r}")
     for tool in named:
         decision = policy.decide(subject, tool, "call")
         if not decision.allowed:
             return CallRefusal(False, f"You may not call {tool.name!r}: {decision.reason}.")
     return None
+
+
+def police_call(
+    policy: ToolPolicy,
+    user_id: str,
+    roles: frozenset[str],
+    alias: RegisteredAlias | None,
+    registered: RegisteredTool | None,
+) -> CallRefusal | None:
+    """Why the chain refuses a call of ``registered`` (through ``alias``, if any) by ``user_id``
+    with ``roles``; ``None`` when it may run (an unknown tool is the chain's own refusal). The
+    chain asks before the tool's rate limit, whose 429 would tell a hidden tool from a missing
+    one."""
+    if registered is None or not policy.configured:
+        return None
+    tools = (alias.view, registered.tool) if alias else (registered.tool,)
+    return call_refusal(policy, Subject(user_id, roles), tools)
 
 
 def subject_of(principal: Principal) -> Subject:

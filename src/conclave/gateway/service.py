@@ -35,7 +35,7 @@ from conclave.gateway.outcome import (
     Outcome,
     request_hash,
 )
-from conclave.gateway.policy import CallRefusal, Subject, ToolPolicy, call_refusal
+from conclave.gateway.policy import ToolPolicy, police_call
 from conclave.gateway.records import AuditRow
 from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
 from conclave.gateway.results import result_problem
@@ -67,7 +67,7 @@ _SCHEMA_MISMATCH = "The tool's result does not match its output schema."
 
 @dataclass(frozen=True)
 class ExecuteCommand:
-    """A validated request to execute a tool on behalf of ``user_id``."""
+    """A validated request to execute a tool on behalf of ``user_id``, who has ``roles``."""
 
     tool: str
     args: Any
@@ -75,7 +75,6 @@ class ExecuteCommand:
     correlation_id: str | None
     idempotency_key: str | None = None
     roles: frozenset[str] = frozenset()
-    """The roles of the principal acting as ``user_id``, which the tool policy reads."""
 
 
 @dataclass(slots=True)
@@ -148,14 +147,10 @@ class GatewayService:
                 return replay
         alias = self.registry.alias(command.tool)
         registered = self.registry.resolve(alias.alias.canonical if alias else command.tool)
-        forbidden: Rejection | None = None
-        if registered is not None and self.policy.configured:
-            # Before the tool's rate limit, whose 429 would tell a hidden tool from a missing one.
-            refusal = self._police(command, alias, registered)
-            if refusal is not None and refusal.hidden:
-                alias = registered = None
-            elif refusal is not None:
-                forbidden = ProblemCode.TOOL_FORBIDDEN, refusal.detail, None, 403
+        refusal = police_call(self.policy, command.user_id, command.roles, alias, registered)
+        if refusal is not None and refusal.hidden:
+            alias = registered = None
+        forbidden = refusal.rejection() if refusal is not None and not refusal.hidden else None
         if registered is not None and forbidden is None:
             await self._limits.admit_tool(registered.tool)
         shape = self._shape(command.args)
@@ -179,18 +174,6 @@ class GatewayService:
                     return await self._conflicting_key(command, fingerprint)
             return await self._run(call, registered)
 
-    def _police(
-        self, command: ExecuteCommand, alias: RegisteredAlias | None, registered: RegisteredTool
-    ) -> CallRefusal | None:
-        subject = Subject(command.user_id, command.roles)
-        tools = (alias.view, registered.tool) if alias else (registered.tool,)
-        refusal = call_refusal(self.policy, subject, tools)
-        if refusal is not None and refusal.hidden:
-            # The caller is told no such tool exists; the operators' log says why.
-            extra = {"user_id": command.user_id, "tool": registered.tool.name}
-            log.info("tool policy hid a tool from a call", extra=extra)
-        return refusal
-
     async def refuse_unsafe(self, command: ExecuteCommand, refusal: UnsafeInput) -> Outcome:
         """Audit and answer a call refused for holding a value no store, bus or answer can carry
         (``refusal``): ``heretical``, 422 ``UNSAFE_INPUT``. ``command`` holds the call with those
@@ -199,6 +182,9 @@ class GatewayService:
         await self._limits.admit_user(command.user_id)
         alias = self.registry.alias(command.tool)
         registered = self.registry.resolve(alias.alias.canonical if alias else command.tool)
+        hidden = police_call(self.policy, command.user_id, command.roles, alias, registered)
+        if hidden is not None and hidden.hidden:  # its row must not name the tool either
+            alias = registered = None
         shape = self._shape(command.args)
         row = self._audit_row(command, new_id(), alias, registered, shape, None)
         rejection = (refusal.code, refusal.detail, refusal.errors, refusal.status)
