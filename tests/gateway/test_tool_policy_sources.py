@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from conclave.gateway.policy import glob_matches
+from conclave.gateway.policy import PolicyRuleSpec, Subject, ToolPolicy, glob_matches
+from conclave.gateway.tools import Tool
 from tests.conftest import Backend, test_settings
 from tests.gateway.conftest import audit_rows, run_gateway
 from tests.gateway.upstream_fixtures import time_entry
@@ -136,3 +137,16 @@ async def test_an_alias_tool_follows_the_rules_of_its_canonical_tool(
 )
 def test_glob_matching(pattern: str, text: str, matches: bool):
     assert glob_matches(pattern, text) is matches
+
+
+def test_a_tool_replaced_under_the_same_name_is_judged_anew():
+    # An upstream refresh serves new Tool objects under the same names: what the policy worked out
+    # for the old one (which rules select it) must not decide for the new one.
+    rule = PolicyRuleSpec(effect="allow", subjects=["*"], tools=["tag:public"])
+    policy = ToolPolicy([rule])
+    anyone = Subject("ada")
+    before = Tool(name="srv__report", description="", tags=("public",))
+    after = Tool(name="srv__report", description="", tags=())
+    assert policy.allows(anyone, before, "call") is True
+    assert policy.allows(anyone, after, "call") is False
+    assert policy.decide(anyone, after, "call").rule is None

@@ -49,6 +49,9 @@ Effect = Literal["allow", "deny"]
 ACTIONS: tuple[Action, ...] = ("list", "call")
 MAX_PATTERN_LENGTH = 200
 MAX_RULES = 1000
+# Tools whose matching rules are remembered; past it the memory starts again (tools come and go
+# with upstream refreshes, and a name no longer served must not be kept forever).
+_REMEMBERED_TOOLS = 200_000
 
 
 def glob_matches(pattern: str, text: str) -> bool:
@@ -56,7 +59,16 @@ def glob_matches(pattern: str, text: str) -> bool:
 
     The classic two-pointer wildcard match: on a mismatch it returns to the character after the
     last ``*`` and lets that star take one more character, so it is O(len(pattern) *
-    len(text)) at worst, never exponential."""
+    len(text)) at worst, never exponential. The shapes most rules use (a name, ``prefix*``,
+    ``*suffix``, ``*``) are answered by string methods without the loop."""
+    if "?" not in pattern:
+        stars = pattern.count("*")
+        if stars == 0:
+            return pattern == text
+        if stars == 1 and pattern.endswith("*"):
+            return text.startswith(pattern[:-1])
+        if stars == 1 and pattern.startswith("*"):
+            return text.endswith(pattern[1:])
     p = t = 0
     star = -1
     resume = 0
@@ -186,6 +198,10 @@ class ToolPolicy:
         # No rule at all: the gateway as it was, everyone may list and call everything. Once a
         # rule exists, what it does not mention is refused unless the policy says otherwise.
         self.default: Effect = default or ("deny" if self.rules else "allow")
+        # Which rules select a tool depends on the tool alone, so it is worked out once per tool
+        # (the object: an upstream refresh brings new ones) and a listing of many tools costs a
+        # subject check per selecting rule, not a glob match per rule and tool.
+        self._selecting: dict[str, tuple[Tool, tuple[int, ...]]] = {}
 
     @classmethod
     def from_sections(cls, sections: Iterable[PolicySpec | None]) -> ToolPolicy:
@@ -215,26 +231,42 @@ class ToolPolicy:
 
     def decide(self, subject: Subject, tool: Tool, action: Action) -> Decision:
         """Whether ``subject`` may ``action`` ``tool``, which rule decided, and why."""
-        for index, rule in enumerate(self.rules):
-            if (
-                action in rule.actions
-                and _subject_matches(rule.subjects, subject)
-                and _tool_matches(rule.tools, tool)
-            ):
-                verb = "allows" if rule.effect == "allow" else "denies"
-                reason = f"rule {index} {verb} {action} of {tool.name!r} to {_who(subject)}"
-                return Decision(rule.effect == "allow", index, reason)
+        index = self._deciding_rule(subject, tool, action)
+        if index is not None:
+            rule = self.rules[index]
+            verb = "allows" if rule.effect == "allow" else "denies"
+            reason = f"rule {index} {verb} {action} of {tool.name!r} to {_who(subject)}"
+            return Decision(rule.effect == "allow", index, reason)
         if not self.configured:
             return Decision(True, None, "no tool policy is configured: everything is allowed")
         verb = "allows" if self.default == "allow" else "denies"
         reason = f"no rule matches {action} of {tool.name!r} by {_who(subject)}: the default {verb}"
         return Decision(self.default == "allow", None, reason)
 
+    def _deciding_rule(self, subject: Subject, tool: Tool, action: Action) -> int | None:
+        for index in self._rules_selecting(tool):
+            rule = self.rules[index]
+            if action in rule.actions and _subject_matches(rule.subjects, subject):
+                return index
+        return None
+
+    def _rules_selecting(self, tool: Tool) -> tuple[int, ...]:
+        known = self._selecting.get(tool.name)
+        if known is not None and known[0] is tool:
+            return known[1]
+        if len(self._selecting) >= _REMEMBERED_TOOLS:
+            self._selecting.clear()
+        found = tuple(i for i, rule in enumerate(self.rules) if _tool_matches(rule.tools, tool))
+        self._selecting[tool.name] = (tool, found)
+        return found
+
     def allows(self, subject: Subject, tool: Tool, action: Action) -> bool:
         """Whether ``subject`` may ``action`` ``tool`` (cheap with no policy configured)."""
         if not self.configured:
             return True
-        return self.decide(subject, tool, action).allowed
+        index = self._deciding_rule(subject, tool, action)  # no reason worded: listings ask often
+        effect = self.default if index is None else self.rules[index].effect
+        return effect == "allow"
 
 
 def _who(subject: Subject) -> str:
