@@ -33,6 +33,7 @@ IN_THE_EVENT = {
     "created_at": "timestamp",
     "status": "status",
     "orthodoxy_status": "orthodoxy_status",
+    "error_code": "error_code",
     "correlation_id": None,  # the event's envelope, not its payload
     "upstream_credential": "upstream_credential",
     "log_leaf_hash": None,  # the receipt is the caller's; subscribers read the row or the log

@@ -41,6 +41,15 @@ PLUGIN_DESCRIPTIONS = {
         "Health of this gateway (a plug-in tool with a name over 64 characters)."
     ),
 }
+# The token gateway's tool policy: current_time listed but refused to everyone, json_query hidden
+# (neither listed nor callable), the rest allowed.
+TOKEN_POLICY = {
+    "default": "allow",
+    "rules": [
+        {"effect": "deny", "subjects": ["*"], "actions": ["call"], "tools": ["current_time"]},
+        {"effect": "deny", "subjects": ["*"], "tools": ["json_query"]},
+    ],
+}
 # Generous: the first call of a client on a busy 2-core machine loads a whole runtime.
 CLIENT_TIMEOUT = 120
 
@@ -75,7 +84,7 @@ class ClientRun:
         return dict(json.loads(lines[-1])["error"])
 
 
-def _plugin_catalogue(data_dir: Path, base_url: str) -> Path:
+def _plugin_catalogue(data_dir: Path, base_url: str, policy: dict[str, Any] | None) -> Path:
     entry = {
         "url": base_url,
         "method": "GET",
@@ -93,16 +102,18 @@ def _plugin_catalogue(data_dir: Path, base_url: str) -> Path:
         for name, description in PLUGIN_DESCRIPTIONS.items()
     ]
     path = data_dir / "plugins.json"
-    path.write_text(json.dumps({"tools": tools}))
+    path.write_text(json.dumps({"tools": tools, "policy": policy}))
     return path
 
 
-def _gateway_environment(data_dir: Path, port: int, **settings: str) -> dict[str, str]:
+def _gateway_environment(
+    data_dir: Path, port: int, policy: dict[str, Any] | None, **settings: str
+) -> dict[str, str]:
     """This process's environment without any Conclave setting of the developer's shell, plus
-    the plug-in catalogue."""
+    the plug-in catalogue (with ``policy`` as its tool policy)."""
     prefixes = ("CONCLAVE_", "GATEWAY_", "RELDB_", "BUS_", "MCP_")
     environment = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
-    catalogue = _plugin_catalogue(data_dir, f"http://127.0.0.1:{port}")
+    catalogue = _plugin_catalogue(data_dir, f"http://127.0.0.1:{port}", policy)
     environment.update(
         CONCLAVE_DATA_DIR=str(data_dir), GATEWAY_TOOL_CATALOGUES=str(catalogue), **settings
     )
@@ -114,11 +125,11 @@ def _gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ga
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
     gateways: dict[str, Gateway] = {}
     variants = {
-        "open": ({"CONCLAVE_AUTH": "disabled"}, None),
-        "token": ({"CONCLAVE_API_TOKENS": f"{TOKEN}=interop-user"}, TOKEN),
+        "open": ({"CONCLAVE_AUTH": "disabled"}, None, None),
+        "token": ({"CONCLAVE_API_TOKENS": f"{TOKEN}=interop-user"}, TOKEN, TOKEN_POLICY),
     }
     try:
-        for name, (settings, token) in variants.items():
+        for name, (settings, token, policy) in variants.items():
             data_dir = tmp_path_factory.mktemp(f"gateway-{name}")
             port = free_port()
             log = data_dir / "gateway.log"
@@ -126,7 +137,7 @@ def _gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ga
             with log.open("wb") as output:
                 process = subprocess.Popen(
                     [*command, "--host", "127.0.0.1", "--port", str(port)],
-                    env=_gateway_environment(data_dir, port, **settings),
+                    env=_gateway_environment(data_dir, port, policy, **settings),
                     stdout=output,
                     stderr=subprocess.STDOUT,
                 )
@@ -164,7 +175,7 @@ def gateway(_gateways: dict[str, Gateway]) -> Gateway:
 
 @pytest.fixture(scope="session")
 def gateway_with_token(_gateways: dict[str, Gateway]) -> Gateway:
-    """The gateway that requires the static bearer token ``TOKEN``."""
+    """The gateway that requires the static bearer token ``TOKEN``, with ``TOKEN_POLICY``."""
     return _gateways["token"]
 
 

@@ -132,6 +132,41 @@ def test_the_right_token_is_accepted(inspector: Inspector, gateway_with_token: G
     assert "echo" in {tool["name"] for tool in run.json()["tools"]}
 
 
+@era_param
+def test_the_tool_policy_filters_the_listing_and_refuses_calls(
+    inspector: Inspector, gateway_with_token: Gateway, era: str
+):
+    token = gateway_with_token.token
+    listed = inspector(
+        gateway_with_token, "--protocol-era", era, "--method", "tools/list", token=token
+    )
+    names = {tool["name"] for tool in listed.json()["tools"]}
+    assert "current_time" in names and "json_query" not in names
+    arguments = ("--tool-args-json", json.dumps({"timezone": "UTC"}))
+    refused = inspector(
+        gateway_with_token,
+        *("--protocol-era", era, "--method", "tools/call", "--tool-name", "current_time"),
+        *arguments,
+        token=token,
+    )
+    # current_time declares an output schema: the SDK accepts the refusal as an error result.
+    assert refused.returncode == TOOL_ERROR, refused.stderr
+    assert refused.json()["content"][0]["text"].startswith("TOOL_FORBIDDEN: ")
+    hidden = inspector(
+        gateway_with_token,
+        *("--protocol-era", era, "--method", "tools/call", "--tool-name", "json_query"),
+        *("--tool-args-json", json.dumps({"document": {}, "query": "a"})),
+        token=token,
+    )
+    unknown = inspector(
+        gateway_with_token,
+        *("--protocol-era", era, "--method", "tools/call", "--tool-name", "no_such_tool"),
+        token=token,
+    )
+    assert hidden.returncode == unknown.returncode == TOOL_ERROR
+    assert hidden.stdout == unknown.stdout
+
+
 def test_a_wrong_token_fails_at_once_and_names_the_refusal(
     inspector: Inspector, gateway_with_token: Gateway
 ):

@@ -26,6 +26,7 @@ from conclave.gateway.models import (
     ToolCall,
     ToolCatalogue,
 )
+from conclave.gateway.policy import listable, subject_of
 from conclave.gateway.records import AuditRow
 from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.platform.auth import Principal
@@ -93,7 +94,7 @@ async def health(platform: CurrentPlatform, service: Service) -> JSONResponse:
 @router.get("/tools", tags=["tools"])
 async def list_tools(
     service: Service,
-    _principal: CurrentPrincipal,
+    principal: CurrentPrincipal,
     format: Literal["openai", "anthropic", "mcp"] = "openai",
     tags: Annotated[str | None, Query(max_length=1000, description="Comma-separated tags.")] = None,
     names: Annotated[
@@ -103,12 +104,13 @@ async def list_tools(
         bool, Query(description="Also list tools whose backend is not configured.")
     ] = False,
 ) -> ToolCatalogue:
-    """The tool catalogue in function-calling format (OpenAI by default)."""
+    """The tool catalogue in function-calling format (OpenAI by default): the tools you may list."""
     wanted_tags = {t.strip() for t in tags.split(",") if t.strip()} if tags else None
     wanted_names = {n.strip() for n in names.split(",") if n.strip()} if names else None
+    listed = service.registry.tools(include_unavailable=include_unavailable)
     tools = [
         tool
-        for tool in service.registry.tools(include_unavailable=include_unavailable)
+        for tool in listable(service.policy, service.registry, subject_of(principal), listed)
         if (wanted_tags is None or wanted_tags & set(tool.tags))
         and (wanted_names is None or tool.name in wanted_names)
     ]
@@ -183,6 +185,7 @@ async def execute(request: Request) -> Response:
             user_id=state.authenticator.acting_user(principal, body.user_id),
             correlation_id=body.correlation_id or correlation_id(request),
             idempotency_key=idempotency_key,
+            roles=principal.roles,
         )
     )
     outcome.raise_if_failed()
@@ -226,7 +229,9 @@ def _refused_call(
     else:
         claimed_user = user_id[:256] if isinstance(user_id, str) else None
         acting = request.app.state.authenticator.acting_user(principal, claimed_user)
-    return ExecuteCommand(tool=tool[:256], args=args, user_id=acting, correlation_id=claimed)
+    return ExecuteCommand(
+        tool=tool[:256], args=args, user_id=acting, correlation_id=claimed, roles=principal.roles
+    )
 
 
 def _idempotency_key(request: Request) -> str | None:

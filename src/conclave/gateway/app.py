@@ -29,6 +29,8 @@ from conclave.gateway.limits import CallLimits
 from conclave.gateway.mcp import MCP_PATH, McpEndpoint, McpHandlers
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.plugins import load_entry_point_tools, load_module_tools
+from conclave.gateway.policy import ToolPolicy
+from conclave.gateway.policy_api import policy_router
 from conclave.gateway.registry import ToolRegistry
 from conclave.gateway.service import GatewayService
 from conclave.gateway.signals import signals_table_fallback
@@ -201,6 +203,7 @@ def create_app(
                 max_depth=settings.max_json_depth,
                 max_result_bytes=settings.max_result_bytes,
                 call_log=call_log,
+                policy=ToolPolicy.from_sections(catalogue.policy for catalogue in catalogues),
             )
             app.state.gateway = service
             # After the service exists: an upstream's first listing may arrive at once.
@@ -231,6 +234,7 @@ def create_app(
     app.include_router(dead_letters_router)
     app.include_router(tlog_router)
     app.include_router(upstreams_router)
+    app.include_router(policy_router)
     # Ids, metrics and the body cap still apply to it (see platform/fast_lane.py).
     app.add_fast_lane(EXECUTE_ROUTE, "POST")
     if settings.mcp_domain == "finance":

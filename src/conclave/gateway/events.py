@@ -14,7 +14,7 @@ SOURCE = "gateway"
 
 def call_event(row: AuditRow) -> Event:
     """The spec's payload (``conclave_id``, ``tool``, ``args``, ``user_id``, ``timestamp``) plus
-    the requested name and the call's outcome."""
+    the requested name and the call's outcome (its error code, ``None`` for a success)."""
     payload = {
         "conclave_id": row.conclave_id,
         "tool": row.tool_name,
@@ -24,6 +24,8 @@ def call_event(row: AuditRow) -> Event:
         "requested_tool": row.requested_tool,
         "status": row.status,
         "orthodoxy_status": row.orthodoxy_status,
+        # Subscribers tell a refusal (TOOL_FORBIDDEN, UNKNOWN_TOOL, ...) from a failure by it.
+        "error_code": row.error_code,
     }
     if row.upstream_credential is not None:  # the kind only, never the credential
         payload["upstream_credential"] = row.upstream_credential

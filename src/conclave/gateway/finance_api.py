@@ -11,6 +11,7 @@ from conclave.gateway.api import Service
 from conclave.gateway.finance import DEFAULT_DAYS, ENTITY_PREFIX, FINANCE_ALIASES, RISK_OF_PROFILE
 from conclave.gateway.formats import render
 from conclave.gateway.models import ToolCatalogue
+from conclave.gateway.policy import listable, subject_of
 from conclave.platform.http import CurrentPrincipal
 from conclave.platform.openapi import problem_responses
 
@@ -66,11 +67,13 @@ async def finance_config(_principal: CurrentPrincipal) -> dict[str, Any]:
 @finance_router.get("/tools")
 async def finance_tools(
     service: Service,
-    _principal: CurrentPrincipal,
+    principal: CurrentPrincipal,
     format: Literal["openai", "anthropic", "mcp"] = "openai",
 ) -> ToolCatalogue:
-    """The finance alias tools in function-calling format."""
-    entries = [render(entry.view, format) for entry in service.registry.aliases()]
+    """The finance alias tools you may list, in function-calling format."""
+    views = [entry.view for entry in service.registry.aliases()]
+    shown = listable(service.policy, service.registry, subject_of(principal), views)
+    entries = [render(view, format) for view in shown]
     return ToolCatalogue(tools=entries, count=len(entries), format=format)
 
 

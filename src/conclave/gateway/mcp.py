@@ -47,6 +47,7 @@ from conclave.gateway.mcp_versions import (
     tool_for_version,
 )
 from conclave.gateway.outcome import Outcome
+from conclave.gateway.policy import listable, subject_of
 from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.platform.auth import Authenticator, Principal
 from conclave.platform.errors import ConclaveError, Unauthorized
@@ -74,12 +75,14 @@ class McpHandlers:
     def __init__(self, service: GatewayService) -> None:
         self._service = service
 
-    def list_tools(self, version: str) -> types.ListToolsResult:
-        # The entries of GET /tools?format=mcp: wire aliases for names model providers refuse.
-        tools = [
-            tool_for_version(render(tool, "mcp"), version)
-            for tool in self._service.registry.tools()
-        ]
+    def list_tools(self, principal: Principal, version: str) -> types.ListToolsResult:
+        # The entries of GET /tools?format=mcp: wire aliases for names model providers refuse,
+        # and only the tools the caller may list.
+        service = self._service
+        shown = listable(
+            service.policy, service.registry, subject_of(principal), service.registry.tools()
+        )
+        tools = [tool_for_version(render(tool, "mcp"), version) for tool in shown]
         return types.ListToolsResult.model_validate({"tools": tools}, by_name=False)
 
     async def call_tool(
@@ -92,6 +95,7 @@ class McpHandlers:
             args=arguments,
             user_id=principal.user_id,
             correlation_id=correlation_id_var.get(),
+            roles=principal.roles,
         )
         # As POST /execute: a value no store, bus or answer can carry is refused and audited
         # (escaped), whichever path (fast or SDK) parsed the request.
@@ -173,7 +177,8 @@ def create_mcp_server(handlers: McpHandlers) -> Server[Any]:
     async def list_tools(
         ctx: Any, _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return handlers.list_tools(ctx.protocol_version)
+        principal = ctx.request.scope["state"]["principal"]
+        return handlers.list_tools(principal, ctx.protocol_version)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         principal = ctx.request.scope["state"]["principal"]
@@ -308,7 +313,7 @@ class McpEndpoint:
         # From here the call runs exactly once, whatever happens next.
         try:
             if call is None:
-                result: Any = running.handlers.list_tools(version)
+                result: Any = running.handlers.list_tools(principal, version)
             else:
                 result = await running.handlers.call_tool(principal, call, version)
             dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -35,6 +35,7 @@ from conclave.gateway.outcome import (
     Outcome,
     request_hash,
 )
+from conclave.gateway.policy import ToolPolicy, police_call
 from conclave.gateway.records import AuditRow
 from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
 from conclave.gateway.results import result_problem
@@ -66,13 +67,14 @@ _SCHEMA_MISMATCH = "The tool's result does not match its output schema."
 
 @dataclass(frozen=True)
 class ExecuteCommand:
-    """A validated request to execute a tool on behalf of ``user_id``."""
+    """A validated request to execute a tool on behalf of ``user_id``, who has ``roles``."""
 
     tool: str
     args: Any
     user_id: str
     correlation_id: str | None
     idempotency_key: str | None = None
+    roles: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -120,8 +122,10 @@ class GatewayService:
         max_depth: int,
         max_result_bytes: int,
         call_log: TransparencyLog | None = None,
+        policy: ToolPolicy | None = None,
     ) -> None:
         self.registry = registry
+        self.policy = policy or ToolPolicy()
         self._call_log = call_log
         self._platform = platform
         self._metrics = metrics
@@ -143,11 +147,15 @@ class GatewayService:
                 return replay
         alias = self.registry.alias(command.tool)
         registered = self.registry.resolve(alias.alias.canonical if alias else command.tool)
-        if registered is not None:
+        refusal = police_call(self.policy, command.user_id, command.roles, alias, registered)
+        if refusal is not None and refusal.hidden:
+            alias = registered = None
+        forbidden = refusal.rejection() if refusal is not None and not refusal.hidden else None
+        if registered is not None and forbidden is None:
             await self._limits.admit_tool(registered.tool)
         shape = self._shape(command.args)
         row = self._audit_row(command, conclave_id, alias, registered, shape, fingerprint)
-        rejection = self._reject(command, registered, alias, shape=shape)
+        rejection = forbidden or self._reject(command, registered, alias, shape=shape)
         if rejection is None and alias is not None and registered is not None:
             canonical_args, rejection = rewrite_alias_args(alias, registered, command.args)
             if canonical_args is not None:
@@ -174,6 +182,9 @@ class GatewayService:
         await self._limits.admit_user(command.user_id)
         alias = self.registry.alias(command.tool)
         registered = self.registry.resolve(alias.alias.canonical if alias else command.tool)
+        hidden = police_call(self.policy, command.user_id, command.roles, alias, registered)
+        if hidden is not None and hidden.hidden:  # its row must not name the tool either
+            alias = registered = None
         shape = self._shape(command.args)
         row = self._audit_row(command, new_id(), alias, registered, shape, None)
         rejection = (refusal.code, refusal.detail, refusal.errors, refusal.status)

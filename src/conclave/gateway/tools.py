@@ -106,3 +106,6 @@ class Tool:
     unavailable_reason: str | None = None
     """Set when the tool cannot work in this deployment (e.g. its backend is not configured):
     it is left out of the catalogue and its executor answers 503."""
+    upstream_origin: tuple[str, str] | None = None
+    """For a tool of an upstream MCP server: (the server's name, the tool's own name there), which
+    the tool policy's ``upstream:<server>/<tool>`` selectors match."""

@@ -172,6 +172,10 @@ class Authenticator:
             return Principal(subject, "jwt", roles)
         raise Unauthorized("Invalid bearer token.", code=ProblemCode.INVALID_TOKEN)
 
+    def roles_of(self, user_id: str) -> frozenset[str]:
+        """The roles settings give ``user_id`` (a JWT's roles claim may add others to a caller)."""
+        return self._settings_roles(user_id)
+
     def _settings_roles(self, user_id: str) -> frozenset[str]:
         roles = set()
         if user_id in self._config.operators:

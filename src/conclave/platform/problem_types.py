@@ -115,6 +115,8 @@ class ProblemCode(StrEnum):
     # Gateway: tool calls.
     UNKNOWN_TOOL = ("UNKNOWN_TOOL", (404,), "Unknown tool",
         "No tool has this name (the call is audited).")
+    TOOL_FORBIDDEN = ("TOOL_FORBIDDEN", (403,), "Tool forbidden",
+        "The tool policy does not let you call this tool (the call is audited).")
     UNKNOWN_ALIAS = "UNKNOWN_ALIAS", (404,), "Unknown alias", "No alias tool has this name."
     CALL_NOT_FOUND = ("CALL_NOT_FOUND", (404,), "Call not found",
         "No call of yours has this `conclave_id`.")

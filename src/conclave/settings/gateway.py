@@ -73,7 +73,8 @@ class GatewaySettings(CommonSettings):
         default_factory=list,
         alias="GATEWAY_TOOL_CATALOGUES",
         description="Extra tool catalogue files (YAML or JSON), comma separated: HTTP tools "
-        "('tools:') and upstream MCP servers ('mcp_servers:', docs/gateway.md).",
+        "('tools:'), upstream MCP servers ('mcp_servers:') and the tool policy ('policy:'; "
+        "docs/gateway.md).",
     )
     user_rate_limit: str = Field(
         "",

@@ -20,7 +20,8 @@ Format (one entry per tool)::
         fallback: signals_table           # optional: local answer when the backend is unset
 
 The same file may declare upstream MCP servers under ``mcp_servers:`` (format in
-:mod:`conclave.gateway.upstreams.config`).
+:mod:`conclave.gateway.upstreams.config`) and who may list and call which tools under ``policy:``
+(format in :mod:`conclave.gateway.policy`).
 
 A schema in ``parameters`` may say ``enum_from: media_types`` instead of listing an ``enum``: the
 loader fills in the names of every registered media type (:mod:`conclave.platform.media_types`,
@@ -40,6 +41,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.backends.http_tool import Fallback, HttpCall, http_executor
+from conclave.gateway.policy import PolicySpec
 from conclave.gateway.tools import Tool
 from conclave.gateway.upstreams.config import McpServerSpec
 from conclave.platform.media_types import media_type_names
@@ -101,6 +103,8 @@ class Catalogue(BaseModel):
 
     tools: list[BackendToolSpec] = Field(default_factory=list)
     mcp_servers: list[McpServerSpec] = Field(default_factory=list)
+    policy: PolicySpec | None = None
+    """Who may list and call which tools (:mod:`conclave.gateway.policy`)."""
 
 
 # Keywords whose value is data, not a schema: nothing below them is read as a directive.

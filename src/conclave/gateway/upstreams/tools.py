@@ -201,6 +201,7 @@ def build_entries(
                     max_concurrency=spec.max_concurrency,
                     rate_limit=Rate.parse(spec.rate_limit),
                     audit_read_only=None if spec.trust_read_only_hint else False,
+                    upstream_origin=(spec.name, listed.name),
                 )
                 entries.append(ToolRegistry.prepare(tool))
                 aliases.add(alias)

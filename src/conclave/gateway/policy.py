@@ -1,0 +1,374 @@
+"""Per-tool access policy: which users and roles may list and call which tools.
+
+Declared in the ``policy:`` section of a catalogue file (docs/gateway.md, "Tool policy")::
+
+    policy:
+      default: deny                 # optional; deny once any rule exists, allow with none
+      rules:
+        - effect: allow
+          subjects: [role:operator]
+          tools: ["*"]
+        - effect: deny
+          subjects: ["*"]
+          actions: [call]
+          tools: [upstream:everything/print*, tag:admin]
+        - effect: allow
+          subjects: [user:ann, role:service]
+          actions: [list, call]     # both unless said
+          tools: [echo, entity_*, upstream:time/*]
+
+Rules are read in order (the files in their order, each file's rules in theirs) and the first
+whose subject, action and tool all match decides. Subjects: ``*``, ``user:<id>`` (exact),
+``role:<name>`` (a role Conclave knows). Tools: a glob on the tool's catalogue name (``*`` any
+run of characters, ``?`` one; nothing else is special), ``tag:<tag>``, or
+``upstream:<server glob>/<tool glob>`` on an upstream server's name and the tool's own name there.
+
+Globs are matched by :func:`glob_matches`, a loop over the text and the pattern that never
+backtracks further than the last ``*`` (time proportional to their lengths' product, both bounded):
+no regular expression built from configuration ever runs on a name a caller sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
+from conclave.gateway.tools import Tool
+from conclave.platform.auth import KNOWN_ROLES, MAX_USER_ID_LENGTH, Principal, user_id_problem
+from conclave.platform.problem_types import ProblemCode
+
+log = logging.getLogger(__name__)
+
+Action = Literal["list", "call"]
+Effect = Literal["allow", "deny"]
+ACTIONS: tuple[Action, ...] = ("list", "call")
+MAX_PATTERN_LENGTH = 200
+MAX_RULES = 1000
+# Tools whose matching rules are remembered; past it the memory starts again (tools come and go
+# with upstream refreshes, and a name no longer served must not be kept forever).
+_REMEMBERED_TOOLS = 200_000
+
+
+def glob_matches(pattern: str, text: str) -> bool:
+    """Whether ``text`` matches ``pattern`` (``*``: any run of characters, ``?``: one).
+
+    The classic two-pointer wildcard match: on a mismatch it returns to the character after the
+    last ``*`` and lets that star take one more character, so it is O(len(pattern) *
+    len(text)) at worst, never exponential. The shapes most rules use (a name, ``prefix*``,
+    ``*suffix``, ``*``) are answered by string methods without the loop."""
+    if "?" not in pattern:
+        stars = pattern.count("*")
+        if stars == 0:
+            return pattern == text
+        if stars == 1 and pattern.endswith("*"):
+            return text.startswith(pattern[:-1])
+        if stars == 1 and pattern.startswith("*"):
+            return text.endswith(pattern[1:])
+    p = t = 0
+    star = -1
+    resume = 0
+    while t < len(text):
+        if p < len(pattern) and pattern[p] == "*":
+            star, resume = p, t
+            p += 1
+        elif p < len(pattern) and (pattern[p] == "?" or pattern[p] == text[t]):
+            p += 1
+            t += 1
+        elif star >= 0:
+            resume += 1
+            p, t = star + 1, resume
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == "*":
+        p += 1
+    return p == len(pattern)
+
+
+def _checked_pattern(value: str, what: str) -> str:
+    if not value:
+        raise ValueError(f"{what} is empty")
+    if len(value) > MAX_PATTERN_LENGTH:
+        raise ValueError(f"{what} is longer than {MAX_PATTERN_LENGTH} characters")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise ValueError(f"{what} holds control characters or lone surrogates")
+    return value
+
+
+def _checked_subject(subject: str) -> str:
+    if subject == "*":
+        return subject
+    kind, sep, value = subject.partition(":")
+    if not sep or kind not in ("user", "role"):
+        raise ValueError(f"subject {subject!r} must be '*', 'user:<id>' or 'role:<name>'")
+    if kind == "role" and value not in KNOWN_ROLES:
+        known = ", ".join(sorted(KNOWN_ROLES))
+        raise ValueError(f"subject {subject!r}: unknown role {value!r} (known: {known})")
+    problem = user_id_problem(value) if kind == "user" else None
+    if problem is not None:
+        raise ValueError(f"subject {subject[:MAX_USER_ID_LENGTH]!r}: the user id {problem}")
+    return subject
+
+
+def _checked_tool_selector(selector: str) -> str:
+    _checked_pattern(selector, f"tool selector {selector[:MAX_PATTERN_LENGTH]!r}")
+    kind, sep, value = selector.partition(":")
+    if not sep:
+        return selector  # a glob on the catalogue name (tool names hold no ':')
+    if kind == "tag":
+        _checked_pattern(value, f"tool selector {selector!r}: the tag")
+    elif kind == "upstream":
+        server, slash, tool = value.partition("/")
+        if not slash:
+            raise ValueError(f"tool selector {selector!r} must be 'upstream:<server>/<tool>'")
+        _checked_pattern(server, f"tool selector {selector!r}: the server")
+        _checked_pattern(tool, f"tool selector {selector!r}: the tool")
+    else:
+        raise ValueError(
+            f"tool selector {selector!r} must be a name glob, 'tag:<tag>' or "
+            "'upstream:<server>/<tool>'"
+        )
+    return selector
+
+
+class PolicyRuleSpec(BaseModel):
+    """One rule of a ``policy:`` section."""
+
+    model_config = {"extra": "forbid"}
+
+    effect: Effect
+    subjects: list[str] = Field(min_length=1, max_length=MAX_RULES)
+    tools: list[str] = Field(min_length=1, max_length=MAX_RULES)
+    actions: list[Action] = Field(default_factory=lambda: list(ACTIONS), min_length=1)
+    description: str | None = Field(None, max_length=500)
+
+    @field_validator("subjects")
+    @classmethod
+    def _subjects(cls, subjects: list[str]) -> list[str]:
+        return [_checked_subject(subject) for subject in subjects]
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, tools: list[str]) -> list[str]:
+        return [_checked_tool_selector(selector) for selector in tools]
+
+    def text(self) -> str:
+        """The rule in one line, as ``GET /policy`` and the dry run show it."""
+        return (
+            f"{self.effect} {', '.join(self.actions)} of {', '.join(self.tools)} "
+            f"to {', '.join(self.subjects)}"
+        )
+
+
+class PolicySpec(BaseModel):
+    """A catalogue file's ``policy:`` section."""
+
+    model_config = {"extra": "forbid"}
+
+    default: Effect | None = None
+    rules: list[PolicyRuleSpec] = Field(default_factory=list, max_length=MAX_RULES)
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """Who asks: a user id and the roles of the principal acting as that user."""
+
+    user_id: str
+    roles: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A policy's answer: ``rule`` is the index of the deciding rule (``None``: the default)."""
+
+    allowed: bool
+    rule: int | None
+    reason: str
+
+
+class ToolPolicy:
+    """The ordered rules of every catalogue file, and the default when none matches."""
+
+    def __init__(self, rules: Iterable[PolicyRuleSpec] = (), default: Effect | None = None):
+        self.rules: tuple[PolicyRuleSpec, ...] = tuple(rules)
+        # No rule at all: the gateway as it was, everyone may list and call everything. Once a
+        # rule exists, what it does not mention is refused unless the policy says otherwise.
+        self.default: Effect = default or ("deny" if self.rules else "allow")
+        # Which rules select a tool depends on the tool alone, so it is worked out once per tool
+        # (the object: an upstream refresh brings new ones) and a listing of many tools costs a
+        # subject check per selecting rule, not a glob match per rule and tool.
+        self._selecting: dict[str, tuple[Tool, tuple[int, ...]]] = {}
+
+    @classmethod
+    def from_sections(cls, sections: Iterable[PolicySpec | None]) -> ToolPolicy:
+        """One policy from the ``policy:`` sections of the catalogue files, in their order;
+        ``ValueError`` when two files declare different defaults."""
+        rules: list[PolicyRuleSpec] = []
+        defaults: set[str] = set()
+        for section in sections:
+            if section is None:
+                continue
+            rules += section.rules
+            if section.default is not None:
+                defaults.add(section.default)
+        if len(defaults) > 1:
+            raise ValueError("tool policy: the catalogue files declare different defaults")
+        if len(rules) > MAX_RULES:
+            raise ValueError(f"tool policy: more than {MAX_RULES} rules")
+        default: Effect | None = "allow" if defaults == {"allow"} else None
+        if defaults == {"deny"}:
+            default = "deny"
+        return cls(rules, default)
+
+    @property
+    def configured(self) -> bool:
+        """Whether any rule or default was declared (else everything is allowed)."""
+        return bool(self.rules) or self.default == "deny"
+
+    def decide(self, subject: Subject, tool: Tool, action: Action) -> Decision:
+        """Whether ``subject`` may ``action`` ``tool``, which rule decided, and why."""
+        index = self._deciding_rule(subject, tool, action)
+        if index is not None:
+            rule = self.rules[index]
+            verb = "allows" if rule.effect == "allow" else "denies"
+            reason = f"rule {index} {verb} {action} of {tool.name!r} to {_who(subject)}"
+            return Decision(rule.effect == "allow", index, reason)
+        if not self.configured:
+            return Decision(True, None, "no tool policy is configured: everything is allowed")
+        verb = "allows" if self.default == "allow" else "denies"
+        reason = f"no rule matches {action} of {tool.name!r} by {_who(subject)}: the default {verb}"
+        return Decision(self.default == "allow", None, reason)
+
+    def _deciding_rule(self, subject: Subject, tool: Tool, action: Action) -> int | None:
+        for index in self._rules_selecting(tool):
+            rule = self.rules[index]
+            if action in rule.actions and _subject_matches(rule.subjects, subject):
+                return index
+        return None
+
+    def _rules_selecting(self, tool: Tool) -> tuple[int, ...]:
+        known = self._selecting.get(tool.name)
+        if known is not None and known[0] is tool:
+            return known[1]
+        if len(self._selecting) >= _REMEMBERED_TOOLS:
+            self._selecting.clear()
+        found = tuple(i for i, rule in enumerate(self.rules) if _tool_matches(rule.tools, tool))
+        self._selecting[tool.name] = (tool, found)
+        return found
+
+    def allows(self, subject: Subject, tool: Tool, action: Action) -> bool:
+        """Whether ``subject`` may ``action`` ``tool`` (cheap with no policy configured)."""
+        if not self.configured:
+            return True
+        index = self._deciding_rule(subject, tool, action)  # no reason worded: listings ask often
+        effect = self.default if index is None else self.rules[index].effect
+        return effect == "allow"
+
+
+def _who(subject: Subject) -> str:
+    roles = f" (roles: {', '.join(sorted(subject.roles))})" if subject.roles else ""
+    return f"user {subject.user_id!r}{roles}"
+
+
+def _subject_matches(subjects: list[str], subject: Subject) -> bool:
+    for entry in subjects:
+        if entry == "*":
+            return True
+        kind, _, value = entry.partition(":")
+        if (kind == "user" and value == subject.user_id) or (
+            kind == "role" and value in subject.roles
+        ):
+            return True
+    return False
+
+
+def _tool_matches(selectors: list[str], tool: Tool) -> bool:
+    for selector in selectors:
+        kind, sep, value = selector.partition(":")
+        if not sep:
+            if glob_matches(selector, tool.name):
+                return True
+        elif kind == "tag":
+            if any(glob_matches(value, tag) for tag in tool.tags):
+                return True
+        elif tool.upstream_origin is not None:
+            server, _, name = value.partition("/")
+            origin_server, origin_name = tool.upstream_origin
+            if glob_matches(server, origin_server) and glob_matches(name, origin_name):
+                return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class CallRefusal:
+    """Why a call is refused. ``hidden``: the caller may neither list nor call the tool, so the
+    call is answered as if no such tool existed (an unknown name and a hidden one look alike)."""
+
+    hidden: bool
+    detail: str
+
+    def rejection(self) -> tuple[str, str, None, int]:
+        """The chain's rejection of a call refused outright: 403 ``TOOL_FORBIDDEN``."""
+        return ProblemCode.TOOL_FORBIDDEN, self.detail, None, 403
+
+
+def call_refusal(policy: ToolPolicy, subject: Subject, tools: Iterable[Tool]) -> CallRefusal | None:
+    """Why ``subject`` may not call, or ``None`` when it may. ``tools`` are the tool the call
+    names and, for an alias tool, the canonical tool it runs: both must be allowed, so that a
+    rule about a tool cannot be walked around through its alias."""
+    named = tuple(tools)
+    for tool in named:
+        if not policy.allows(subject, tool, "call") and not policy.allows(subject, tool, "list"):
+            # The caller is told no such tool exists; the operators' log says why.
+            extra = {"user_id": subject.user_id, "tool": tool.name}
+            log.info("the tool policy hid a tool from a call", extra=extra)
+            return CallRefusal(True, f"the policy hides {tool.name!r}")
+    for tool in named:
+        decision = policy.decide(subject, tool, "call")
+        if not decision.allowed:
+            return CallRefusal(False, f"You may not call {tool.name!r}: {decision.reason}.")
+    return None
+
+
+def police_call(
+    policy: ToolPolicy,
+    user_id: str,
+    roles: frozenset[str],
+    alias: RegisteredAlias | None,
+    registered: RegisteredTool | None,
+) -> CallRefusal | None:
+    """Why the chain refuses a call of ``registered`` (through ``alias``, if any) by ``user_id``
+    with ``roles``; ``None`` when it may run (an unknown tool is the chain's own refusal). The
+    chain asks before the tool's rate limit, whose 429 would tell a hidden tool from a missing
+    one."""
+    if registered is None or not policy.configured:
+        return None
+    tools = (alias.view, registered.tool) if alias else (registered.tool,)
+    return call_refusal(policy, Subject(user_id, roles), tools)
+
+
+def subject_of(principal: Principal) -> Subject:
+    """The policy's subject for an authenticated caller (its own roles)."""
+    return Subject(principal.user_id, principal.roles)
+
+
+def listable(
+    policy: ToolPolicy, registry: ToolRegistry, subject: Subject, tools: Iterable[Tool]
+) -> list[Tool]:
+    """The ``tools`` of ``registry`` that ``subject`` may list: an alias tool only when its
+    canonical tool may be listed too (as a call needs both)."""
+    if not policy.configured:
+        return list(tools)
+    shown = []
+    for tool in tools:
+        alias = registry.alias(tool.name)
+        canonical = registry.resolve(alias.alias.canonical) if alias else None
+        if policy.allows(subject, tool, "list") and (
+            canonical is None or policy.allows(subject, canonical.tool, "list")
+        ):
+            shown.append(tool)
+    return shown
