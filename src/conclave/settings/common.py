@@ -182,6 +182,28 @@ class CommonSettings(BaseSettings):
         description="Longest JWT lifetime accepted: a token whose `exp` is further than this "
         "from now or from its `iat` is refused (401 INVALID_TOKEN).",
     )
+    jwt_jwks_url: str | None = Field(
+        None,
+        alias="CONCLAVE_JWT_JWKS_URL",
+        description="JWKS URL of the OAuth authorization server whose JWTs are accepted "
+        "(RS/PS/ES256-512, EdDSA; the key each token's `kid` names). Fetched through the egress "
+        "policy: an issuer on a private address must be in CONCLAVE_EGRESS_ALLOW_HOSTS.",
+    )
+    jwt_jwks_cache_seconds: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        alias="CONCLAVE_JWT_JWKS_CACHE_SECONDS",
+        description="How long a fetched JWKS is used before it is fetched again.",
+    )
+    jwt_jwks_min_refresh_seconds: float = Field(
+        30.0,
+        ge=0,
+        le=3_600,
+        alias="CONCLAVE_JWT_JWKS_MIN_REFRESH_SECONDS",
+        description="Least time between two JWKS fetches, whatever key ids tokens name (a flood "
+        "of unknown `kid`s costs no more fetches than this allows).",
+    )
     jwt_roles_claim: str = Field(
         "roles",
         alias="CONCLAVE_JWT_ROLES_CLAIM",
@@ -475,6 +497,7 @@ class CommonSettings(BaseSettings):
             self.api_tokens.get_secret_value()
             or self.jwt_secret.get_secret_value()
             or self.jwt_public_key.get_secret_value()
+            or self.jwt_jwks_url
         )
 
     def auth_active(self) -> bool:
