@@ -310,6 +310,28 @@ async def test_a_flood_of_unknown_key_ids_does_not_fetch_per_request(
     assert issuer.jwks_fetches == 1  # within the minimum interval: no fetch at all
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"resource_url": "ftp://gateway.example/mcp"},
+        {"resource_url": "/mcp"},
+        {"resource_url": 'https://gateway.example/mcp"'},
+        {"resource_url": "https://gateway.example/mcp", "jwt_audience": "https://other.example"},
+        {"authorization_servers": "https://as.example,as.example"},
+        {"oauth_scopes": 'tools,read"write'},
+        {"jwt_jwks_url": "file:///etc/keys.json"},
+    ],
+)
+def test_settings_refuse_what_cannot_be_advertised_or_fetched(settings: dict[str, str]):
+    with pytest.raises(ValueError):
+        test_settings(**settings)
+
+
+def test_the_resource_url_is_the_jwt_audience():
+    settings = test_settings(resource_url="https://gateway.example/mcp")
+    assert settings.jwt_audience == "https://gateway.example/mcp"
+
+
 class MemoryTokens:
     """The SDK's token storage, in memory."""
 

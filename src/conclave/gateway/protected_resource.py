@@ -67,7 +67,9 @@ class ProtectedResource:
     def challenged(self, request: Request, error: ConclaveError) -> ConclaveError:
         """``error`` with the resource's metadata URL in its challenge, when it is a 401."""
         if isinstance(error, Unauthorized):
-            parameters = f'resource_metadata="{self.metadata_url(request)}"'
+            # A Host header a wildcard allowed may hold what a quoted string cannot.
+            url = self.metadata_url(request).replace("\\", "%5C").replace('"', "%22")
+            parameters = f'resource_metadata="{url}"'
             if self._scopes:
                 parameters += f', scope="{" ".join(self._scopes)}"'
             error.headers["WWW-Authenticate"] = bearer_challenge(

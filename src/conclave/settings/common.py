@@ -6,7 +6,7 @@ import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -437,6 +437,15 @@ class CommonSettings(BaseSettings):
     def _networks_are_cidrs(cls, value: list[str]) -> list[str]:
         for network in value:
             ipaddress.ip_network(network, strict=False)  # ValueError names the bad entry
+        return value
+
+    @field_validator("jwt_jwks_url")
+    @classmethod
+    def _jwks_url_is_http(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme not in ("https", "http") or not parts.hostname:
+                raise ValueError(f"{value!r} must be an absolute http(s) URL")
         return value
 
     def traces_exporters(self) -> tuple[str, ...]:

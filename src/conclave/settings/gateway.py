@@ -202,6 +202,19 @@ class GatewaySettings(CommonSettings):
             parsed = urlsplit(url)
             if parsed.scheme not in ("https", "http") or not parsed.netloc or parsed.fragment:
                 raise ValueError(f"{url!r} must be an absolute http(s) URL without a fragment")
+            # It is quoted in WWW-Authenticate challenges and compared as text by clients.
+            if any(c in url for c in '"\\ ') or not (url.isascii() and url.isprintable()):
+                raise ValueError(f"{url!r} must be a URL of printable ASCII without quotes")
+        return value
+
+    @field_validator("oauth_scopes")
+    @classmethod
+    def _scope_tokens(cls, value: list[str]) -> list[str]:
+        # RFC 6749 §3.3 scope-token: printable ASCII without space, '"' or '\\', so a scope fits
+        # the quoted `scope` parameter of the WWW-Authenticate challenge unchanged.
+        for scope in value:
+            if not all(c == "!" or "#" <= c <= "[" or "]" <= c <= "~" for c in scope):
+                raise ValueError(f"{scope!r} is not an OAuth scope token")
         return value
 
     @model_validator(mode="after")
