@@ -9,6 +9,7 @@ its JWKS down, and count how often the JWKS was fetched.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import secrets
@@ -72,6 +73,8 @@ class AuthorizationServer:
     keys: list[SigningKey]
     issuer: str = ""
     jwks_up: bool = True
+    jwks_held: asyncio.Event | None = None
+    """An event JWKS requests wait for before they are answered (a slow issuer)."""
     jwks_fetches: int = 0
     tokens_issued: list[dict[str, Any]] = field(default_factory=list)
     _clients: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -113,6 +116,8 @@ class AuthorizationServer:
 
     async def _jwks(self, _request: Request) -> Response:
         self.jwks_fetches += 1
+        if self.jwks_held is not None:
+            await self.jwks_held.wait()
         if not self.jwks_up:
             return JSONResponse({"error": "down"}, status_code=503)
         return JSONResponse({"keys": [key.jwk() for key in self.keys]})

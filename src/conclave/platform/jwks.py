@@ -10,7 +10,9 @@ Keys are fetched through the egress policy, kept in memory and fetched again:
 Either fetch happens at most once per ``CONCLAVE_JWT_JWKS_MIN_REFRESH_SECONDS``, whatever the
 tokens say: a caller sending tokens with random key ids gets 401s, not one fetch per request. A
 fetch that fails keeps the last good set (an issuer that is briefly down does not lock everyone
-out). Concurrent requests that need a fetch wait for one fetch.
+out). Only a request whose key is missing waits for a fetch (concurrent ones wait for the same
+one); a stale set that holds the request's key is refreshed in the background, so a slow issuer
+delays nobody whose key is known.
 
 Only asymmetric keys of the algorithms in :data:`ACCEPTED_ALGORITHMS` are kept, each key bound to
 its one algorithm (the JWK's ``alg``, else the one its type and curve imply): a token must be
@@ -21,6 +23,8 @@ the secret never verify. The document is read up to :data:`MAX_DOCUMENT_BYTES` a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -77,6 +81,7 @@ class JwksKeys:
         self._fetched_at: float | None = None  # of the last good set
         self._attempted_at: float | None = None  # of the last fetch, good or not
         self._lock = anyio.Lock()
+        self._background: asyncio.Task[None] | None = None
 
     @property
     def loaded(self) -> bool:
@@ -92,28 +97,43 @@ class JwksKeys:
             return next(iter(self._keys.values())) if len(self._keys) == 1 else None
         return self._keys.get(kid)
 
-    def needs_refresh(self, kid: str | None) -> bool:
-        """Whether a token naming ``kid`` should wait for a fetch: the set is missing, stale,
-        or lacks that key, and the last fetch is older than the minimum interval."""
-        now = self._clock()
-        if self._attempted_at is not None and now - self._attempted_at < (
-            self._settings.min_refresh_seconds
-        ):
-            return False
-        if self._fetched_at is None or now - self._fetched_at >= self._settings.cache_seconds:
-            return True
-        return kid is not None and kid not in self._keys
+    def _may_fetch(self) -> bool:
+        attempted = self._attempted_at
+        return attempted is None or (
+            self._clock() - attempted >= self._settings.min_refresh_seconds
+        )
+
+    def _holds(self, kid: str | None) -> bool:
+        return self.loaded and (kid in self._keys if kid is not None else len(self._keys) == 1)
+
+    def _stale(self) -> bool:
+        fetched = self._fetched_at
+        return fetched is None or self._clock() - fetched >= self._settings.cache_seconds
 
     async def refresh_for(self, kid: str | None) -> None:
-        """Fetch the set if :meth:`needs_refresh` says so; one fetch for concurrent callers."""
-        if not self.needs_refresh(kid):
+        """Make the set fit a token naming ``kid``: wait for a fetch when the key is missing,
+        refresh in the background when the set is stale; either at most once per interval."""
+        if not self._may_fetch():
             return
+        if self._holds(kid):
+            if self._stale() and (self._background is None or self._background.done()):
+                self._background = asyncio.create_task(self._refresh_if(self._stale))
+            return
+        await self._refresh_if(lambda: not self._holds(kid))
+
+    async def _refresh_if(self, needed: Callable[[], bool]) -> None:
         async with self._lock:
-            if self.needs_refresh(kid):  # another caller may have fetched while we waited
+            # Another caller may have fetched while this one waited for the lock.
+            if needed() and self._may_fetch():
                 await self._fetch()
 
     async def aclose(self) -> None:
-        """Close the HTTP client (the app's shutdown)."""
+        """Stop a background refresh and close the HTTP client (the app's shutdown)."""
+        if self._background is not None:
+            self._background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._background
+            self._background = None
         if self._client is not None:
             await self._client.aclose()
             self._client = None
