@@ -316,11 +316,16 @@ async def test_401_tells_clients_whether_the_token_was_refused(
         )
     # RFC 6750 §3.1: no error code when no token came; invalid_token when one was refused, so
     # that a client asks for another token instead of starting an interactive OAuth flow.
+    # Both name the OAuth protected resource metadata (RFC 9728 §5.1), derived from the URL the
+    # request reached when GATEWAY_RESOURCE_URL is unset.
+    metadata = url.removesuffix("/mcp") + "/.well-known/oauth-protected-resource/mcp"
     assert missing.status_code == 401
-    assert missing.headers["www-authenticate"] == 'Bearer realm="conclave"'
+    assert missing.headers["www-authenticate"] == (
+        f'Bearer realm="conclave", resource_metadata="{metadata}"'
+    )
     for refused in (wrong, execute):
         assert refused.status_code == 401
         assert refused.headers["www-authenticate"] == (
-            'Bearer realm="conclave", error="invalid_token", '
+            f'Bearer realm="conclave", resource_metadata="{metadata}", error="invalid_token", '
             'error_description="Invalid bearer token."'
         )

@@ -42,6 +42,9 @@ PUBLIC = {
     "/logs/{name}/proof/consistency": "a consistency proof: hashes and signed checkpoints",
     "/logs/{name}/receipt/{index}": "a receipt: a leaf hash, a signed checkpoint, a proof",
     "/logs/{name}/receipt/by-hash/{leaf_hash}": "the same receipt, found by its leaf hash",
+    # RFC 9728: a client without a token reads it to learn where to get one (the gateway).
+    "/.well-known/oauth-protected-resource": "OAuth protected resource metadata, no data",
+    "/.well-known/oauth-protected-resource/mcp": "the same, at the path MCP clients try first",
 }
 
 # Public routes with parameters, as a reader calls them: the path (``{log}`` the service's log)

@@ -165,7 +165,7 @@ async def upload(request: Request) -> Response:
     # `openapi_extra` documents what it reads.
     state, headers = request.app.state, request.headers
     service: IntakeService = state.edge
-    principal = state.authenticator.authenticate(
+    principal = await state.authenticator.authenticate_async(
         headers.get("authorization"), headers.get(ACTING_USER_HEADER)
     )
     command = UploadCommand(

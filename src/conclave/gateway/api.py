@@ -169,7 +169,7 @@ async def execute(request: Request) -> Response:
     # dependencies (solving those cost more CPU than the governance chain); `openapi_extra`
     # documents what it reads.
     state = request.app.state
-    principal = state.authenticator.authenticate(request.headers.get("authorization"))
+    principal = await state.authenticator.authenticate_async(request.headers.get("authorization"))
     try:
         body = await read_model(request, ExecuteRequest)
     except UnsafeInput as refusal:

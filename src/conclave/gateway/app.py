@@ -31,6 +31,7 @@ from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.plugins import load_entry_point_tools, load_module_tools
 from conclave.gateway.policy import ToolPolicy
 from conclave.gateway.policy_api import policy_router
+from conclave.gateway.protected_resource import ProtectedResource, install_protected_resource
 from conclave.gateway.registry import ToolRegistry
 from conclave.gateway.service import GatewayService
 from conclave.gateway.signals import signals_table_fallback
@@ -164,7 +165,10 @@ def create_app(
 ) -> FastAPI:
     """The gateway app. With ``platform`` given (``conclave up``, tests) it is shared, not owned."""
     metrics = GatewayMetrics()
-    mcp_endpoint = McpEndpoint(fast_path=settings.mcp_fast_path)
+    protected_resource = ProtectedResource(settings)
+    mcp_endpoint = McpEndpoint(
+        fast_path=settings.mcp_fast_path, challenge=protected_resource.challenged
+    )
 
     @asynccontextmanager
     async def serve(app: FastAPI, runtime: Platform) -> AsyncIterator[None]:
@@ -235,6 +239,7 @@ def create_app(
     app.include_router(tlog_router)
     app.include_router(upstreams_router)
     app.include_router(policy_router)
+    install_protected_resource(app, protected_resource)
     # Ids, metrics and the body cap still apply to it (see platform/fast_lane.py).
     app.add_fast_lane(EXECUTE_ROUTE, "POST")
     if settings.mcp_domain == "finance":

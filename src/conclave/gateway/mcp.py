@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -50,7 +50,7 @@ from conclave.gateway.outcome import Outcome
 from conclave.gateway.policy import listable, subject_of
 from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.platform.auth import Authenticator, Principal
-from conclave.platform.errors import ConclaveError, Unauthorized
+from conclave.platform.errors import ConclaveError, Unauthorized, Unavailable
 from conclave.platform.inputs import (
     UnsafeInput,
     escape_text,
@@ -217,6 +217,15 @@ class _Running:
     security: TransportSecurityMiddleware
 
 
+Challenge = Callable[[Request, ConclaveError], ConclaveError]
+"""Adds what a refusal of ``/mcp`` tells the client about authorization (the OAuth resource
+metadata URL of :mod:`conclave.gateway.protected_resource`)."""
+
+
+def _unchanged(_request: Request, error: ConclaveError) -> ConclaveError:
+    return error
+
+
 class McpEndpoint:
     """ASGI endpoint at ``/mcp``: authenticate like every other route, then answer.
 
@@ -231,8 +240,9 @@ class McpEndpoint:
     here, so that its refusal is audited like any other.
     """
 
-    def __init__(self, *, fast_path: bool = True) -> None:
+    def __init__(self, *, fast_path: bool = True, challenge: Challenge = _unchanged) -> None:
         self._fast_path = fast_path
+        self._challenge = challenge
         self._running: _Running | None = None
 
     @asynccontextmanager
@@ -259,9 +269,11 @@ class McpEndpoint:
             raise RuntimeError("the gateway app has not started")
         request = Request(scope, receive)
         try:
-            principal = running.authenticator.authenticate(request.headers.get("authorization"))
-        except Unauthorized as exc:
-            await error_response(exc, MCP_PATH)(scope, receive, send)
+            authorization = request.headers.get("authorization")
+            principal = await running.authenticator.authenticate_async(authorization)
+        except (Unauthorized, Unavailable) as exc:
+            challenged = self._challenge(request, exc)
+            await error_response(challenged, MCP_PATH)(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal
         version = request.headers.get("mcp-protocol-version")

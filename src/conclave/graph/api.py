@@ -63,7 +63,7 @@ async def dispatch(request: Request) -> Response:
     # The service's hot route: answered through the fast lane (conclave.platform.fast_lane), so it
     # reads its credentials and body itself; `openapi_extra` documents what it reads.
     state = request.app.state
-    principal = state.authenticator.authenticate(request.headers.get("authorization"))
+    principal = await state.authenticator.authenticate_async(request.headers.get("authorization"))
     body = await read_model(request, DispatchRequest)
     command = DispatchCommand(
         request=body,

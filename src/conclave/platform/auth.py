@@ -1,4 +1,6 @@
-"""Who is calling: bearer tokens from a static table, or HS256/RS256 JWTs (``sub`` = user id).
+"""Who is calling: bearer tokens from a static table, or JWTs (``sub`` = user id) signed with a
+configured HS256 secret or RS256 key, or with a key an issuer publishes at its JWKS URL
+(:mod:`conclave.platform.jwks`).
 
 A principal carries roles: ``operator`` (sees and acts on every user's resources) and ``service``
 (another Conclave service, such as the gateway, that may act on behalf of the user who called it
@@ -19,8 +21,9 @@ from urllib.parse import quote, unquote
 
 import jwt
 
-from conclave.platform.errors import Forbidden, Unauthorized
+from conclave.platform.errors import Forbidden, Unauthorized, Unavailable
 from conclave.platform.inputs import find_unsafe
+from conclave.platform.jwks import JwksKeys, JwksUnavailable
 from conclave.platform.problem_types import ProblemCode
 
 ANONYMOUS = "anonymous"
@@ -104,10 +107,15 @@ def user_id_problem(user_id: str) -> str | None:
 
 
 class Authenticator:
-    """Turns an ``Authorization`` header into a :class:`Principal` or raises ``Unauthorized``."""
+    """Turns an ``Authorization`` header into a :class:`Principal` or raises ``Unauthorized``.
 
-    def __init__(self, config: AuthConfig) -> None:
+    With ``jwks`` (an issuer's published keys), call :meth:`authenticate_async`: it fetches the
+    keys a token needs, off the event loop's critical path, before judging it; the synchronous
+    :meth:`authenticate` judges with the keys already cached."""
+
+    def __init__(self, config: AuthConfig, jwks: JwksKeys | None = None) -> None:
         self._config = config
+        self._jwks = jwks
         self._algorithms: list[str] = []
         if config.jwt_secret:
             self._algorithms.append("HS256")
@@ -142,6 +150,24 @@ class Authenticator:
             )
         return Principal(user, principal.method, self._settings_roles(user), principal.user_id)
 
+    async def authenticate_async(
+        self, authorization: str | None, acting_user: str | None = None
+    ) -> Principal:
+        """:meth:`authenticate`, after fetching the issuer's keys when the token's key id is
+        unknown or the cached set is stale (at most once per minimum interval, see
+        :mod:`conclave.platform.jwks`). 503 ``AUTH_KEYS_UNAVAILABLE`` while no key set could ever
+        be fetched."""
+        if self._jwks is not None and self._config.enabled:
+            is_jwt, kid = _unverified_key_id(authorization)
+            if is_jwt:
+                await self._jwks.refresh_for(kid)
+        return self.authenticate(authorization, acting_user)
+
+    async def aclose(self) -> None:
+        """Release what the authenticator holds open (the JWKS client)."""
+        if self._jwks is not None:
+            await self._jwks.aclose()
+
     def acting_user(self, principal: Principal, claimed: str | None) -> str:
         """The user a request acts for: always the principal, except that with auth disabled a
         request may name its user; naming someone else with auth on is 403 ``USER_MISMATCH``."""
@@ -163,7 +189,7 @@ class Authenticator:
         user_id = self._lookup_token(credential)
         if user_id is not None:
             return Principal(user_id, "token", self._settings_roles(user_id))
-        if self._algorithms and credential.count(".") == 2:
+        if (self._algorithms or self._jwks is not None) and credential.count(".") == 2:
             claims = self._decode_jwt(credential)
             subject = claims["sub"]
             roles = self._settings_roles(subject) | _claimed_roles(
@@ -209,13 +235,11 @@ class Authenticator:
         try:
             header = jwt.get_unverified_header(credential)
             algorithm = header.get("alg")
-            if algorithm not in self._algorithms:
-                raise Unauthorized("Token algorithm not accepted.", code=ProblemCode.INVALID_TOKEN)
-            key = self._config.jwt_secret if algorithm == "HS256" else self._config.jwt_public_key
+            key = self._verification_key(algorithm, header.get("kid"))
             claims: dict[str, Any] = jwt.decode(
                 credential,
                 key,
-                algorithms=[algorithm],
+                algorithms=[str(algorithm)],
                 audience=self._config.audience,
                 issuer=self._config.issuer,
                 options={
@@ -229,6 +253,36 @@ class Authenticator:
             raise Unauthorized("Invalid bearer token.", code=ProblemCode.INVALID_TOKEN) from exc
         self._check_claims(claims)
         return claims
+
+    def _verification_key(self, algorithm: Any, kid: Any) -> Any:
+        """The key a token with this header must verify with. A token may use only the one
+        algorithm its key is bound to: no ``none``, no HS256 with a published public key."""
+        if algorithm == "HS256" and "HS256" in self._algorithms:
+            return self._config.jwt_secret
+        if self._jwks is not None and algorithm != "HS256":
+            if kid is not None and not isinstance(kid, str):
+                raise Unauthorized("Token key id must be text.", code=ProblemCode.INVALID_TOKEN)
+            try:
+                published = self._jwks.key_for(kid)
+            except JwksUnavailable as exc:
+                raise Unavailable(
+                    "The token issuer's signing keys cannot be fetched; try again later.",
+                    code=ProblemCode.AUTH_KEYS_UNAVAILABLE,
+                ) from exc
+            if published is not None:
+                if published.algorithm_name != algorithm:
+                    raise Unauthorized(
+                        "Token algorithm not accepted.", code=ProblemCode.INVALID_TOKEN
+                    )
+                return published.key
+            if "RS256" not in self._algorithms:
+                raise Unauthorized(
+                    "Token signed with a key the issuer does not publish.",
+                    code=ProblemCode.INVALID_TOKEN,
+                )
+        if algorithm == "RS256" and "RS256" in self._algorithms:
+            return self._config.jwt_public_key
+        raise Unauthorized("Token algorithm not accepted.", code=ProblemCode.INVALID_TOKEN)
 
     def _check_claims(self, claims: dict[str, Any]) -> None:
         """What PyJWT lets through: times as numeric strings (it calls ``int()`` on them), far
@@ -258,6 +312,22 @@ class Authenticator:
             raise Unauthorized(
                 "Token subject is not a usable user id.", code=ProblemCode.INVALID_TOKEN
             )
+
+
+def _unverified_key_id(authorization: str | None) -> tuple[bool, str | None]:
+    """Whether the header holds a bearer JWT, and the ``kid`` its header names (unverified: it
+    only says which key to fetch; the signature is checked with that key afterwards)."""
+    scheme, _, credential = (authorization or "").partition(" ")
+    credential = credential.strip()
+    if scheme.lower() != "bearer" or credential.count(".") != 2:
+        return False, None
+    try:
+        kid = jwt.get_unverified_header(credential).get("kid")
+    except jwt.PyJWTError:
+        return False, None
+    if kid is not None and not isinstance(kid, str):
+        return False, None
+    return True, kid
 
 
 def _claimed_roles(value: Any) -> frozenset[str]:

@@ -63,13 +63,15 @@ class Unauthorized(ConclaveError):
 _REFUSED_TOKEN_CODES = frozenset({ProblemCode.INVALID_TOKEN, ProblemCode.TOKEN_EXPIRED})
 
 
-def bearer_challenge(code: str, detail: str) -> str:
-    """The ``WWW-Authenticate`` value of a 401 with ``code``."""
+def bearer_challenge(code: str, detail: str, *, parameters: str = "") -> str:
+    """The ``WWW-Authenticate`` value of a 401 with ``code``; ``parameters`` (already quoted
+    ``name="value"`` pairs, such as RFC 9728's ``resource_metadata``) follow the realm."""
+    challenge = 'Bearer realm="conclave"' + (f", {parameters}" if parameters else "")
     if code not in _REFUSED_TOKEN_CODES:
-        return 'Bearer realm="conclave"'
+        return challenge
     # error_description allows printable ASCII except '"' and '\\' (RFC 6750 §3).
     description = "".join(c if " " <= c <= "~" and c not in '"\\' else "'" for c in detail)
-    return f'Bearer realm="conclave", error="invalid_token", error_description="{description}"'
+    return f'{challenge}, error="invalid_token", error_description="{description}"'
 
 
 class Forbidden(ConclaveError):

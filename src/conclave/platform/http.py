@@ -23,9 +23,11 @@ from conclave.platform.auth import (
 )
 from conclave.platform.bodies import require_json_body
 from conclave.platform.clock import rfc3339, utc_now
+from conclave.platform.egress import EgressPolicy
 from conclave.platform.event_loop_probe import EventLoopProbe
 from conclave.platform.fast_lane import ServiceApp
 from conclave.platform.jsontext import CompactJSONResponse
+from conclave.platform.jwks import JwksKeys, JwksSettings
 from conclave.platform.metrics import Reading, ServiceMetrics
 from conclave.platform.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from conclave.platform.openapi import install_problem_documentation, problem_responses
@@ -46,7 +48,18 @@ _bearer = HTTPBearer(auto_error=False, description="Bearer token or JWT (sub = u
 
 
 def authenticator_from(settings: CommonSettings) -> Authenticator:
-    """Build the authenticator the settings describe."""
+    """Build the authenticator the settings describe (with the issuer's JWKS when
+    ``CONCLAVE_JWT_JWKS_URL`` is set: fetched on first need, through the egress policy)."""
+    jwks = None
+    if settings.jwt_jwks_url:
+        jwks = JwksKeys(
+            JwksSettings(
+                settings.jwt_jwks_url,
+                cache_seconds=settings.jwt_jwks_cache_seconds,
+                min_refresh_seconds=settings.jwt_jwks_min_refresh_seconds,
+            ),
+            EgressPolicy.from_settings(settings),
+        )
     return Authenticator(
         AuthConfig(
             enabled=settings.auth_active(),
@@ -59,7 +72,8 @@ def authenticator_from(settings: CommonSettings) -> Authenticator:
             services=frozenset(settings.service_users),
             roles_claim=settings.jwt_roles_claim,
             max_token_lifetime_seconds=settings.jwt_max_lifetime_seconds,
-        )
+        ),
+        jwks,
     )
 
 
@@ -70,7 +84,7 @@ async def _principal(
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     authenticator: Authenticator = request.app.state.authenticator
-    return authenticator.authenticate(
+    return await authenticator.authenticate_async(
         request.headers.get("authorization"), request.headers.get(ACTING_USER_HEADER)
     )
 
@@ -208,6 +222,7 @@ def _served(lifespan: Lifespan, metrics: ServiceMetrics, tracing: Tracing) -> Li
                 finally:
                     await probe.stop()
         finally:
+            await app.state.authenticator.aclose()
             await tracing.flush()
 
     return run

@@ -93,6 +93,8 @@ class ProblemCode(StrEnum):
     INVALID_TOKEN = ("INVALID_TOKEN", (401,), "Invalid token",
         "The bearer token is unknown, or the JWT fails its signature or claims.")
     TOKEN_EXPIRED = "TOKEN_EXPIRED", (401,), "Token expired", "The JWT's `exp` has passed."
+    AUTH_KEYS_UNAVAILABLE = ("AUTH_KEYS_UNAVAILABLE", (503,), "Signing keys unavailable",
+        "The token issuer's JWKS could not be fetched yet, so no JWT can be checked.")
     FORBIDDEN = "FORBIDDEN", (403,), "Forbidden", "The caller may not do this."
     USER_MISMATCH = ("USER_MISMATCH", (403,), "User mismatch",
         "The body names a `user_id` other than the authenticated caller's.")

@@ -6,7 +6,7 @@ import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -181,6 +181,28 @@ class CommonSettings(BaseSettings):
         alias="CONCLAVE_JWT_MAX_LIFETIME_SECONDS",
         description="Longest JWT lifetime accepted: a token whose `exp` is further than this "
         "from now or from its `iat` is refused (401 INVALID_TOKEN).",
+    )
+    jwt_jwks_url: str | None = Field(
+        None,
+        alias="CONCLAVE_JWT_JWKS_URL",
+        description="JWKS URL of the OAuth authorization server whose JWTs are accepted "
+        "(RS/PS/ES256-512, EdDSA; the key each token's `kid` names). Fetched through the egress "
+        "policy: an issuer on a private address must be in CONCLAVE_EGRESS_ALLOW_HOSTS.",
+    )
+    jwt_jwks_cache_seconds: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        alias="CONCLAVE_JWT_JWKS_CACHE_SECONDS",
+        description="How long a fetched JWKS is used before it is fetched again.",
+    )
+    jwt_jwks_min_refresh_seconds: float = Field(
+        30.0,
+        ge=0,
+        le=3_600,
+        alias="CONCLAVE_JWT_JWKS_MIN_REFRESH_SECONDS",
+        description="Least time between two JWKS fetches, whatever key ids tokens name (a flood "
+        "of unknown `kid`s costs no more fetches than this allows).",
     )
     jwt_roles_claim: str = Field(
         "roles",
@@ -417,6 +439,15 @@ class CommonSettings(BaseSettings):
             ipaddress.ip_network(network, strict=False)  # ValueError names the bad entry
         return value
 
+    @field_validator("jwt_jwks_url")
+    @classmethod
+    def _jwks_url_is_http(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme not in ("https", "http") or not parts.hostname:
+                raise ValueError(f"{value!r} must be an absolute http(s) URL")
+        return value
+
     def traces_exporters(self) -> tuple[str, ...]:
         """The span exporters the OpenTelemetry settings ask for (``otlp``, ``console``); empty
         when tracing is off. Exporters this build does not ship are ignored."""
@@ -475,6 +506,7 @@ class CommonSettings(BaseSettings):
             self.api_tokens.get_secret_value()
             or self.jwt_secret.get_secret_value()
             or self.jwt_public_key.get_secret_value()
+            or self.jwt_jwks_url
         )
 
     def auth_active(self) -> bool:

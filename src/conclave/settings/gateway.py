@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
@@ -197,9 +198,70 @@ class GatewaySettings(CommonSettings):
         "on answers').",
     )
 
+    resource_url: str | None = Field(
+        None,
+        alias="GATEWAY_RESOURCE_URL",
+        description="The canonical URL of the gateway's MCP endpoint as clients reach it (e.g. "
+        "https://gateway.example.com/mcp; RFC 8707 resource indicator). Published in the OAuth "
+        "protected resource metadata, and JWTs must carry it in `aud` (it is the JWT audience "
+        "unless CONCLAVE_JWT_AUDIENCE says the same). Unset: derived from each request's URL "
+        "and no audience is required beyond CONCLAVE_JWT_AUDIENCE.",
+    )
+    authorization_servers: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        alias="GATEWAY_AUTHORIZATION_SERVERS",
+        description="Issuer URLs of the OAuth authorization servers that grant tokens for the "
+        "gateway, comma separated (protected resource metadata); defaults to CONCLAVE_JWT_ISSUER.",
+    )
+    oauth_scopes: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        alias="GATEWAY_OAUTH_SCOPES",
+        description="Scopes clients should request, comma separated (`scopes_supported` of the "
+        "protected resource metadata); none by default.",
+    )
+
     _split_lists = field_validator(
-        "tool_modules", "mcp_allowed_hosts", "tool_catalogues", mode="before"
+        "tool_modules",
+        "mcp_allowed_hosts",
+        "tool_catalogues",
+        "authorization_servers",
+        "oauth_scopes",
+        mode="before",
     )(_split_csv)
+
+    @field_validator("resource_url", "authorization_servers")
+    @classmethod
+    def _absolute_urls(cls, value: str | list[str] | None) -> str | list[str] | None:
+        for url in [value] if isinstance(value, str) else value or []:
+            parsed = urlsplit(url)
+            if parsed.scheme not in ("https", "http") or not parsed.netloc or parsed.fragment:
+                raise ValueError(f"{url!r} must be an absolute http(s) URL without a fragment")
+            # It is quoted in WWW-Authenticate challenges and compared as text by clients.
+            if any(c in url for c in '"\\ ') or not (url.isascii() and url.isprintable()):
+                raise ValueError(f"{url!r} must be a URL of printable ASCII without quotes")
+        return value
+
+    @field_validator("oauth_scopes")
+    @classmethod
+    def _scope_tokens(cls, value: list[str]) -> list[str]:
+        # RFC 6749 §3.3 scope-token: printable ASCII without space, '"' or '\\', so a scope fits
+        # the quoted `scope` parameter of the WWW-Authenticate challenge unchanged.
+        for scope in value:
+            if not all(c == "!" or "#" <= c <= "[" or "]" <= c <= "~" for c in scope):
+                raise ValueError(f"{scope!r} is not an OAuth scope token")
+        return value
+
+    @model_validator(mode="after")
+    def _resource_is_the_audience(self) -> GatewaySettings:
+        # The MCP authorization spec binds a token to the resource it was issued for (RFC 8707):
+        # a token for another service that trusts the same issuer must not open the gateway.
+        if self.resource_url is not None:
+            if self.jwt_audience is not None and self.jwt_audience != self.resource_url:
+                raise ValueError(
+                    "CONCLAVE_JWT_AUDIENCE must equal GATEWAY_RESOURCE_URL when both are set"
+                )
+            self.jwt_audience = self.resource_url
+        return self
 
     @model_validator(mode="after")
     def _mcp_hosts_are_allowed_hosts(self) -> GatewaySettings:
