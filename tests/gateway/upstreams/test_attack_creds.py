@@ -1,0 +1,224 @@
+"""Attacks on users' own upstream credentials (outside attacker, branch attack-creds).
+
+Each test states what the product promises (docs/security.md, access.py, credentials.py:
+"The plaintext ... is never answered, logged, audited or published") and fails where it
+does not hold.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import mcp_types as types
+from starlette.types import Receive, Scope, Send
+
+from conclave.gateway.app import create_app
+from conclave.gateway.upstreams.credentials import new_key_text
+from tests.conftest import Backend, open_platform, serve_app, test_settings  # noqa: F401
+from tests.gateway.conftest import audit_rows
+from tests.gateway.upstream_fixtures import ALLOW_LOOPBACK, catalogue
+from tests.gateway.upstreams.credential_mcp_server import CredentialServer
+from tests.httpserver import running_server
+
+TOKENS = "tok-ada=ada,tok-bob=bob,tok-carol=carol,tok-root=root"
+KEY = new_key_text()
+ECHO_INIT = "Bearer echo-init-"
+
+
+class EchoServer(CredentialServer):
+    """The credential server, plus what real upstreams do with a token they dislike: answer
+    the ``initialize`` with a JSON-RPC error quoting the Authorization header it got
+    ("invalid token: Bearer ..."), and tools that echo the header JSON-encoded."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            authorization = headers.get(b"authorization", b"").decode()
+            if authorization.startswith(ECHO_INIT) and scope["method"] == "POST":
+                body = b""
+                while True:
+                    message = await receive()
+                    body += message.get("body", b"")
+                    if not message.get("more_body"):
+                        break
+                request = json.loads(body)
+                if "id" in request:
+                    answer = {
+                        "jsonrpc": "2.0",
+                        "id": request["id"],
+                        "error": {"code": -32001, "message": f"invalid token: {authorization}"},
+                    }
+                    data = json.dumps(answer).encode()
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": 200,
+                            "headers": [(b"content-type", b"application/json")],
+                        }
+                    )
+                    await send({"type": "http.response.body", "body": data})
+                else:
+                    await send({"type": "http.response.start", "status": 202, "headers": []})
+                    await send({"type": "http.response.body", "body": b""})
+                return
+        await super().__call__(scope, receive, send)
+
+    async def _list(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        listed = await super()._list(ctx, params)
+        obj = {"type": "object", "properties": {}, "additionalProperties": False}
+        listed.tools.append(types.Tool(name="leak_json", description="x", input_schema=obj))
+        return listed
+
+    async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name == "leak_json":
+            header = self._header(ctx)
+            text = json.dumps({"you_sent": {"authorization": header}})
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+        return await super()._call(ctx, params)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@asynccontextmanager
+async def gateway(
+    backend: Backend, tmp_path: Path, service_secret: str = "service-token-9999", **overrides: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, EchoServer]]:
+    upstream = EchoServer()
+    async with running_server(upstream) as upstream_url:
+        entry: dict[str, Any] = {
+            "name": "creds",
+            "transport": "http",
+            "url": f"{upstream_url}/mcp",
+            "timeout_seconds": 10,
+            "connect_timeout_seconds": 3,
+            "credential": {"accept": "user_or_service", "service": {"secret": "svc"}},
+        }
+        settings = test_settings(
+            tool_catalogues=catalogue(tmp_path, entry),
+            auth="enabled",
+            api_tokens=TOKENS,
+            operators="root",
+            upstream_credential_keys=KEY,
+            upstream_secrets={"svc": service_secret},
+            data_dir=tmp_path / "data",
+            **{**ALLOW_LOOPBACK, **overrides},
+        )
+        async with open_platform(backend, settings) as platform:
+            app = create_app(settings, platform=platform)
+            async with running_server(app) as url, httpx.AsyncClient(base_url=url) as client:
+                yield client, upstream
+
+
+async def execute(client: httpx.AsyncClient, token: str, tool: str) -> httpx.Response:
+    return await client.post(
+        "/execute", json={"tool": f"creds__{tool}", "args": {}}, headers=bearer(token)
+    )
+
+
+async def register(client: httpx.AsyncClient, token: str, credential: str) -> httpx.Response:
+    return await client.put(
+        "/upstreams/creds/credential", json={"credential": credential}, headers=bearer(token)
+    )
+
+
+async def _everything(client: httpx.AsyncClient, backend: Backend, *answers: Any) -> str:
+    rows = await audit_rows(backend)
+    return json.dumps([*answers, [dict(row._mapping) for row in rows]], default=str)
+
+
+# --- 1. truncation before scrubbing: a long credential is cut, then no longer matches --------
+
+
+async def test_attack_long_credential_partly_leaks_through_cut_error_text(
+    backend: Backend, tmp_path: Path
+):
+    """The upstream error text is cut at 500 characters (`_tool_error_text`) BEFORE `scrub`
+    looks for the credential: a credential of 600 characters (allowed up to 4096) echoed by
+    the upstream no longer matches whole, and its first ~440 characters are answered, stored
+    in the audit row and call log."""
+    credential = "ada-" + "".join(f"{i:04d}" for i in range(150))  # 604 chars, all distinct
+    async with gateway(backend, tmp_path) as (client, _upstream):
+        assert (await register(client, "tok-ada", credential)).status_code == 204
+        error = await execute(client, "tok-ada", "leak_error")
+        everything = await _everything(client, backend, error.json())
+    assert error.status_code == 422
+    # No 64-character piece of the credential may appear anywhere.
+    assert credential[:64] not in everything, error.json()["detail"][:200]
+
+
+# --- 2. JSON-encoded echo: the credential's text, escaped, passes the scrub ------------------
+
+
+async def test_attack_credential_with_quote_or_backslash_leaks_json_encoded(
+    backend: Backend, tmp_path: Path
+):
+    """A credential may hold `"` and `\\` (visible ASCII). An upstream echoing its request
+    headers as JSON text (the common debug/echo shape) writes them escaped; `scrub` looks for
+    the raw text only, so the whole credential reaches the answer and the audit row, and the
+    reader gets it back with one json.loads."""
+    credential = 'ada\\tok"en-0001-secret'
+    async with gateway(backend, tmp_path) as (client, _upstream):
+        assert (await register(client, "tok-ada", credential)).status_code == 204
+        answer = await execute(client, "tok-ada", "leak_json")
+    assert answer.status_code == 200, answer.text
+    echoed = json.loads(answer.json()["result"])["you_sent"]["authorization"]
+    assert credential not in echoed, echoed
+
+
+# --- 3. the service credential in GET /upstreams last_error, for every signed-in user --------
+
+
+async def test_attack_service_credential_shown_to_every_user_in_last_error(
+    backend: Backend, tmp_path: Path
+):
+    """An upstream answering `initialize` with an error that quotes the token it was given
+    ("invalid token: Bearer ...") is common. `Upstream.run` stores `describe(exc)` as
+    `last_error`, which `GET /upstreams` shows to ANY signed-in user: the service credential
+    (an operator's secret) is handed to every user. `describe` strips URLs, not headers."""
+    service = "echo-init-service-secret-42"
+    async with gateway(backend, tmp_path, service_secret=service) as (client, _upstream):
+        listed = await client.get("/upstreams", headers=bearer("tok-carol"))
+    assert listed.status_code == 200
+    assert service not in listed.text, listed.json()["upstreams"][0]["last_error"]
+
+
+# --- 4. a user's credential logged in clear when their session fails to open -----------------
+
+
+async def test_attack_user_credential_logged_when_their_session_fails_to_open(
+    backend: Backend, tmp_path: Path, json_logs: Any
+):
+    """`UserSessions._hold` logs `describe(exc)` unscrubbed ("upstream user session ended")
+    when the user's session fails: an upstream whose initialize error quotes the token puts
+    the user's credential into the gateway's logs (docs: never logged). The answer itself is
+    scrubbed, the log line is not."""
+    credential = "echo-init-ada-secret-0001"
+    async with gateway(backend, tmp_path) as (client, _upstream):
+        assert (await register(client, "tok-ada", credential)).status_code == 204
+        answer = await execute(client, "tok-ada", "whoami")
+        everything = await _everything(client, backend, answer.json())
+    assert answer.status_code in (403, 503), answer.text
+    assert credential not in everything
+    assert credential not in json_logs.getvalue()
+
+
+async def test_attack_long_user_credential_partly_answered_when_session_fails(
+    backend: Backend, tmp_path: Path
+):
+    """The same refusal, with a 400-character credential: `describe` cuts its text at 300
+    characters before `scrub` runs, so the prefix of the credential is answered to the user
+    and written into the audit row / call log (the promise: never audited)."""
+    credential = "echo-init-" + "".join(f"{i:03d}" for i in range(130))
+    async with gateway(backend, tmp_path) as (client, _upstream):
+        assert (await register(client, "tok-ada", credential)).status_code == 204
+        answer = await execute(client, "tok-ada", "whoami")
+        everything = await _everything(client, backend, answer.json())
+    assert answer.status_code in (403, 503), answer.text
+    assert credential[:64] not in everything, answer.json().get("detail", "")[:300]
