@@ -222,3 +222,48 @@ async def test_attack_long_user_credential_partly_answered_when_session_fails(
         everything = await _everything(client, backend, answer.json())
     assert answer.status_code in (403, 503), answer.text
     assert credential[:64] not in everything, answer.json().get("detail", "")[:300]
+
+
+# --- 5. a damaged stored row: an unexpected TOOL_FAILED instead of "cannot be read; register it again" -----------
+
+
+async def test_attack_truncated_ciphertext_row_is_an_unexpected_failure(backend: Backend, tmp_path: Path):
+    """A row whose ciphertext is shorter than the 12-byte nonce (a truncated write, a bad
+    migration, a tampered row) makes AESGCM raise ValueError("Nonce must be ..."), not
+    InvalidTag: `CredentialCipher.decrypt` lets it through and every call of that user is
+    answered 502 TOOL_FAILED "failed unexpectedly" (an unhandled exception in the executor,
+    logged as a crash) instead of the documented 403 UPSTREAM_CREDENTIAL_REQUIRED 'register it
+    again'."""
+    from sqlalchemy import update
+
+    from conclave.gateway.store import upstream_credentials
+
+    async with gateway(backend, tmp_path) as (client, _upstream):
+        assert (await register(client, "tok-ada", "ada-token-0001")).status_code == 204
+        async with backend.engine.begin() as connection:
+            await connection.execute(
+                update(upstream_credentials)
+                .where(upstream_credentials.c.user_id == "ada")
+                .values(ciphertext=b"short")
+            )
+        answer = await execute(client, "tok-ada", "whoami")
+    assert answer.status_code == 403, answer.text
+    assert answer.json()["code"] == "UPSTREAM_CREDENTIAL_REQUIRED"
+
+
+# --- 6. hostile path segments on the operator's delete ---------------------------------------
+
+
+async def test_attack_operator_delete_with_nul_or_surrogate_user_id(
+    backend: Backend, tmp_path: Path
+):
+    """`DELETE /upstreams/{name}/credentials/{user_id}` passes the path's user id straight to
+    the store: NUL (PostgreSQL text refuses it) or a lone surrogate must be a 4xx, never 500."""
+    async with gateway(backend, tmp_path) as (client, _upstream):
+        answers = [
+            await client.delete(f"/upstreams/creds/credentials/{segment}", headers=bearer("tok-root"))
+            for segment in ("a%00b", "a%ED%A0%80b", "x" * 8000)
+        ]
+    assert [a.status_code for a in answers if a.status_code >= 500] == [], [
+        (a.status_code, a.text[:200]) for a in answers
+    ]
