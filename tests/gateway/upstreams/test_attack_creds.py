@@ -35,9 +35,25 @@ class EchoServer(CredentialServer):
     the ``initialize`` with a JSON-RPC error quoting the Authorization header it got
     ("invalid token: Bearer ..."), and tools that echo the header JSON-encoded."""
 
+    seen_ids: set[bytes]
+    dead: set[bytes]
+
+    def restart(self) -> None:
+        """Forget every session (the upstream was redeployed): their ids now answer 404."""
+        self.dead = set(self.seen_ids)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not hasattr(self, "dead"):
+            self.seen_ids, self.dead = set(), set()
         if scope["type"] == "http":
             headers = dict(scope["headers"])
+            session_id = headers.get(b"mcp-session-id")
+            if session_id is not None:
+                self.seen_ids.add(session_id)
+                if session_id in self.dead:
+                    await send({"type": "http.response.start", "status": 404, "headers": []})
+                    await send({"type": "http.response.body", "body": b"no such session"})
+                    return
             authorization = headers.get(b"authorization", b"").decode()
             if authorization.startswith(ECHO_INIT) and scope["method"] == "POST":
                 body = b""
@@ -267,3 +283,25 @@ async def test_attack_operator_delete_with_nul_or_surrogate_user_id(
     assert [a.status_code for a in answers if a.status_code >= 500] == [], [
         (a.status_code, a.text[:200]) for a in answers
     ]
+
+
+# --- 7. an upstream restart leaves every user's session broken while they keep calling -------
+
+
+async def test_attack_user_session_stuck_after_upstream_forgets_it(
+    backend: Backend, tmp_path: Path
+):
+    """An upstream that restarts (a deploy) forgets its sessions and answers 404 to their ids;
+    the SDK words that as a JSON-RPC error INVALID_REQUEST "Session terminated". For a user's
+    session `UserSessions.call` closes the session only on CONNECTION_CLOSED or a 401/403, so
+    the dead session is kept and every further call of that user fails 502, and `last_used` is
+    refreshed by each failing call: it is never idle, never replaced. The user is locked out
+    until they stop calling for the idle time or re-register their credential. (The shared
+    session recovers: its periodic listing fails and the supervisor reconnects.)"""
+    async with gateway(backend, tmp_path) as (client, upstream):
+        assert (await register(client, "tok-ada", "ada-token-0001")).status_code == 204
+        assert (await execute(client, "tok-ada", "whoami")).status_code == 200
+        upstream.restart()
+        after = [await execute(client, "tok-ada", "whoami") for _ in range(4)]
+    codes = [(a.status_code, a.json().get("code")) for a in after]
+    assert codes[-1][0] == 200, codes
