@@ -7,6 +7,7 @@ does not hold.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -47,6 +48,8 @@ class EchoServer(CredentialServer):
             self.seen_ids, self.dead = set(), set()
         if scope["type"] == "http":
             headers = dict(scope["headers"])
+            if scope["method"] == "DELETE" and getattr(self, "slow_delete", 0):
+                await asyncio.sleep(self.slow_delete)  # a slow (or dropped) session teardown
             session_id = headers.get(b"mcp-session-id")
             if session_id is not None:
                 self.seen_ids.add(session_id)
@@ -305,3 +308,31 @@ async def test_attack_user_session_stuck_after_upstream_forgets_it(
         after = [await execute(client, "tok-ada", "whoami") for _ in range(4)]
     codes = [(a.status_code, a.json().get("code")) for a in after]
     assert codes[-1][0] == 200, codes
+
+
+# --- 8. closed sessions are not counted: one user holds any number of upstream connections ---
+
+
+async def test_attack_one_user_accumulates_closing_sessions_beyond_the_bound(
+    backend: Backend, tmp_path: Path
+):
+    """`UserSessions._close` drops a session from the table at once and lets its task end on
+    its own: the SDK's teardown (DELETE) runs for up to the upstream's time-out. The bound
+    `GATEWAY_UPSTREAM_MAX_USER_SESSIONS` counts only the table, and `close_all` at shutdown
+    waits only for the table's tasks. One user replacing their credential and calling, in a
+    loop, holds one more upstream connection (task, httpx client, socket) per iteration as
+    long as the upstream is slow to answer DELETE: unbounded per-user connections."""
+    async with gateway(backend, tmp_path, upstream_max_user_sessions=2) as (client, upstream):
+        upstream.slow_delete = 8
+        for round_ in range(8):
+            credential = f"ada-token-{round_:04d}"
+            assert (await register(client, "tok-ada", credential)).status_code == 204
+            assert (await execute(client, "tok-ada", "whoami")).status_code == 200
+        await asyncio.sleep(0.2)
+        alive = [
+            task
+            for task in asyncio.all_tasks()
+            if task.get_name().startswith("upstream creds user session") and not task.done()
+        ]
+        upstream.slow_delete = 0
+    assert len(alive) <= 2, f"{len(alive)} user-session tasks of ONE user alive (bound 2)"
