@@ -336,3 +336,23 @@ async def test_attack_one_user_accumulates_closing_sessions_beyond_the_bound(
         ]
         upstream.slow_delete = 0
     assert len(alive) <= 2, f"{len(alive)} user-session tasks of ONE user alive (bound 2)"
+
+
+# --- 9. concurrent first registrations: update-then-insert races into a unique violation -----
+
+
+async def test_attack_concurrent_first_registrations_answer_500(backend: Backend, tmp_path: Path):
+    """`store.put_upstream_credential` is UPDATE, then INSERT when nothing was updated. Two
+    PUTs of a user's first credential at once (a double-clicked form, a client retrying) both
+    update nothing and both insert (PostgreSQL; SQLite serialises writers): the second hits the
+    primary key, an IntegrityError that
+    `store_errors` passes on, answered 500."""
+    async with gateway(backend, tmp_path) as (client, _upstream):
+        for round_ in range(5):
+            user_token = "tok-bob"
+            await client.delete("/upstreams/creds/credential", headers=bearer(user_token))
+            answers = await asyncio.gather(
+                *(register(client, user_token, f"bob-token-{round_}-{i:04d}") for i in range(8))
+            )
+            bad = [(a.status_code, a.text[:200]) for a in answers if a.status_code >= 500]
+            assert bad == [], bad
