@@ -356,3 +356,35 @@ async def test_attack_concurrent_first_registrations_answer_500(backend: Backend
             )
             bad = [(a.status_code, a.text[:200]) for a in answers if a.status_code >= 500]
             assert bad == [], bad
+
+
+# --- 10. the embedded key file: folder mode, and the start-up race it claims to handle ------
+
+
+def test_attack_embedded_key_folder_is_not_made_private(tmp_path: Path):
+    """docs/security.md: the key is kept "mode 0600, in a folder of mode 0700". The folder is
+    `CONCLAVE_DATA_DIR` itself, which already exists (the SQLite database is there): `mkdir(mode=
+    0o700, exist_ok=True)` leaves its mode alone and nothing checks it."""
+    from conclave.gateway.upstreams.credentials import embedded_key
+
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    embedded_key(data / "upstream-credential.key")
+    assert data.stat().st_mode & 0o077 == 0, oct(data.stat().st_mode)
+
+
+def test_attack_embedded_key_second_process_reads_half_created_file(tmp_path: Path):
+    """"created exclusively so two processes starting together end with one key": the first
+    process creates the file (O_EXCL) and writes the key afterwards; the second one, getting
+    FileExistsError in between, reads the still-empty file and refuses to start ("must hold one
+    credential key") instead of waiting for the key."""
+    import os
+
+    from conclave.gateway.upstreams.credentials import embedded_key
+
+    path = tmp_path / "data" / "upstream-credential.key"
+    path.parent.mkdir(mode=0o700)
+    # What the first process leaves between os.open(O_CREAT | O_EXCL) and its write.
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    embedded_key(path)  # the second process: must not fail
