@@ -388,3 +388,46 @@ def test_attack_embedded_key_second_process_reads_half_created_file(tmp_path: Pa
     # What the first process leaves between os.open(O_CREAT | O_EXCL) and its write.
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     embedded_key(path)  # the second process: must not fail
+
+
+# --- 11. a call racing a DELETE re-opens a session with the deleted credential, kept open ----
+
+
+async def test_attack_deleted_credential_keeps_a_session_open_after_a_racing_call(
+    backend: Backend, tmp_path: Path, monkeypatch: Any
+):
+    """docs/gateway.md: a user's session is closed "when their credential is replaced or
+    deleted". `forget` closes the session present at DELETE time only: a call that read the
+    credential just before (its store read in flight; widened here by a delay after the read)
+    opens a NEW session with the deleted credential after the DELETE answered 204, and that
+    session stays open, authenticated as the user, with the plaintext in memory, until idle
+    (300 s) — nothing will close it since later calls of the user go to the service session.
+    Same with a replaced (revoked) credential until the user's next call."""
+    from conclave.gateway import store
+
+    original = store.get_upstream_credential
+    gate = asyncio.Event()
+    slow = {"on": False}
+
+    async def slow_read(engine: Any, server: str, user_id: str) -> Any:
+        found = await original(engine, server, user_id)
+        if slow["on"]:
+            gate.set()
+            await asyncio.sleep(0.5)
+        return found
+
+    monkeypatch.setattr(store, "get_upstream_credential", slow_read)
+    credential = "ada-token-to-delete"
+    async with gateway(backend, tmp_path) as (client, upstream):
+        assert (await register(client, "tok-ada", credential)).status_code == 204
+        slow["on"] = True
+        call = asyncio.create_task(execute(client, "tok-ada", "whoami"))
+        await gate.wait()
+        slow["on"] = False
+        deleted = await client.delete("/upstreams/creds/credential", headers=bearer("tok-ada"))
+        assert deleted.status_code == 204
+        await call
+        await asyncio.sleep(1.0)
+        opened = upstream.opened.count(f"Bearer {credential}")
+        closed = upstream.closed.count(f"Bearer {credential}")
+    assert opened == closed, f"{opened - closed} session(s) with the deleted credential still open"
