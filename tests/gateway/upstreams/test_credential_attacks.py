@@ -9,11 +9,13 @@ assertions, the guarded behaviour.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import httpx
 import mcp_types as types
@@ -93,12 +95,26 @@ class EchoServer(CredentialServer):
         listed = await super()._list(ctx, params)
         obj = {"type": "object", "properties": {}, "additionalProperties": False}
         listed.tools.append(types.Tool(name="leak_json", description="x", input_schema=obj))
+        listed.tools.append(types.Tool(name="leak_encoded", description="x", input_schema=obj))
         return listed
 
     async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name == "leak_json":
             header = self._header(ctx)
             text = json.dumps({"you_sent": {"authorization": header}})
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+        if params.name == "leak_encoded":
+            header = self._header(ctx) or ""
+            encoded = {
+                "query": f"?auth={quote(header, safe='')}&plus={quote_plus(header)}",
+                # Basic-style envelopes put it at every alignment of base64's groups of three.
+                "base64": [
+                    base64.b64encode(f"{pad}user:{header}".encode()).decode()
+                    for pad in ("", "x", "xy")
+                ],
+                "base64url": base64.urlsafe_b64encode(f"u:{header}".encode()).decode(),
+            }
+            text = json.dumps(encoded)
             return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
         return await super()._call(ctx, params)
 
@@ -197,6 +213,30 @@ async def test_a_credential_echoed_json_encoded_is_scrubbed(backend: Backend, tm
     assert answer.status_code == 200, answer.text
     echoed = json.loads(answer.json()["result"])["you_sent"]["authorization"]
     assert credential not in echoed, echoed
+
+
+async def test_a_credential_echoed_percent_or_base64_encoded_is_scrubbed(
+    backend: Backend, tmp_path: Path
+):
+    """Beyond JSON: an upstream echoing the header in a query string (percent-encoded, ``+``
+    for spaces) or inside a base64 envelope (a Basic header, a JWT-like blob), at each of the
+    three alignments of base64's groups: none of them may carry the credential back."""
+    credential = "ada tok/en+0001?secret=&more"
+    async with gateway(backend, tmp_path) as (client, _upstream):
+        assert (await register(client, "tok-ada", credential)).status_code == 204
+        answer = await execute(client, "tok-ada", "leak_encoded")
+        everything = await _everything(client, backend, answer.json())
+    assert answer.status_code == 200, answer.text
+    echoed = json.loads(answer.json()["result"])
+    assert quote(credential, safe="") not in everything
+    assert quote_plus(credential) not in everything
+    for blob in [*echoed["base64"], echoed["base64url"]]:
+        assert "[redacted]" in blob, blob
+        # What is left around the redaction holds no piece of the credential worth having.
+        decoded = base64.urlsafe_b64decode(blob.replace("[redacted]", "") + "===")
+        assert credential.encode() not in decoded
+        assert credential[2:-2].encode() not in decoded, blob
+    assert "[redacted]" in echoed["query"]
 
 
 # --- 3. the service credential in GET /upstreams last_error, for every signed-in user --------
