@@ -96,6 +96,7 @@ class EchoServer(CredentialServer):
         obj = {"type": "object", "properties": {}, "additionalProperties": False}
         listed.tools.append(types.Tool(name="leak_json", description="x", input_schema=obj))
         listed.tools.append(types.Tool(name="leak_encoded", description="x", input_schema=obj))
+        listed.tools.append(types.Tool(name="structured", description="x", input_schema=obj))
         return listed
 
     async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -103,6 +104,10 @@ class EchoServer(CredentialServer):
             header = self._header(ctx)
             text = json.dumps({"you_sent": {"authorization": header}})
             return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+        if params.name == "structured":
+            header = self._header(ctx)
+            echoed = {"count": 3, "ratio": 0.5, "ok": True, "none": None, "sent": [header, 7]}
+            return types.CallToolResult(content=[], structured_content=echoed)
         if params.name == "leak_encoded":
             header = self._header(ctx) or ""
             encoded = {
@@ -237,6 +242,25 @@ async def test_a_credential_echoed_percent_or_base64_encoded_is_scrubbed(
         assert credential.encode() not in decoded
         assert credential[2:-2].encode() not in decoded, blob
     assert "[redacted]" in echoed["query"]
+
+
+async def test_a_scrubbed_structured_result_keeps_its_numbers_and_booleans(
+    backend: Backend, tmp_path: Path
+):
+    """Scrubbing copies the result: every value that is not a string, object or array was
+    left out of the copy (null), so a user's call of a tool with structured content lost its
+    numbers and booleans (and broke its output schema)."""
+    async with gateway(backend, tmp_path) as (client, _upstream):
+        assert (await register(client, "tok-ada", "ada-token-0001")).status_code == 204
+        answer = await execute(client, "tok-ada", "structured")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["result"] == {
+        "count": 3,
+        "ratio": 0.5,
+        "ok": True,
+        "none": None,
+        "sent": ["Bearer [redacted]", 7],
+    }
 
 
 # --- 3. the service credential in GET /upstreams last_error, for every signed-in user --------

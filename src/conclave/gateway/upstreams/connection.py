@@ -160,10 +160,10 @@ class Upstream:
         self,
         headers: dict[str, str],
         message_handler: MessageHandlerFnT | None = None,
-        on_status: Callable[[int], None] | None = None,
+        on_response: Callable[[httpx2.Response], None] | None = None,
     ) -> AsyncIterator[ClientSession]:
         """An initialised session with the HTTP upstream, every request carrying ``headers``;
-        ``on_status`` sees the status of each HTTP answer (the SDK words a 401 like a 500)."""
+        ``on_response`` sees each HTTP answer (the SDK words a 401 like a 500)."""
         spec = self.spec
         assert spec.url is not None
         async with AsyncExitStack() as stack:
@@ -174,10 +174,10 @@ class Upstream:
                 read_timeout=spec.timeout_seconds,
                 max_answer_bytes=self._limits.max_message_bytes,
             )
-            if on_status is not None:
+            if on_response is not None:
 
                 async def seen(response: httpx2.Response) -> None:
-                    on_status(response.status_code)
+                    on_response(response)
 
                 client.event_hooks["response"].append(seen)
             await stack.enter_async_context(client)

@@ -114,6 +114,8 @@ class Scrubber:
                 items: list[Any] = [None] * len(item)
                 parent[slot] = items
                 stack.extend((inner, items, index) for index, inner in enumerate(item))
+            else:  # numbers, booleans, null: kept as they are
+                parent[slot] = item
         return root[0]
 
     def extended(self, *secrets: str | None) -> Scrubber:

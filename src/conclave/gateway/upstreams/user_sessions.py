@@ -33,6 +33,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+import httpx2
 import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
@@ -70,10 +71,15 @@ class _UserSession:
         self.stop = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
-    def saw(self, status: int) -> None:
-        if status in _REFUSED:
+    def saw(self, response: httpx2.Response) -> None:
+        if response.status_code in _REFUSED:
             self.refused = True
-        elif status == _FORGOTTEN and self.ready.done():
+        elif (
+            response.status_code == _FORGOTTEN
+            and response.request.method == "POST"
+            and "mcp-session-id" in response.request.headers
+        ):
+            # What the SDK words "Session terminated": the upstream does not know the session.
             self.forgotten = True
 
 
@@ -114,8 +120,8 @@ class UserSessions:
             entry = self._entry(user_id, credential, header_value, generation)
             try:
                 return await self._call_on(user_id, entry, name, arguments)
-            except MCPError:
-                if not entry.forgotten or attempt:
+            except MCPError as exc:
+                if not (entry.forgotten and exc.error.code == types.INVALID_REQUEST) or attempt:
                     raise
                 # The upstream forgot the session (it restarted) and did not run the call:
                 # a new session, and the call once more.
@@ -247,7 +253,7 @@ class UserSessions:
     async def _hold(self, entry: _UserSession) -> None:
         headers = {**self._upstream.spec.headers, self._header: entry.header_value}
         try:
-            async with self._upstream.http_session(headers, on_status=entry.saw) as session:
+            async with self._upstream.http_session(headers, on_response=entry.saw) as session:
                 entry.session = session
                 entry.ready.set_result(None)
                 await entry.stop.wait()
