@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+import anyio
 from sqlalchemy.exc import IntegrityError
 
 from conclave.gateway import store
@@ -35,6 +36,7 @@ from conclave.gateway.outcome import (
     Outcome,
     request_hash,
 )
+from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.records import AuditRow
 from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
 from conclave.gateway.results import result_problem
@@ -73,6 +75,9 @@ class ExecuteCommand:
     user_id: str
     correlation_id: str | None
     idempotency_key: str | None = None
+    progress: ProgressReporter | None = None
+    """Where the tool's progress goes, when the caller can receive it (MCP with a
+    ``progressToken``); handed to the tool as :attr:`ToolContext.progress`."""
 
 
 @dataclass(slots=True)
@@ -274,7 +279,9 @@ class GatewayService:
     async def _run(self, call: _Call, registered: RegisteredTool) -> Outcome:
         tool = registered.tool
         command = call.command
-        context = ToolContext(call.row.conclave_id, command.user_id, command.correlation_id)
+        context = ToolContext(
+            call.row.conclave_id, command.user_id, command.correlation_id, command.progress
+        )
         timeout = tool.timeout_seconds or self._default_timeout
         try:
             # `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` runs the executor in a
@@ -286,8 +293,22 @@ class GatewayService:
                 else:
                     assert tool.cpu_executor is not None
                     result = await self._workers.run(
-                        tool.cpu_executor, dict(command.args), context, deadline
+                        tool.cpu_executor,
+                        dict(command.args),
+                        replace(context, progress=None),
+                        deadline,
                     )
+        except asyncio.CancelledError:
+            # The caller gave up (an MCP client cancelled the call): the tool was stopped where
+            # it waited (an upstream is sent `notifications/cancelled`), but it may have done
+            # its work already. Its row says so, whatever cancels this task next.
+            message = (
+                "The caller cancelled the call; whether the tool finished its work is unknown."
+            )
+            ending = _failed(409, ProblemCode.CALL_CANCELLED, message)
+            with anyio.CancelScope(shield=True):
+                await self._finish(call, ending)
+            raise
         except TimeoutError:
             message = f"The tool did not finish within {timeout:g} s."
             ending = _failed(504, ProblemCode.TOOL_TIMEOUT, message, status=TIMEOUT)

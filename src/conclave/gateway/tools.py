@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from conclave.platform.problem_types import ProblemCode
 
 if TYPE_CHECKING:  # worker processes import this module: they need no Redis client
+    from conclave.gateway.progress import ProgressReporter
     from conclave.platform.ratelimit import Rate
 
 
@@ -35,6 +36,10 @@ class ToolContext:
     conclave_id: str
     user_id: str
     correlation_id: str | None
+    progress: ProgressReporter | None = None
+    """Where the tool may report its progress (``progress, total, message``): set when the
+    caller can receive it (:mod:`conclave.gateway.progress`), ``None`` otherwise. A
+    ``cpu_executor`` never gets it (it runs in another process)."""
 
 
 Executor = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]

@@ -92,9 +92,9 @@ def upstream_executor(upstream: Upstream, name: str) -> Executor:
     """The executor of upstream tool ``name``: one ``tools/call``, failures as stable codes."""
     server = upstream.spec.name
 
-    async def execute(args: dict[str, Any], _ctx: ToolContext) -> Any:
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> Any:
         try:
-            result = await upstream.call(name, args)
+            result = await upstream.call(name, args, ctx.progress)
         except UpstreamDown as exc:
             raise _error(str(exc), ProblemCode.UPSTREAM_UNAVAILABLE, 503) from exc
         except MCPError as exc:
