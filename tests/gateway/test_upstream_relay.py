@@ -156,7 +156,7 @@ async def test_a_progress_flood_is_coalesced_and_cleaned(backend: Backend, tmp_p
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             received.append((progress, total, message))
 
-        async with sdk_client(url) as mcp:
+        async with sdk_client(url, mode="legacy") as mcp:  # 2025-11-25; the other test: 2026
             started = asyncio.get_running_loop().time()
             result = await mcp.call_tool(
                 "hostile__progress_flood", {"count": 3000}, progress_callback=on_progress
@@ -173,9 +173,12 @@ async def test_a_progress_flood_is_coalesced_and_cleaned(backend: Backend, tmp_p
     assert row.status == "succeeded"
 
 
+# The SDK's two ways of giving up: at 2025-11-25 (its "legacy" handshake) it POSTs
+# notifications/cancelled and leaves the request open; at 2026-07-28 it closes the request.
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 @pytest.mark.parametrize("with_progress", [False, True], ids=["json", "event-stream"])
 async def test_a_client_that_cancels_cancels_the_upstream_call(
-    backend: Backend, tmp_path: Path, with_progress: bool
+    backend: Backend, tmp_path: Path, with_progress: bool, mode: str
 ):
     marker = tmp_path / "cancelled.txt"
     async with live_gateway(backend, tmp_path, hostile_entry()) as (url, _app):
@@ -183,7 +186,7 @@ async def test_a_client_that_cancels_cancels_the_upstream_call(
         async def on_progress(_progress: float, _total: float | None, _message: str | None) -> None:
             return None
 
-        async with sdk_client(url) as mcp:
+        async with sdk_client(url, mode=mode) as mcp:
 
             async def started() -> bool:
                 return bool(await rows_of(backend, "hostile__slow"))
@@ -252,3 +255,31 @@ async def test_only_the_caller_can_cancel_its_call(backend: Backend, tmp_path: P
     assert answer.json()["id"] == 5 and answer.json()["error"]["code"] == -32800
     [row] = await rows_of(backend, "hostile__slow")
     assert (row.status, row.error_code) == ("failed", "CALL_CANCELLED")
+
+
+async def test_a_dropped_connection_at_2025_11_25(backend: Backend, tmp_path: Path):
+    """A JSON answer's call runs to its end (a disconnect is no cancellation on that wire); an
+    event stream's call ends with its stream, which no session can resume."""
+    markers = {kind: tmp_path / f"{kind}.txt" for kind in ("json", "stream")}
+    async with live_gateway(backend, tmp_path, hostile_entry()) as (url, _app):
+        headers = {"Authorization": "Bearer tok-ada", **HEADERS, "Accept": BOTH}
+        async with httpx.AsyncClient(timeout=30) as http:
+            for request_id, kind in enumerate(markers):
+                meta = {"progressToken": "p"} if kind == "stream" else None
+                args = {"seconds": 2, "marker": str(markers[kind])}
+                body = call(request_id, "hostile__slow", args, meta)
+                async with http.stream("POST", url, content=body, headers=headers) as response:
+                    assert response.headers["content-type"].startswith(
+                        "text/event-stream" if kind == "stream" else "application/json"
+                    )
+                    await asyncio.sleep(0.5)  # then the client goes away
+
+            async def settled() -> list[str]:
+                rows = await rows_of(backend, "hostile__slow")
+                statuses = sorted(row.status for row in rows)
+                return statuses if "running" not in statuses and len(rows) == 2 else []
+
+            await eventually(settled, timeout=10)
+    statuses = {row.error_code or row.status for row in await rows_of(backend, "hostile__slow")}
+    assert statuses == {"succeeded", "CALL_CANCELLED"}
+    assert not markers["json"].exists() and markers["stream"].read_text() == "cancelled"

@@ -337,16 +337,15 @@ class McpEndpoint:
             message = _json_object(body)
             # A notification is answered by the SDK (202) once the call it names is cancelled.
             running.handlers.in_flight.cancel(principal.user_id, message)
-            manager = running.manager
-            if wants_event_stream(request, message):
-                manager = running.streaming
-            elif await self._answer(running, request, message, principal, send):
+            # A call holding an unsafe value is answered (and audited) by the fast path's refusal.
+            streaming = wants_event_stream(request, message) and find_unsafe(message) is None
+            if not streaming and await self._answer(running, request, message, principal, send):
                 return
-            else:
-                refusal = invalid_request_id(message)
-                if refusal is not None:
-                    await refusal(scope, receive, send)
-                    return
+            refusal = invalid_request_id(message)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+            manager = running.streaming if streaming else running.manager
             if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
 
                 async def answer(watched: Receive) -> None:

@@ -75,9 +75,7 @@ class ExecuteCommand:
     user_id: str
     correlation_id: str | None
     idempotency_key: str | None = None
-    progress: ProgressReporter | None = None
-    """Where the tool's progress goes, when the caller can receive it (MCP with a
-    ``progressToken``); handed to the tool as :attr:`ToolContext.progress`."""
+    progress: ProgressReporter | None = None  # ToolContext.progress: the caller can receive it
 
 
 @dataclass(slots=True)
@@ -293,20 +291,12 @@ class GatewayService:
                 else:
                     assert tool.cpu_executor is not None
                     result = await self._workers.run(
-                        tool.cpu_executor,
-                        dict(command.args),
-                        replace(context, progress=None),
-                        deadline,
+                        tool.cpu_executor, dict(command.args), context, deadline
                     )
         except asyncio.CancelledError:
-            # The caller gave up (an MCP client cancelled the call): the tool was stopped where
-            # it waited (an upstream is sent `notifications/cancelled`), but it may have done
-            # its work already. Its row says so, whatever cancels this task next.
-            message = (
-                "The caller cancelled the call; whether the tool finished its work is unknown."
-            )
-            ending = _failed(409, ProblemCode.CALL_CANCELLED, message)
-            with anyio.CancelScope(shield=True):
+            message = "The caller cancelled the call; the tool may have done its work."
+            ending = _failed(409, ProblemCode.CALL_CANCELLED, message)  # an MCP client gave up
+            with anyio.CancelScope(shield=True):  # recorded, whatever cancels this task next
                 await self._finish(call, ending)
             raise
         except TimeoutError:
