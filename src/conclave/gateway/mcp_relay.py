@@ -11,8 +11,8 @@ keeps its JSON answer (and the fast path).
 request by POSTing ``notifications/cancelled`` naming its JSON-RPC id (the Python and TypeScript
 SDKs both do, and keep the request's own HTTP response open); a closed connection is explicitly
 *not* a cancellation on that wire (a JSON answer's call runs on; an event stream's ends with it,
-as the SDK's stateless transport ends the request). On a stateless server that notification arrives as a request
-of its own, which the SDK's per-request transport cannot match to anything, so
+as the SDK's stateless transport ends the request). On a stateless server that notification
+arrives as a request of its own, which the SDK's per-request transport cannot match to anything, so
 :class:`InFlightCalls` keeps this process's running calls by (user, JSON-RPC id) and cancels the
 one it names. From 2026-07-28 a client cancels by closing the request's response instead:
 :func:`cancel_on_disconnect` watches such a request and cancels the calls it runs
