@@ -1,13 +1,13 @@
 """The catalogue and the governance chain over the Model Context Protocol, at ``/mcp``.
 
 Official ``mcp`` SDK, low-level server, streamable HTTP, stateless (any replica serves any request)
-with JSON responses. ``tools/call`` goes through :meth:`GatewayService.execute` exactly like
-``POST /execute``: same validation, audit row, event and metrics. Failures a model can act on
-(invalid arguments, unsafe values, tool errors, time-outs) come back as results with ``isError:
-true`` (details in text and ``_meta``, never ``structuredContent``); an unknown tool is a JSON-RPC
-error (``-32602``), after being audited like any other call. Answers hold only the fields of the
-negotiated protocol version (:mod:`mcp_versions`); transport refusals are JSON-RPC errors
-(:mod:`mcp_refusals`).
+with JSON responses (an event stream for a call that asked for progress: :mod:`mcp_relay`).
+``tools/call`` goes through :meth:`GatewayService.execute` exactly like ``POST /execute``: same
+validation, audit row, event and metrics. Failures a model can act on (invalid arguments, unsafe
+values, tool errors, time-outs) come back as results with ``isError: true`` (details in text and
+``_meta``, never ``structuredContent``); an unknown tool is a JSON-RPC error (``-32602``), after
+being audited like any other call. Answers hold only the fields of the negotiated protocol
+version (:mod:`mcp_versions`); transport refusals are JSON-RPC errors (:mod:`mcp_refusals`).
 """
 
 from __future__ import annotations
@@ -283,7 +283,9 @@ class McpEndpoint:
     answered here: the SDK's own types parse the parameters and serialise the result, the same
     handlers answer, and the wire format is the SDK's (a test holds the two paths equal). Anything
     else (``initialize``, notifications, batches, GET streams, the 2026 per-request protocol,
-    malformed messages, requests its transport-security check refuses) goes to the SDK as is.
+    malformed messages, requests its transport-security check refuses) goes to the SDK as is; a
+    ``tools/call`` asking for progress goes to a second SDK session manager that answers with an
+    event stream. A ``notifications/cancelled`` cancels the call it names first (:mod:`mcp_relay`).
     With the fast path turned off, a plain ``tools/call`` holding an unsafe value is still answered
     here, so that its refusal is audited like any other.
     """

@@ -89,8 +89,6 @@ class ProgressRelay:
         self._latest: float | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.sent = 0
-        self.dropped = 0
 
     def report(
         self, progress: float, total: float | None = None, message: str | None = None
@@ -98,10 +96,7 @@ class ProgressRelay:
         """Queue a report (replacing any still waiting); never blocks."""
         update = checked(progress, total, message)
         if update is None or (self._latest is not None and update.progress <= self._latest):
-            self.dropped += 1
             return
-        if self._waiting is not None:
-            self.dropped += 1  # coalesced into this newer one
         self._latest = update.progress
         self._waiting = update
         self._wake.set()
@@ -115,7 +110,6 @@ class ProgressRelay:
                 continue
             try:
                 await self._send(update)
-                self.sent += 1
             except Exception as exc:  # the caller's stream is gone: nothing more to do for it
                 log.debug("a progress notification could not be sent: %s", type(exc).__name__)
             await asyncio.sleep(self._min_interval)
