@@ -204,7 +204,13 @@ async def test_a_client_that_cancels_cancels_the_upstream_call(
                 group.cancel_scope.cancel()  # the SDK sends notifications/cancelled
             await eventually(lambda: _read(marker), timeout=10)
             still = await mcp.call_tool("hostile__pid", {})  # the session carries on
+        async with httpx.AsyncClient(headers={"Authorization": "Bearer tok-ada"}) as http:
+            [upstream] = (await http.get(url.removesuffix("/mcp") + "/upstreams")).json()[
+                "upstreams"
+            ]
 
+    # The upstream's own handler was cancelled by the notification (its connection never broke).
+    assert (upstream["state"], upstream["restarts"]) == ("ready", 0)
     assert still.is_error is False
     assert marker.read_text() == "cancelled"
     [row, _pid] = await rows_of(backend, "hostile__slow") + await rows_of(backend, "hostile__pid")
