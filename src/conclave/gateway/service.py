@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+import anyio
 from sqlalchemy.exc import IntegrityError
 
 from conclave.gateway import store
@@ -36,6 +37,7 @@ from conclave.gateway.outcome import (
     request_hash,
 )
 from conclave.gateway.policy import ToolPolicy, police_call
+from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.records import AuditRow
 from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
 from conclave.gateway.results import result_problem
@@ -75,6 +77,7 @@ class ExecuteCommand:
     correlation_id: str | None
     idempotency_key: str | None = None
     roles: frozenset[str] = frozenset()
+    progress: ProgressReporter | None = None  # ToolContext.progress: the caller can receive it
 
 
 @dataclass(slots=True)
@@ -285,7 +288,12 @@ class GatewayService:
     async def _run(self, call: _Call, registered: RegisteredTool) -> Outcome:
         tool = registered.tool
         command = call.command
-        context = ToolContext(call.row.conclave_id, command.user_id, command.correlation_id)
+        context = ToolContext(
+            call.row.conclave_id,
+            command.user_id,
+            command.correlation_id,
+            progress=command.progress,
+        )
         timeout = tool.timeout_seconds or self._default_timeout
         try:
             # `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` runs the executor in a
@@ -299,6 +307,12 @@ class GatewayService:
                     result = await self._workers.run(
                         tool.cpu_executor, dict(command.args), context, deadline
                     )
+        except asyncio.CancelledError:
+            message = "The caller cancelled the call; the tool may have done its work."
+            ending = _failed(409, ProblemCode.CALL_CANCELLED, message)  # an MCP client gave up
+            with anyio.CancelScope(shield=True):  # recorded, whatever cancels this task next
+                await self._finish(call, ending)
+            raise
         except TimeoutError:
             message = f"The tool did not finish within {timeout:g} s."
             ending = _failed(504, ProblemCode.TOOL_TIMEOUT, message, status=TIMEOUT)

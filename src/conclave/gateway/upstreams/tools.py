@@ -99,7 +99,7 @@ def upstream_executor(upstream: Upstream, name: str, access: UpstreamAccess | No
         presented = Presented("none") if access is None else await access.presented(ctx.user_id)
         ctx.upstream_credential = presented.kind
         try:
-            result = await _call(upstream, access, presented, name, args, ctx.user_id)
+            result = await _call(upstream, access, presented, name, args, ctx)
         except ToolExecutionError as exc:
             raise _error(scrub(exc.message, presented.secret), exc.code, exc.status) from None
         return scrub(result, presented.secret)
@@ -113,16 +113,18 @@ async def _call(
     presented: Presented,
     name: str,
     args: dict[str, Any],
-    user_id: str,
+    ctx: ToolContext,
 ) -> Any:
     server = upstream.spec.name
     try:
         if presented.kind == "user":
             assert access is not None and access.sessions is not None
             assert presented.header_value is not None
-            result = await access.sessions.call(user_id, presented.header_value, name, args)
+            result = await access.sessions.call(
+                ctx.user_id, presented.header_value, name, args, ctx.progress
+            )
         else:
-            result = await upstream.call(name, args)
+            result = await upstream.call(name, args, ctx.progress)
     except CredentialRefused as exc:
         message = f"Upstream {server!r} refused your credential; replace it."
         raise _error(message, ProblemCode.UPSTREAM_CREDENTIAL_REJECTED, 403) from exc

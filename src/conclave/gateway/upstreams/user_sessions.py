@@ -29,7 +29,13 @@ import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from conclave.gateway.upstreams.connection import Upstream, UpstreamDown, describe
+from conclave.gateway.progress import ProgressReporter
+from conclave.gateway.upstreams.connection import (
+    Upstream,
+    UpstreamDown,
+    describe,
+    progress_callback,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +81,15 @@ class UserSessions:
         return len(self._sessions)
 
     async def call(
-        self, user_id: str, header_value: str, name: str, arguments: dict[str, Any]
+        self,
+        user_id: str,
+        header_value: str,
+        name: str,
+        arguments: dict[str, Any],
+        progress: ProgressReporter | None = None,
     ) -> types.CallToolResult:
-        """``tools/call`` on ``user_id``'s session (opened with ``header_value`` if need be)."""
+        """``tools/call`` on ``user_id``'s session (opened with ``header_value`` if need be);
+        ``progress`` as in :meth:`Upstream.call`."""
         entry = self._entry(user_id, header_value)
         spec = self._upstream.spec
         entry.in_flight += 1
@@ -98,6 +110,7 @@ class UserSessions:
                     ),
                     types.CallToolResult,
                     request_read_timeout_seconds=spec.timeout_seconds,
+                    progress_callback=progress_callback(progress) if progress else None,
                 )
             except MCPError as exc:
                 if entry.refused:
