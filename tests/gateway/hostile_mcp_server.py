@@ -2,7 +2,8 @@
 
 Only for what the real servers of the suite (``mcp-server-time``, ``server-everything``) will not
 do: break their output schema, list names that are not provider-safe or collide, answer 5 MB,
-die in the middle of a call, storm ``list_changed``, list more tools than anyone should. Run as
+die in the middle of a call, storm ``list_changed``, list more tools than anyone should, flood
+progress notifications, record that a call was cancelled. Run as
 ``python -m tests.gateway.hostile_mcp_server [--tools N] [--page N] [--abyss]``.
 """
 
@@ -16,6 +17,7 @@ import anyio
 import mcp_types as types
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 
 OBJECT = {"type": "object", "properties": {}, "additionalProperties": False}
 
@@ -54,6 +56,20 @@ def hostile_tools() -> list[types.Tool]:
         types.Tool(name="nul", description="Answers a NUL in its text.", input_schema=OBJECT),
         types.Tool(name="refuses", description="Answers -32602.", input_schema=OBJECT),
         types.Tool(name="pid", description="Answers its process id.", input_schema=OBJECT),
+        types.Tool(
+            name="slow",
+            description="Sleeps `seconds`; writes `cancelled` to the file `marker` if cancelled.",
+            input_schema={
+                "type": "object",
+                "properties": {"seconds": {"type": "number"}, "marker": {"type": "string"}},
+                "required": ["seconds", "marker"],
+            },
+        ),
+        types.Tool(
+            name="progress_flood",
+            description="Sends `count` progress notifications at once, hostile values first.",
+            input_schema={"type": "object", "properties": {"count": {"type": "integer"}}},
+        ),
         # Names: not provider-safe, long, colliding after sanitising, colliding with a plug-in.
         types.Tool(name="dotted.name", description="A dot.", input_schema=OBJECT),
         types.Tool(
@@ -123,6 +139,33 @@ def make_server(count: int, page: int, abyss: bool = False) -> Server[Any]:
             from mcp.shared.exceptions import MCPError
 
             raise MCPError(types.INVALID_PARAMS, "no such thing")
+        if name == "slow":
+            try:
+                await anyio.sleep(float(args["seconds"]))
+            except anyio.get_cancelled_exc_class():
+                # The SDK's dispatcher cancels the handler on the client's notifications/cancelled.
+                with anyio.CancelScope(shield=True):
+                    await anyio.Path(str(args["marker"])).write_text("cancelled")
+                raise
+            return types.CallToolResult(content=[types.TextContent(type="text", text="slept")])
+        if name == "progress_flood":
+            token = progress_token_from_params(ctx.params)
+            count = int(args.get("count", 1000))
+            if token is not None:
+                # Unusable values first (the gateway drops them), then a flood.
+                await ctx.session.send_notification(
+                    types.ProgressNotification(
+                        params=types.ProgressNotificationParams(
+                            progress_token=token, progress=0.5, message="nul\x00" + "m" * 5000
+                        )
+                    ),
+                    ctx.request_id,
+                )
+                for step in range(1, count + 1):
+                    await ctx.session.send_progress_notification(
+                        token, step, count, f"step {step}", related_request_id=ctx.request_id
+                    )
+            return types.CallToolResult(content=[types.TextContent(type="text", text="flooded")])
         if name == "pid":
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=str(os.getpid()))]

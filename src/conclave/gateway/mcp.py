@@ -1,13 +1,13 @@
 """The catalogue and the governance chain over the Model Context Protocol, at ``/mcp``.
 
 Official ``mcp`` SDK, low-level server, streamable HTTP, stateless (any replica serves any request)
-with JSON responses. ``tools/call`` goes through :meth:`GatewayService.execute` exactly like
-``POST /execute``: same validation, audit row, event and metrics. Failures a model can act on
-(invalid arguments, unsafe values, tool errors, time-outs) come back as results with ``isError:
-true`` (details in text and ``_meta``, never ``structuredContent``); an unknown tool is a JSON-RPC
-error (``-32602``), after being audited like any other call. Answers hold only the fields of the
-negotiated protocol version (:mod:`mcp_versions`); transport refusals are JSON-RPC errors
-(:mod:`mcp_refusals`).
+with JSON responses (an event stream for a call that asked for progress: :mod:`mcp_relay`).
+``tools/call`` goes through :meth:`GatewayService.execute` exactly like ``POST /execute``: same
+validation, audit row, event and metrics. Failures a model can act on (invalid arguments, unsafe
+values, tool errors, time-outs) come back as results with ``isError: true`` (details in text and
+``_meta``, never ``structuredContent``); an unknown tool is a JSON-RPC error (``-32602``), after
+being audited like any other call. Answers hold only the fields of the negotiated protocol
+version (:mod:`mcp_versions`); transport refusals are JSON-RPC errors (:mod:`mcp_refusals`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from typing import Any
 
 from mcp import types
 from mcp.server.lowlevel import Server
-from mcp.server.streamable_http import check_accept_headers
+from mcp.server.streamable_http import REQUEST_CANCELLED, check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp_types import DEFAULT_NEGOTIATED_VERSION, methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
@@ -41,6 +42,14 @@ from conclave.gateway.mcp_refusals import (
     unsupported_media_type,
     unsupported_version,
 )
+from conclave.gateway.mcp_relay import (
+    REQUEST_CALLS,
+    InFlightCalls,
+    RequestCalls,
+    cancel_on_disconnect,
+    create_streaming_manager,
+    wants_event_stream,
+)
 from conclave.gateway.mcp_versions import (
     SUPPORTED_VERSIONS,
     call_result_fields_too_new,
@@ -48,6 +57,7 @@ from conclave.gateway.mcp_versions import (
 )
 from conclave.gateway.outcome import Outcome
 from conclave.gateway.policy import listable, subject_of
+from conclave.gateway.progress import Progress, ProgressRelay, ProgressReporter
 from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.platform.auth import Authenticator, Principal
 from conclave.platform.errors import ConclaveError, Unauthorized, Unavailable
@@ -74,6 +84,7 @@ class McpHandlers:
 
     def __init__(self, service: GatewayService) -> None:
         self._service = service
+        self.in_flight = InFlightCalls()
 
     def list_tools(self, principal: Principal, version: str) -> types.ListToolsResult:
         # The entries of GET /tools?format=mcp: wire aliases for names model providers refuse,
@@ -86,9 +97,33 @@ class McpHandlers:
         return types.ListToolsResult.model_validate({"tools": tools}, by_name=False)
 
     async def call_tool(
-        self, principal: Principal, params: types.CallToolRequestParams, version: str
+        self,
+        principal: Principal,
+        params: types.CallToolRequestParams,
+        version: str,
+        *,
+        request_id: str | int | None = None,
+        progress: ProgressReporter | None = None,
+        request: RequestCalls | None = None,
     ) -> types.CallToolResult:
-        """Run the call through the governance chain; raises ``MCPError`` for an unknown tool."""
+        """Run the call through the governance chain; raises ``MCPError`` for an unknown tool,
+        and ``-32800`` when the client cancelled request ``request_id`` (:mod:`mcp_relay`)."""
+        if request_id is None:
+            return await self._call_tool(principal, params, version, progress)
+        result = None
+        with self.in_flight.running(principal.user_id, request_id, request):
+            result = await self._call_tool(principal, params, version, progress)
+        if result is None:  # the scope caught its cancellation: the chain recorded it
+            raise MCPError(REQUEST_CANCELLED, "Request cancelled")
+        return result
+
+    async def _call_tool(
+        self,
+        principal: Principal,
+        params: types.CallToolRequestParams,
+        version: str,
+        progress: ProgressReporter | None,
+    ) -> types.CallToolResult:
         arguments = params.arguments if params.arguments is not None else {}
         command = ExecuteCommand(
             tool=params.name,
@@ -96,6 +131,7 @@ class McpHandlers:
             user_id=principal.user_id,
             correlation_id=correlation_id_var.get(),
             roles=principal.roles,
+            progress=progress,
         )
         # As POST /execute: a value no store, bus or answer can carry is refused and audited
         # (escaped), whichever path (fast or SDK) parsed the request.
@@ -181,8 +217,32 @@ def create_mcp_server(handlers: McpHandlers) -> Server[Any]:
         return handlers.list_tools(principal, ctx.protocol_version)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        principal = ctx.request.scope["state"]["principal"]
-        return await handlers.call_tool(principal, params, ctx.protocol_version)
+        state = ctx.request.scope["state"]
+        principal, request = state["principal"], state.get(REQUEST_CALLS)
+        token = progress_token_from_params(ctx.params)
+        if token is None:
+            return await handlers.call_tool(
+                principal, params, ctx.protocol_version, request_id=ctx.request_id, request=request
+            )
+
+        async def notify(update: Progress) -> None:
+            await ctx.session.send_progress_notification(
+                token,
+                update.progress,
+                update.total,
+                update.message,
+                related_request_id=ctx.request_id,
+            )
+
+        async with ProgressRelay(notify) as relay:
+            return await handlers.call_tool(
+                principal,
+                params,
+                ctx.protocol_version,
+                request_id=ctx.request_id,
+                progress=relay.report,
+                request=request,
+            )
 
     return Server(
         "conclave-gateway",
@@ -214,6 +274,8 @@ class _Running:
     authenticator: Authenticator
     handlers: McpHandlers
     manager: StreamableHTTPSessionManager
+    streaming: StreamableHTTPSessionManager
+    """Answers a ``tools/call`` with a progress token as an event stream (:mod:`mcp_relay`)."""
     security: TransportSecurityMiddleware
 
 
@@ -235,7 +297,9 @@ class McpEndpoint:
     answered here: the SDK's own types parse the parameters and serialise the result, the same
     handlers answer, and the wire format is the SDK's (a test holds the two paths equal). Anything
     else (``initialize``, notifications, batches, GET streams, the 2026 per-request protocol,
-    malformed messages, requests its transport-security check refuses) goes to the SDK as is.
+    malformed messages, requests its transport-security check refuses) goes to the SDK as is; a
+    ``tools/call`` asking for progress goes to a second SDK session manager that answers with an
+    event stream. A ``notifications/cancelled`` cancels the call it names first (:mod:`mcp_relay`).
     With the fast path turned off, a plain ``tools/call`` holding an unsafe value is still answered
     here, so that its refusal is audited like any other.
     """
@@ -254,10 +318,12 @@ class McpEndpoint:
         # No Host/Origin check of the SDK's own: the platform's guard has checked both on every
         # route, /mcp included, answering refusals as problem+json (GATEWAY_MCP_ALLOWED_HOSTS is
         # merged into its allowed hosts).
-        manager = create_session_manager(create_mcp_server(handlers), [])
+        server = create_mcp_server(handlers)
+        manager = create_session_manager(server, [])
+        streaming = create_streaming_manager(server, manager.security_settings)
         security = TransportSecurityMiddleware(manager.security_settings)
-        async with manager.run():
-            self._running = _Running(authenticator, handlers, manager, security)
+        async with manager.run(), streaming.run():
+            self._running = _Running(authenticator, handlers, manager, streaming, security)
             try:
                 yield
             finally:
@@ -288,13 +354,29 @@ class McpEndpoint:
                 return
             body = await request.body()
             message = _json_object(body)
-            if await self._answer(running, request, message, principal, send):
+            # A notification is answered by the SDK (202) once the call it names is cancelled.
+            running.handlers.in_flight.cancel(principal.user_id, message)
+            # A call holding an unsafe value is answered (and audited) by the fast path's refusal.
+            streaming = wants_event_stream(request, message) and find_unsafe(message) is None
+            if not streaming and await self._answer(running, request, message, principal, send):
                 return
             refusal = invalid_request_id(message)
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
+            manager = running.streaming if streaming else running.manager
+            if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+
+                async def answer(watched: Receive) -> None:
+                    await manager.handle_request(
+                        scope, replay_body(body, watched), json_rpc_refusals(send)
+                    )
+
+                await cancel_on_disconnect(scope, receive, answer)
+                return
             receive = replay_body(body, receive)
+            await manager.handle_request(scope, receive, json_rpc_refusals(send))
+            return
         await running.manager.handle_request(scope, receive, json_rpc_refusals(send))
 
     async def _answer(
@@ -327,7 +409,9 @@ class McpEndpoint:
             if call is None:
                 result: Any = running.handlers.list_tools(principal, version)
             else:
-                result = await running.handlers.call_tool(principal, call, version)
+                result = await running.handlers.call_tool(
+                    principal, call, version, request_id=request_id
+                )
             dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             # The SDK's own sieve: what this protocol version's result schema holds.
             dumped = methods.serialize_server_result(method, version, dumped)

@@ -15,31 +15,29 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+import anyio
 from sqlalchemy.exc import IntegrityError
 
 from conclave.gateway import store
 from conclave.gateway.alias_args import Rejection, rewrite_alias_args
 from conclave.gateway.call_log import call_entry
+from conclave.gateway.endings import Ending, failed, judge_result
 from conclave.gateway.events import call_event
 from conclave.gateway.limits import CallLimits
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.outcome import (
-    BLESSED,
-    FAILED,
     HERETICAL,
-    PURIFIED,
     REJECTED,
     RUNNING,
-    SUCCEEDED,
     TIMEOUT,
     Outcome,
     request_hash,
 )
 from conclave.gateway.policy import ToolPolicy, police_call
+from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.records import AuditRow
 from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
-from conclave.gateway.results import result_problem
-from conclave.gateway.tools import RuleViolation, ToolContext, ToolExecutionError
+from conclave.gateway.tools import ToolContext, ToolExecutionError
 from conclave.gateway.validation import depth_exceeds, redact, schema_errors
 from conclave.gateway.workers import WorkerPool
 from conclave.platform.clock import utc_now
@@ -62,7 +60,6 @@ from conclave.platform.tlog.log import TransparencyLog
 log = logging.getLogger(__name__)
 
 _FINISH_ATTEMPTS = 4
-_SCHEMA_MISMATCH = "The tool's result does not match its output schema."
 
 
 @dataclass(frozen=True)
@@ -75,6 +72,7 @@ class ExecuteCommand:
     correlation_id: str | None
     idempotency_key: str | None = None
     roles: frozenset[str] = frozenset()
+    progress: ProgressReporter | None = None  # ToolContext.progress: the caller can receive it
 
 
 @dataclass(slots=True)
@@ -86,25 +84,6 @@ class _Call:
     row: AuditRow
     started: float
     prerecorded: bool = False
-
-
-@dataclass(slots=True)
-class _Ending:
-    """How a call that reached its tool ended, before it is timed, recorded and answered."""
-
-    status: str
-    orthodoxy: str
-    http_status: int
-    code: str | None = None
-    message: str | None = None
-    result: Any = None
-    warnings: list[str] | None = None
-
-
-def _failed(
-    http_status: int, code: str, message: str, *, status: str = FAILED, orthodoxy: str = BLESSED
-) -> _Ending:
-    return _Ending(status, orthodoxy, http_status, code, message)
 
 
 class GatewayService:
@@ -285,7 +264,12 @@ class GatewayService:
     async def _run(self, call: _Call, registered: RegisteredTool) -> Outcome:
         tool = registered.tool
         command = call.command
-        context = ToolContext(call.row.conclave_id, command.user_id, command.correlation_id)
+        context = ToolContext(
+            call.row.conclave_id,
+            command.user_id,
+            command.correlation_id,
+            progress=command.progress,
+        )
         timeout = tool.timeout_seconds or self._default_timeout
         try:
             # `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` runs the executor in a
@@ -299,57 +283,28 @@ class GatewayService:
                     result = await self._workers.run(
                         tool.cpu_executor, dict(command.args), context, deadline
                     )
+        except asyncio.CancelledError:
+            message = "The caller cancelled the call; the tool may have done its work."
+            ending = failed(409, ProblemCode.CALL_CANCELLED, message)  # an MCP client gave up
+            with anyio.CancelScope(shield=True):  # recorded, whatever cancels this task next
+                await self._finish(call, ending)
+            raise
         except TimeoutError:
             message = f"The tool did not finish within {timeout:g} s."
-            ending = _failed(504, ProblemCode.TOOL_TIMEOUT, message, status=TIMEOUT)
+            ending = failed(504, ProblemCode.TOOL_TIMEOUT, message, status=TIMEOUT)
         except ToolExecutionError as exc:
-            ending = _failed(exc.status, exc.code, exc.message)
+            ending = failed(exc.status, exc.code, exc.message)
         except ConclaveError as exc:  # e.g. the store a tool reads is down
-            ending = _failed(exc.status, exc.code, exc.detail)
+            ending = failed(exc.status, exc.code, exc.detail)
         except Exception:
             log.exception("tool executor raised", extra={"tool": tool.name})
-            ending = _failed(502, ProblemCode.TOOL_FAILED, "The tool failed unexpectedly.")
+            ending = failed(502, ProblemCode.TOOL_FAILED, "The tool failed unexpectedly.")
         else:
-            ending = self._judge(registered, command.args, result)
+            ending = judge_result(registered, command.args, result, self._max_result_bytes)
         return await self._finish(call, ending, upstream_credential=context.upstream_credential)
 
-    def _judge(self, registered: RegisteredTool, args: Any, result: Any) -> _Ending:
-        """How a call whose tool returned ``result`` ends: its output schema, then its rules, then
-        whether what is left can be stored and answered."""
-        if registered.output is not None and schema_errors(registered.output, result):
-            return _failed(502, ProblemCode.OUTPUT_INVALID, _SCHEMA_MISMATCH, orthodoxy=HERETICAL)
-        checked = result
-        warnings: list[str] = []
-        try:
-            for rule in registered.tool.rules:
-                verdict = rule(args, result)
-                if verdict is not None:
-                    result = verdict.result
-                    warnings.extend(verdict.warnings)
-        except RuleViolation as exc:
-            storable = result_problem(result, self._max_result_bytes) is None
-            kept = result if storable else None
-            return _Ending(
-                REJECTED, HERETICAL, 422, ProblemCode.RULE_VIOLATION, str(exc), result=kept
-            )
-        except Exception:
-            log.exception("tool rule raised", extra={"tool": registered.tool.name})
-            return _failed(502, ProblemCode.TOOL_FAILED, "A rule of the tool failed unexpectedly.")
-        if (
-            result is not checked
-            and registered.output is not None
-            and schema_errors(registered.output, result)
-        ):  # a rule's correction must still be what the tool declares (MCP clients check it)
-            return _failed(502, ProblemCode.OUTPUT_INVALID, _SCHEMA_MISMATCH, orthodoxy=HERETICAL)
-        # After the rules (they may correct a value): what is stored, answered and replayed.
-        problem = result_problem(result, self._max_result_bytes)
-        if problem is not None:
-            return _failed(problem.status, problem.code, problem.message, orthodoxy=HERETICAL)
-        orthodoxy = PURIFIED if warnings else BLESSED
-        return _Ending(SUCCEEDED, orthodoxy, 200, result=result, warnings=warnings)
-
     async def _finish(
-        self, call: _Call, ending: _Ending, *, upstream_credential: str | None = None
+        self, call: _Call, ending: Ending, *, upstream_credential: str | None = None
     ) -> Outcome:
         row = call.row
         message, warnings = ending.message, ending.warnings

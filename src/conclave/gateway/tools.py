@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from conclave.platform.problem_types import ProblemCode
 
 if TYPE_CHECKING:  # worker processes import this module: they need no Redis client
+    from conclave.gateway.progress import ProgressReporter
     from conclave.platform.ratelimit import Rate
 
 
@@ -38,6 +39,10 @@ class ToolContext:
     upstream_credential: str | None = None
     """Set by an upstream tool's executor: the kind of credential it presented (``user``,
     ``service``, ``none``); the chain writes it into the audit row."""
+    progress: ProgressReporter | None = None
+    """Where the tool may report its progress (``progress, total, message``): set when the
+    caller can receive it (:mod:`conclave.gateway.progress`), ``None`` otherwise. A
+    ``cpu_executor`` never gets it (it runs in another process)."""
 
 
 Executor = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]

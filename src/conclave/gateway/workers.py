@@ -25,6 +25,7 @@ import pickle
 import signal
 import struct
 import sys
+from dataclasses import replace
 from typing import Any, BinaryIO
 
 from conclave.gateway.tools import CpuExecutor, ToolContext, ToolExecutionError
@@ -115,6 +116,8 @@ class WorkerPool:
         counts against the deadline; starting a new one does not. The worker also ends itself a
         little after the deadline, should this process be stuck."""
         loop = asyncio.get_running_loop()
+        if context.progress is not None:  # a function of this process: it cannot be sent
+            context = replace(context, progress=None)
         async with self._slots:
             if self._idle:
                 worker = self._idle.pop()

@@ -144,6 +144,8 @@ class ProblemCode(StrEnum):
         "The tool did not finish within its timeout.")
     INTERRUPTED = ("INTERRUPTED", (503,), "Call interrupted",
         "The gateway running the call died; replayed to a retry with the same `Idempotency-Key`.")
+    CALL_CANCELLED = ("CALL_CANCELLED", (409,), "Call cancelled",
+        "An MCP client cancelled the call while its tool ran; the tool may have done its work.")
     INVALID_ARGUMENT = ("INVALID_ARGUMENT", (422,), "Invalid argument",
         "An HTTP tool's argument cannot be placed in its backend request.")
     BACKEND_REJECTED = ("BACKEND_REJECTED", (422,), "Backend rejected the call",

@@ -27,10 +27,12 @@ import httpx2
 import mcp_types as types
 from mcp.client.session import ClientSession, IncomingMessage, MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
 from conclave import __version__
 from conclave.gateway.backends.breaker import CircuitBreaker
+from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.upstreams.config import McpServerSpec
 from conclave.gateway.upstreams.redaction import NO_SECRETS, Scrubber
 from conclave.gateway.upstreams.stdio import StdioProcess, stdio_transport
@@ -252,8 +254,13 @@ class Upstream:
 
     # -- calls ----------------------------------------------------------------------------
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """``tools/call`` on the upstream; raises what :mod:`.errors` maps to problems."""
+    async def call(
+        self, name: str, arguments: dict[str, Any], progress: ProgressReporter | None = None
+    ) -> types.CallToolResult:
+        """``tools/call`` on the upstream; raises what :mod:`.errors` maps to problems. With
+        ``progress``, the call carries a progress token and the upstream's progress reports for
+        it go there. Cancelled, the SDK's session sends the upstream ``notifications/cancelled``
+        for it before the cancellation goes on."""
         session = self._session
         if session is None:
             raise UpstreamDown(f"Upstream {self.spec.name!r} is not connected ({self.state}).")
@@ -267,6 +274,7 @@ class Upstream:
                 ),
                 types.CallToolResult,
                 request_read_timeout_seconds=self.spec.timeout_seconds,
+                progress_callback=progress_callback(progress) if progress else None,
             )
         except MCPError as exc:
             if exc.error.code == types.CONNECTION_CLOSED:
@@ -304,6 +312,15 @@ class Upstream:
 
     def _extra(self) -> dict[str, str]:
         return {"upstream": self.spec.name}
+
+
+def progress_callback(report: ProgressReporter) -> ProgressFnT:
+    # The SDK awaits it in the session's own receive loop: it must not wait (the reporter
+    # never does), or a slow caller would hold up every call on this connection.
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        report(progress, total, message)
+
+    return forward
 
 
 class UpstreamDown(Exception):

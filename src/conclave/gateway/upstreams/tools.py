@@ -139,9 +139,10 @@ async def _call(
                 presented.generation,
                 name,
                 args,
+                ctx.progress,
             )
         else:
-            result = await upstream.call(name, args)
+            result = await upstream.call(name, args, ctx.progress)
     except CredentialRefused as exc:
         message = f"Upstream {server!r} refused your credential; replace it."
         raise _error(message, ProblemCode.UPSTREAM_CREDENTIAL_REJECTED, 403) from exc

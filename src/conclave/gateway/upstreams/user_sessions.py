@@ -38,7 +38,13 @@ import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from conclave.gateway.upstreams.connection import Upstream, UpstreamDown, describe
+from conclave.gateway.progress import ProgressReporter
+from conclave.gateway.upstreams.connection import (
+    Upstream,
+    UpstreamDown,
+    describe,
+    progress_callback,
+)
 from conclave.gateway.upstreams.redaction import Scrubber
 
 log = logging.getLogger(__name__)
@@ -113,13 +119,15 @@ class UserSessions:
         generation: int,
         name: str,
         arguments: dict[str, Any],
+        progress: ProgressReporter | None = None,
     ) -> types.CallToolResult:
-        """``tools/call`` on ``user_id``'s session (opened with ``header_value`` if need be).
-        :class:`CredentialChanged` when ``generation`` is no longer the user's."""
+        """``tools/call`` on ``user_id``'s session (opened with ``header_value`` if need be);
+        ``progress`` as in :meth:`Upstream.call`. :class:`CredentialChanged` when
+        ``generation`` is no longer the user's."""
         for attempt in range(2):
             entry = self._entry(user_id, credential, header_value, generation)
             try:
-                return await self._call_on(user_id, entry, name, arguments)
+                return await self._call_on(user_id, entry, name, arguments, progress)
             except MCPError as exc:
                 if not (entry.forgotten and exc.error.code == types.INVALID_REQUEST) or attempt:
                     raise
@@ -129,7 +137,12 @@ class UserSessions:
         raise AssertionError("unreachable")
 
     async def _call_on(
-        self, user_id: str, entry: _UserSession, name: str, arguments: dict[str, Any]
+        self,
+        user_id: str,
+        entry: _UserSession,
+        name: str,
+        arguments: dict[str, Any],
+        progress: ProgressReporter | None,
     ) -> types.CallToolResult:
         spec = self._upstream.spec
         entry.in_flight += 1
@@ -150,6 +163,7 @@ class UserSessions:
                     ),
                     types.CallToolResult,
                     request_read_timeout_seconds=spec.timeout_seconds,
+                    progress_callback=progress_callback(progress) if progress else None,
                 )
             except MCPError as exc:
                 if entry.refused:
