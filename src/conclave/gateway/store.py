@@ -22,6 +22,7 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
@@ -261,13 +262,18 @@ async def put_upstream_credential(
     at: datetime,
 ) -> None:
     """Store (or replace) ``user_id``'s encrypted credential for ``server``."""
-    where = (upstream_credentials.c.server == server, upstream_credentials.c.user_id == user_id)
+    # One upsert, not UPDATE then INSERT: two first registrations at once would both insert.
     values = {"key_id": key_id, "ciphertext": ciphertext, "updated_at": at}
-    replaced = await connection.execute(update(upstream_credentials).where(*where).values(values))
-    if replaced.rowcount == 0:
-        await connection.execute(
-            upstream_credentials.insert().values(server=server, user_id=user_id, **values)
+    dialect = sqlite if connection.dialect.name == "sqlite" else postgresql
+    statement = dialect.insert(upstream_credentials).values(
+        server=server, user_id=user_id, **values
+    )
+    await connection.execute(
+        statement.on_conflict_do_update(
+            index_elements=[upstream_credentials.c.server, upstream_credentials.c.user_id],
+            set_=values,
         )
+    )
 
 
 async def delete_upstream_credential(

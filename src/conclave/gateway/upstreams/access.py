@@ -9,22 +9,22 @@ For an HTTP upstream with a ``credential:`` section (docs/gateway.md, "Credentia
   credential, else refused.
 
 The audit row records the kind presented (``user``, ``service``, ``none``). Whatever the upstream
-answers — a result, an error text — has the presented credential's text replaced by
-``[redacted]`` before the chain stores, publishes or answers it: an upstream that echoes its
-request headers must not write a user's token into the audit trail.
+answers — a result, an error text — has every credential the call presented (the user's or the
+service's, the entry's static header values) replaced by ``[redacted]`` in the spellings
+:mod:`.redaction` knows, before the chain stores, publishes or answers it: an upstream that
+echoes its request headers must not write a token into the audit trail.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from conclave.gateway.tools import ToolExecutionError
 from conclave.gateway.upstreams.config import CredentialSpec
 from conclave.gateway.upstreams.connection import Upstream
 from conclave.gateway.upstreams.credentials import CredentialUnreadable, CredentialVault
 from conclave.gateway.upstreams.user_sessions import UserSessions
-from conclave.platform.credentials import REDACTED
 from conclave.platform.problem_types import ProblemCode
 
 CredentialKind = Literal["user", "service", "none"]
@@ -38,6 +38,9 @@ class Presented:
     secret: str | None = None
     """The credential's text, to scrub from what the upstream answers."""
     header_value: str | None = None
+    generation: int = 0
+    """The user's credential generation when it was read (:meth:`UserSessions.generation`): a
+    session is not opened with a credential replaced or deleted since."""
 
 
 @dataclass
@@ -54,6 +57,8 @@ class UpstreamAccess:
     async def presented(self, user_id: str) -> Presented:
         """What ``user_id``'s call presents; :class:`ToolExecutionError` when nothing will do."""
         if self.spec.accepts_user and self.vault is not None:
+            # Read before the store: a change after it is seen by the session it would open.
+            generation = self.sessions.generation(user_id) if self.sessions is not None else 0
             try:
                 credential = await self.vault.get(self.server, user_id)
             except CredentialUnreadable as exc:
@@ -64,7 +69,8 @@ class UpstreamAccess:
                     status=403,
                 ) from exc
             if credential is not None:
-                return Presented("user", credential, self.spec.header_value(credential))
+                header_value = self.spec.header_value(credential)
+                return Presented("user", credential, header_value, generation)
         if self.spec.accept != "user" and self.service_credential is not None:
             return Presented("service", self.service_credential)
         raise ToolExecutionError(
@@ -73,31 +79,6 @@ class UpstreamAccess:
             code=ProblemCode.UPSTREAM_CREDENTIAL_REQUIRED,
             status=403,
         )
-
-
-def scrub(value: Any, secret: str | None) -> Any:
-    """``value`` with every occurrence of ``secret`` in its strings (keys included) replaced by
-    ``[redacted]``. Iterative: an upstream's result may nest as deep as its schema allows."""
-    if not secret:
-        return value
-    root: list[Any] = [value]
-    stack: list[tuple[Any, list[Any] | dict[Any, Any], Any]] = [(value, root, 0)]
-    while stack:
-        item, parent, slot = stack.pop()
-        if isinstance(item, str):
-            parent[slot] = item.replace(secret, REDACTED) if secret in item else item
-        elif isinstance(item, dict):
-            copy: dict[Any, Any] = {}
-            parent[slot] = copy
-            for key, inner in item.items():
-                clean = key.replace(secret, REDACTED) if isinstance(key, str) else key
-                copy[clean] = None
-                stack.append((inner, copy, clean))
-        elif isinstance(item, list):
-            items: list[Any] = [None] * len(item)
-            parent[slot] = items
-            stack.extend((inner, items, index) for index, inner in enumerate(item))
-    return root[0]
 
 
 @dataclass(frozen=True)
@@ -129,7 +110,9 @@ def access_for(upstream: Upstream, settings: CredentialSettings) -> UpstreamAcce
                 "GATEWAY_UPSTREAM_SECRETS"
             )
         service = settings.secrets[name]
-        upstream.service_headers = {rules.header: rules.header_value(service)}
+        header_value = rules.header_value(service)
+        upstream.service_headers = {rules.header: header_value}
+        upstream.scrubber = upstream.scrubber.extended(service)  # within its header value
     sessions = None
     if rules.accepts_user:
         if settings.vault is None:

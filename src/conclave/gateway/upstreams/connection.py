@@ -34,6 +34,7 @@ from conclave import __version__
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.upstreams.config import McpServerSpec
+from conclave.gateway.upstreams.redaction import NO_SECRETS, Scrubber
 from conclave.gateway.upstreams.stdio import StdioProcess, stdio_transport
 from conclave.platform.clock import utc_now
 from conclave.platform.egress import EgressPolicy
@@ -69,13 +70,15 @@ class ConnectionEnded(Exception):
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 
 
-def describe(exc: BaseException) -> str:
+def describe(exc: BaseException, scrubber: Scrubber = NO_SECRETS) -> str:
     """A short, safe text of a failure: what ``/upstreams`` (any signed-in user) shows as
-    ``last_error``. URLs are cut out: httpx words an HTTP error with the whole URL, and an
-    upstream's URL may carry a credential in its query."""
+    ``last_error``, and what logs say. URLs are cut out: httpx words an HTTP error with the
+    whole URL, and an upstream's URL may carry a credential in its query. The credentials the
+    connection presented are scrubbed (an upstream's error may quote the token it refused),
+    before the text is cut: a cut credential would no longer match."""
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        return describe(exc.exceptions[0])
-    text = _URL.sub("<url>", str(exc) or type(exc).__name__)
+        return describe(exc.exceptions[0], scrubber)
+    text = _URL.sub("<url>", scrubber.text(str(exc) or type(exc).__name__))
     return escape_text(f"{type(exc).__name__}: {text}"[:300])
 
 
@@ -105,6 +108,9 @@ class Upstream:
         self.service_headers: dict[str, str] = {}
         """The service credential's header (HTTP upstreams with one): on the shared session,
         which lists the tools and makes the calls that present the service credential."""
+        self.scrubber = Scrubber(spec.headers.values())
+        """Scrubs what the shared session presents (its headers' values, the service
+        credential) from the texts of its failures and answers."""
 
     # -- the supervisor -------------------------------------------------------------------
 
@@ -121,7 +127,7 @@ class Upstream:
                     backoff = self._limits.first_backoff_seconds
                     await self._watch(session)
             except Exception as exc:  # whatever broke, the supervisor carries on
-                self.last_error = describe(exc)
+                self.last_error = describe(exc, self.scrubber)
                 log.warning("upstream connection ended: %s", self.last_error, extra=self._extra())
             finally:
                 self._session = None
@@ -156,10 +162,10 @@ class Upstream:
         self,
         headers: dict[str, str],
         message_handler: MessageHandlerFnT | None = None,
-        on_status: Callable[[int], None] | None = None,
+        on_response: Callable[[httpx2.Response], None] | None = None,
     ) -> AsyncIterator[ClientSession]:
         """An initialised session with the HTTP upstream, every request carrying ``headers``;
-        ``on_status`` sees the status of each HTTP answer (the SDK words a 401 like a 500)."""
+        ``on_response`` sees each HTTP answer (the SDK words a 401 like a 500)."""
         spec = self.spec
         assert spec.url is not None
         async with AsyncExitStack() as stack:
@@ -170,10 +176,10 @@ class Upstream:
                 read_timeout=spec.timeout_seconds,
                 max_answer_bytes=self._limits.max_message_bytes,
             )
-            if on_status is not None:
+            if on_response is not None:
 
                 async def seen(response: httpx2.Response) -> None:
-                    on_status(response.status_code)
+                    on_response(response)
 
                 client.event_hooks["response"].append(seen)
             await stack.enter_async_context(client)

@@ -32,10 +32,11 @@ from pydantic import ValidationError
 
 from conclave.gateway.registry import MAX_SCHEMA_DEPTH, RegisteredTool, ToolRegistry
 from conclave.gateway.tools import Executor, Tool, ToolContext, ToolExecutionError
-from conclave.gateway.upstreams.access import Presented, UpstreamAccess, scrub
+from conclave.gateway.upstreams.access import Presented, UpstreamAccess
 from conclave.gateway.upstreams.aliases import upstream_alias
 from conclave.gateway.upstreams.connection import Upstream, UpstreamDown
-from conclave.gateway.upstreams.user_sessions import CredentialRefused
+from conclave.gateway.upstreams.redaction import Scrubber
+from conclave.gateway.upstreams.user_sessions import CredentialChanged, CredentialRefused
 from conclave.gateway.validation import depth_exceeds
 from conclave.platform.egress_mcp import ANSWER_TOO_LARGE
 from conclave.platform.inputs import escape_text, find_unsafe
@@ -46,6 +47,8 @@ MAX_SCHEMA_BYTES = 262_144
 """Largest input or output schema of an upstream tool, in bytes of JSON."""
 _MAX_DESCRIPTION = 4000
 _MAX_TOOL_ERROR = 500
+# How many times a call reads the user's credential when it changes under it.
+_CREDENTIAL_READS = 3
 # httpx2's words for an event over ``max_sse_event_size``, which the SDK passes on in its error.
 _SSE_EVENT_TOO_LARGE = "byte limit"
 
@@ -54,8 +57,8 @@ def _error(message: str, code: str, status: int) -> ToolExecutionError:
     return ToolExecutionError(message, code=code, status=status)
 
 
-def _rpc_error(server: str, exc: MCPError) -> BaseException:
-    code, text = exc.error.code, exc.error.message[:300]
+def _rpc_error(server: str, exc: MCPError, scrubber: Scrubber) -> BaseException:
+    code, text = exc.error.code, scrubber.cut(exc.error.message, 300)
     # Our own cap (an answer's body, a stdio line) or the SDK's on one event of a stream.
     if ANSWER_TOO_LARGE in text or _SSE_EVENT_TOO_LARGE in text:
         return _error(
@@ -75,9 +78,9 @@ def _rpc_error(server: str, exc: MCPError) -> BaseException:
     return _error(message, ProblemCode.UPSTREAM_FAILED, 502)
 
 
-def _tool_error_text(result: types.CallToolResult) -> str:
+def _tool_error_text(result: types.CallToolResult, scrubber: Scrubber) -> str:
     texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
-    return " ".join(texts)[:_MAX_TOOL_ERROR] or "(no text)"
+    return scrubber.cut(" ".join(texts), _MAX_TOOL_ERROR) or "(no text)"
 
 
 def result_value(result: types.CallToolResult) -> Any:
@@ -96,13 +99,21 @@ def upstream_executor(upstream: Upstream, name: str, access: UpstreamAccess | No
 
     async def execute(args: dict[str, Any], ctx: ToolContext) -> Any:
         ctx.upstream_credential = "none"
-        presented = Presented("none") if access is None else await access.presented(ctx.user_id)
-        ctx.upstream_credential = presented.kind
-        try:
-            result = await _call(upstream, access, presented, name, args, ctx)
-        except ToolExecutionError as exc:
-            raise _error(scrub(exc.message, presented.secret), exc.code, exc.status) from None
-        return scrub(result, presented.secret)
+        for _ in range(_CREDENTIAL_READS):
+            presented = Presented("none") if access is None else await access.presented(ctx.user_id)
+            ctx.upstream_credential = presented.kind
+            # Everything the call presents: the entry's static headers, the service credential,
+            # the user's credential (whichever is presented, the others cost nothing).
+            scrubber = upstream.scrubber.extended(presented.secret)
+            try:
+                result = await _call(upstream, access, presented, name, args, ctx, scrubber)
+            except CredentialChanged:
+                continue  # replaced or deleted since it was read: read it again
+            except ToolExecutionError as exc:
+                raise _error(scrubber.text(exc.message), exc.code, exc.status) from None
+            return scrubber.value(result)
+        message = f"Your credential for upstream {upstream.spec.name!r} kept changing; try again."
+        raise _error(message, ProblemCode.UPSTREAM_UNAVAILABLE, 503)
 
     return execute
 
@@ -114,14 +125,21 @@ async def _call(
     name: str,
     args: dict[str, Any],
     ctx: ToolContext,
+    scrubber: Scrubber,
 ) -> Any:
     server = upstream.spec.name
     try:
         if presented.kind == "user":
             assert access is not None and access.sessions is not None
-            assert presented.header_value is not None
+            assert presented.secret is not None and presented.header_value is not None
             result = await access.sessions.call(
-                ctx.user_id, presented.header_value, name, args, ctx.progress
+                ctx.user_id,
+                presented.secret,
+                presented.header_value,
+                presented.generation,
+                name,
+                args,
+                ctx.progress,
             )
         else:
             result = await upstream.call(name, args, ctx.progress)
@@ -131,7 +149,7 @@ async def _call(
     except UpstreamDown as exc:
         raise _error(str(exc), ProblemCode.UPSTREAM_UNAVAILABLE, 503) from exc
     except MCPError as exc:
-        raise _rpc_error(server, exc) from exc
+        raise _rpc_error(server, exc, scrubber) from exc
     except ValidationError as exc:
         message = f"Upstream {server!r} answered with something that is not a tool result."
         raise _error(message, ProblemCode.UPSTREAM_FAILED, 502) from exc
@@ -142,7 +160,7 @@ async def _call(
         message = f"Upstream {server!r} could not be reached."
         raise _error(message, ProblemCode.UPSTREAM_CONNECTION_LOST, 502) from exc
     if result.is_error:
-        text = f"Upstream tool failed: {_tool_error_text(result)}"
+        text = f"Upstream tool failed: {_tool_error_text(result, scrubber)}"
         raise _error(text, ProblemCode.UPSTREAM_TOOL_ERROR, 422)
     return result_value(result)
 

@@ -5,7 +5,15 @@ their ``Mcp-Session-Id`` to the principal that opened it), so a user's calls go 
 of that user's: opened at their first call, kept for the next ones, closed after
 ``GATEWAY_UPSTREAM_USER_SESSION_IDLE_SECONDS`` without a call, or when more than
 ``GATEWAY_UPSTREAM_MAX_USER_SESSIONS`` are open (the least recently used idle one first), or when
-the user's credential changes.
+the user's credential changes. A session the upstream no longer knows (HTTP 404 to its
+``Mcp-Session-Id``: the upstream restarted) is replaced at once and the call sent again on the new
+one (the upstream did not run it).
+
+Sessions being closed (the SDK's teardown, a ``DELETE`` to the upstream) count towards the bound
+until their task ends, and their teardown is cut after a few seconds (at once when room is needed),
+so one user replacing their credential in a loop cannot hold more connections than the bound.
+A call that read a credential replaced or deleted before its session opens does not open one
+with it (a generation per user): it reads the credential again.
 
 What happens on such a session stays the user's: an upstream refusing the credential (HTTP 401 or
 403) fails that user's call with ``UPSTREAM_CREDENTIAL_REJECTED`` and closes that session, and no
@@ -25,6 +33,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+import httpx2
 import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
@@ -36,33 +45,48 @@ from conclave.gateway.upstreams.connection import (
     describe,
     progress_callback,
 )
+from conclave.gateway.upstreams.redaction import Scrubber
 
 log = logging.getLogger(__name__)
 
 _STOP_SECONDS = 3.0
 _REFUSED = frozenset({401, 403})
+_FORGOTTEN = 404  # the streamable HTTP transport's answer to a session id it does not know
 
 
 class CredentialRefused(Exception):
     """The upstream answered 401 or 403 to a request carrying the user's credential."""
 
 
+class CredentialChanged(Exception):
+    """The user's credential was replaced or deleted after it was read: read it again."""
+
+
 class _UserSession:
     """One user's session and the task that holds it open."""
 
-    def __init__(self, credential: str) -> None:
-        self.credential = credential
+    def __init__(self, header_value: str, scrubber: Scrubber) -> None:
+        self.header_value = header_value
+        self.scrubber = scrubber
         self.session: ClientSession | None = None
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.refused = False
+        self.forgotten = False
         self.in_flight = 0
         self.last_used = time.monotonic()
         self.stop = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
-    def saw(self, status: int) -> None:
-        if status in _REFUSED:
+    def saw(self, response: httpx2.Response) -> None:
+        if response.status_code in _REFUSED:
             self.refused = True
+        elif (
+            response.status_code == _FORGOTTEN
+            and response.request.method == "POST"
+            and "mcp-session-id" in response.request.headers
+        ):
+            # What the SDK words "Session terminated": the upstream does not know the session.
+            self.forgotten = True
 
 
 class UserSessions:
@@ -76,21 +100,50 @@ class UserSessions:
         self._max = max_sessions
         self._idle = idle_seconds
         self._sessions: OrderedDict[str, _UserSession] = OrderedDict()
+        self._closing: dict[asyncio.Task[None], None] = {}
+        """Tasks of sessions closed but not ended yet, oldest first."""
+        self._generations: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def generation(self, user_id: str) -> int:
+        """How many times ``user_id``'s credential changed here (read it before the store)."""
+        return self._generations.get(user_id, 0)
+
     async def call(
         self,
         user_id: str,
+        credential: str,
         header_value: str,
+        generation: int,
         name: str,
         arguments: dict[str, Any],
         progress: ProgressReporter | None = None,
     ) -> types.CallToolResult:
         """``tools/call`` on ``user_id``'s session (opened with ``header_value`` if need be);
-        ``progress`` as in :meth:`Upstream.call`."""
-        entry = self._entry(user_id, header_value)
+        ``progress`` as in :meth:`Upstream.call`. :class:`CredentialChanged` when
+        ``generation`` is no longer the user's."""
+        for attempt in range(2):
+            entry = self._entry(user_id, credential, header_value, generation)
+            try:
+                return await self._call_on(user_id, entry, name, arguments, progress)
+            except MCPError as exc:
+                if not (entry.forgotten and exc.error.code == types.INVALID_REQUEST) or attempt:
+                    raise
+                # The upstream forgot the session (it restarted) and did not run the call:
+                # a new session, and the call once more.
+                self._close(user_id, entry)
+        raise AssertionError("unreachable")
+
+    async def _call_on(
+        self,
+        user_id: str,
+        entry: _UserSession,
+        name: str,
+        arguments: dict[str, Any],
+        progress: ProgressReporter | None,
+    ) -> types.CallToolResult:
         spec = self._upstream.spec
         entry.in_flight += 1
         try:
@@ -116,7 +169,7 @@ class UserSessions:
                 if entry.refused:
                     self._close(user_id, entry)
                     raise CredentialRefused() from exc
-                if exc.error.code == types.CONNECTION_CLOSED:
+                if exc.error.code == types.CONNECTION_CLOSED or entry.forgotten:
                     self._close(user_id, entry)
                 raise
             except asyncio.CancelledError:
@@ -129,7 +182,9 @@ class UserSessions:
             entry.last_used = time.monotonic()
 
     def forget(self, user_id: str) -> None:
-        """Close ``user_id``'s session (their credential was replaced or deleted)."""
+        """Close ``user_id``'s session (their credential was replaced or deleted), and make
+        calls that read the credential before this read it again."""
+        self._generations[user_id] = self.generation(user_id) + 1
         entry = self._sessions.get(user_id)
         if entry is not None:
             self._close(user_id, entry)
@@ -142,33 +197,35 @@ class UserSessions:
                 self._close(user_id, entry)
 
     async def close_all(self) -> None:
-        """Close every session, waiting a bounded time for their tasks."""
-        tasks = [entry.task for entry in self._sessions.values() if entry.task is not None]
+        """Close every session, and wait a bounded time for every task, closing ones too."""
         for user_id, entry in list(self._sessions.items()):
             self._close(user_id, entry)
+        tasks = list(self._closing)
         if tasks:
             _, stuck = await asyncio.wait(tasks, timeout=_STOP_SECONDS)
             for task in stuck:
                 task.cancel()
+            if stuck:
+                await asyncio.wait(stuck, timeout=_STOP_SECONDS)
 
-    def _entry(self, user_id: str, header_value: str) -> _UserSession:
+    def _entry(
+        self, user_id: str, credential: str, header_value: str, generation: int
+    ) -> _UserSession:
+        if generation != self.generation(user_id):
+            raise CredentialChanged()
         self.close_idle()
         entry = self._sessions.get(user_id)
-        # A session that ended by itself (the upstream closed it) or holds an older credential
-        # is replaced.
-        if entry is not None and (entry.credential != header_value or entry.stop.is_set()):
+        # A session that ended by itself (the upstream closed or forgot it) or holds an older
+        # credential is replaced.
+        if entry is not None and (
+            entry.header_value != header_value or entry.stop.is_set() or entry.forgotten
+        ):
             self._close(user_id, entry)
             entry = None
         if entry is None:
-            if len(self._sessions) >= self._max:
-                idle = [uid for uid, held in self._sessions.items() if held.in_flight == 0]
-                if not idle:
-                    spec = self._upstream.spec
-                    raise UpstreamDown(
-                        f"Upstream {spec.name!r}: every session for users' credentials is busy."
-                    )
-                self._close(idle[0], self._sessions[idle[0]])
-            entry = _UserSession(header_value)
+            self._make_room()
+            scrubber = self._upstream.scrubber.extended(credential)  # within header_value
+            entry = _UserSession(header_value, scrubber)
             self._sessions[user_id] = entry
             entry.task = asyncio.create_task(
                 self._hold(entry), name=f"upstream {self._upstream.spec.name} user session"
@@ -176,28 +233,54 @@ class UserSessions:
         self._sessions.move_to_end(user_id)
         return entry
 
+    def _make_room(self) -> None:
+        """Room for one more session: open and closing ones count. The oldest closing one is
+        cut short first, then the least recently used idle one is closed (and cut short)."""
+        while len(self._sessions) + len(self._closing) >= self._max:
+            if self._closing:
+                oldest = next(iter(self._closing))
+                del self._closing[oldest]
+                oldest.cancel()
+                continue
+            idle = [uid for uid, held in self._sessions.items() if held.in_flight == 0]
+            if not idle:
+                spec = self._upstream.spec
+                raise UpstreamDown(
+                    f"Upstream {spec.name!r}: every session for users' credentials is busy."
+                )
+            self._close(idle[0], self._sessions[idle[0]])
+
     def _close(self, user_id: str, entry: _UserSession) -> None:
         entry.stop.set()
         if self._sessions.get(user_id) is entry:
             del self._sessions[user_id]
+        task = entry.task
+        if task is not None and not task.done() and task not in self._closing:
+            self._closing[task] = None
+            task.add_done_callback(self._ended)
+            # The teardown (the SDK's DELETE) may hang on a slow upstream: it is cut short.
+            asyncio.get_running_loop().call_later(_STOP_SECONDS, task.cancel)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._closing.pop(task, None)
 
     async def _hold(self, entry: _UserSession) -> None:
-        headers = {**self._upstream.spec.headers, self._header: entry.credential}
+        headers = {**self._upstream.spec.headers, self._header: entry.header_value}
         try:
-            async with self._upstream.http_session(headers, on_status=entry.saw) as session:
+            async with self._upstream.http_session(headers, on_response=entry.saw) as session:
                 entry.session = session
                 entry.ready.set_result(None)
                 await entry.stop.wait()
         except Exception as exc:
-            # Logged without the credential: `describe` words the failure, never the headers.
-            extra = {"upstream": self._upstream.spec.name}
-            log.info("upstream user session ended: %s", describe(exc), extra=extra)
+            # Scrubbed of what the session presented: an upstream's error may quote the token.
+            failure = describe(exc, entry.scrubber)
+            log.info("upstream user session ended: %s", failure, extra=self._extra())
             if not entry.ready.done():
                 # The call was not sent: 503 like an upstream that is not connected, in words
                 # without the request's headers.
                 opened = UpstreamDown(
                     f"Upstream {self._upstream.spec.name!r} did not open a session for your "
-                    f"credential ({describe(exc)})."
+                    f"credential ({failure})."
                 )
                 entry.ready.set_exception(CredentialRefused() if entry.refused else opened)
         finally:
@@ -206,3 +289,6 @@ class UserSessions:
                 entry.ready.set_exception(UpstreamDown("the session was closed"))
             with contextlib.suppress(BaseException):
                 entry.ready.exception()  # retrieved: a waiter may have given up already
+
+    def _extra(self) -> dict[str, str]:
+        return {"upstream": self._upstream.spec.name}
