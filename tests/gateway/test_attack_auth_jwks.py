@@ -1,0 +1,87 @@
+"""Attacks on the gateway's JWKS handling (attack-auth): an issuer's key document that is not
+what the fetcher expects, and an issuer that answers slowly."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.conftest import Backend
+from tests.gateway.oauth_server import AuthorizationServer, SigningKey
+from tests.gateway.test_oauth_resource_server import ECHO, bearer, oauth_gateway
+from tests.httpserver import running_server
+
+
+@pytest.fixture
+def embedded(sqlite_engine: Any, memory_bus: Any) -> Backend:
+    return Backend("embedded", sqlite_engine, memory_bus)
+
+
+class OddIssuer(AuthorizationServer):
+    """The test authorization server, whose /jwks answers what a test sets."""
+
+    jwks_body: bytes = b""
+    trickle_seconds: float = 0.0
+
+    async def _jwks(self, _request: Request) -> Response:  # type: ignore[override]
+        self.jwks_fetches += 1
+        if not self.trickle_seconds:
+            return Response(self.jwks_body, media_type="application/json")
+
+        async def slowly() -> AsyncIterator[bytes]:
+            for byte in self.jwks_body:
+                await asyncio.sleep(self.trickle_seconds)
+                yield bytes([byte])
+
+        return StreamingResponse(slowly(), media_type="application/json")
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/jwks", self._jwks)])
+
+
+@pytest.fixture
+async def odd_issuer() -> AsyncIterator[OddIssuer]:
+    server = OddIssuer(keys=[SigningKey.rsa("k1")])
+    async with running_server(server.app()) as url:
+        server.issuer = url
+        yield server
+
+
+async def test_attack_deeply_nested_jwks_is_not_a_500(embedded: Backend, odd_issuer: OddIssuer):
+    """An issuer's JWKS (or anything at that URL: a captive portal, a compromised CDN) holding a
+    deeply nested JSON document within the 256 KiB cap makes ``json.loads`` raise RecursionError,
+    which ``JwksKeys._fetch`` does not catch (only httpx.HTTPError and ValueError): every request
+    carrying a JWT is answered 500 instead of 503 AUTH_KEYS_UNAVAILABLE."""
+    odd_issuer.jwks_body = b"[" * 200_000
+    async with oauth_gateway(embedded, odd_issuer) as url, httpx.AsyncClient() as client:
+        token = odd_issuer.token(f"{url}/mcp")
+        answer = await client.post(f"{url}/execute", json=ECHO, headers=bearer(token))
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["code"] == "AUTH_KEYS_UNAVAILABLE"
+
+
+async def test_attack_trickling_jwks_stalls_requests_past_the_fetch_timeout(
+    embedded: Backend, odd_issuer: OddIssuer
+):
+    """The JWKS fetch's 5 s timeout is httpx's per-read timeout, not a deadline: an issuer (or a
+    path to it) sending one byte every second keeps the fetch, and every request waiting on it,
+    going for as many seconds as the document has bytes (up to 262,144 s for the size cap).
+    Here a 40-byte document at one byte per 0.5 s holds the first JWT request ~20 s."""
+    odd_issuer.jwks_body = b'{"keys": []}' + b" " * 28
+    odd_issuer.trickle_seconds = 0.5
+    async with oauth_gateway(embedded, odd_issuer) as url, httpx.AsyncClient(timeout=60) as client:
+        token = odd_issuer.token(f"{url}/mcp")
+        started = time.monotonic()
+        answer = await client.post(f"{url}/execute", json=ECHO, headers=bearer(token))
+        took = time.monotonic() - started
+    assert answer.status_code in (401, 503)
+    assert took < 8.0, f"a request waited {took:.1f} s on a trickling JWKS (fetch timeout 5 s)"
