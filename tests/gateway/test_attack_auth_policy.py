@@ -115,3 +115,37 @@ async def test_attack_token_for_another_resource_opens_the_gateway_without_resou
         token = issuer.token("https://payroll.example.com/api")
         answer = await client.post(f"{url}/execute", json=ECHO, headers=bearer(token))
     assert answer.status_code == 401, (answer.status_code, answer.text[:200])
+
+
+async def test_attack_upstreams_list_servers_whose_tools_are_all_hidden(
+    backend: Backend, tmp_path: Path
+):
+    """The policy hides every tool of the upstream ``time`` from bob (only ``echo`` is his), so
+    its tools look missing to him on /tools, /mcp and /execute; yet GET /upstreams, open to any
+    authenticated user, names the server, its state, its last error and how many tools it serves."""
+    import json
+
+    from tests.conftest import test_settings
+    from tests.gateway.conftest import run_gateway
+    from tests.gateway.upstream_fixtures import time_entry
+
+    policy = {
+        "rules": [
+            {"effect": "allow", "subjects": ["role:operator"], "tools": ["*"]},
+            {"effect": "allow", "subjects": ["*"], "tools": ["echo"]},
+        ]
+    }
+    path = tmp_path / "upstreams.json"
+    path.write_text(json.dumps({"mcp_servers": [time_entry()], "policy": policy}))
+    settings = test_settings(
+        tool_catalogues=str(path),
+        auth="enabled",
+        api_tokens="tok-bob=bob,tok-olga=olga",
+        operators="olga",
+    )
+    async with run_gateway(backend, settings) as client:
+        listed = (await client.get("/tools", params={"format": "mcp"}, headers=BOB)).json()
+        servers = (await client.get("/upstreams", headers=BOB)).json()
+    assert {tool["name"] for tool in listed["tools"]} == {"echo"}
+    names = [entry["name"] for entry in servers["upstreams"]]
+    assert "time" not in names, servers
