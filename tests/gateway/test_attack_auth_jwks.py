@@ -85,3 +85,48 @@ async def test_attack_trickling_jwks_stalls_requests_past_the_fetch_timeout(
         took = time.monotonic() - started
     assert answer.status_code in (401, 503)
     assert took < 8.0, f"a request waited {took:.1f} s on a trickling JWKS (fetch timeout 5 s)"
+
+
+class BombIssuer(OddIssuer):
+    async def _jwks(self, _request: Request) -> Response:  # type: ignore[override]
+        self.jwks_fetches += 1
+        return Response(
+            self.jwks_body,
+            media_type="application/json",
+            headers={"Content-Encoding": "zstd"},
+        )
+
+
+@pytest.fixture
+async def bomb_issuer() -> AsyncIterator[BombIssuer]:
+    import zstandard
+
+    compressor = zstandard.ZstdCompressor(level=3).compressobj()
+    parts = [compressor.compress(b'{"keys": [')]
+    for _ in range(400):
+        parts.append(compressor.compress(b" " * 1_000_000))
+    parts.append(compressor.flush())
+    server = BombIssuer(keys=[SigningKey.rsa("k1")])
+    server.jwks_body = b"".join(parts)  # ~12 KB on the wire, 400 MB decoded
+    async with running_server(server.app()) as url:
+        server.issuer = url
+        yield server
+
+
+async def test_attack_compressed_jwks_bomb_is_decoded_whole_before_the_size_cap(
+    embedded: Backend, bomb_issuer: BombIssuer
+):
+    """MAX_DOCUMENT_BYTES (256 KiB) is checked on the *decoded* chunks ``aiter_bytes`` yields, but
+    httpx decodes each network chunk whole: a 12 KB zstd (or gzip/deflate) body from the JWKS URL
+    becomes one 400 MB bytes object in the gateway before the cap is looked at. The fetcher
+    advertises ``Accept-Encoding: gzip, deflate, zstd`` (httpx's default) and sets no limit."""
+    import resource
+
+    assert len(bomb_issuer.jwks_body) < 100_000
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    async with oauth_gateway(embedded, bomb_issuer) as url, httpx.AsyncClient(timeout=60) as client:
+        token = bomb_issuer.token(f"{url}/mcp")
+        answer = await client.post(f"{url}/execute", json=ECHO, headers=bearer(token))
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert answer.status_code in (401, 503)
+    assert grown_mb < 100, f"peak memory grew {grown_mb:.0f} MB fetching a 12 KB JWKS"
