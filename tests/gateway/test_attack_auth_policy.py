@@ -149,3 +149,45 @@ async def test_attack_upstreams_list_servers_whose_tools_are_all_hidden(
     assert {tool["name"] for tool in listed["tools"]} == {"echo"}
     names = [entry["name"] for entry in servers["upstreams"]]
     assert "time" not in names, servers
+
+
+async def test_attack_finance_normalize_and_config_reveal_hidden_alias_tools(
+    backend: Backend, tmp_path: Path
+):
+    """In finance mode the policy hides ``screen_tickers`` (and its canonical ``screen_entities``)
+    from ada: /execute answers 404 UNKNOWN_TOOL and /v1/finance/tools leaves it out. But
+    POST /v1/finance/normalize, which asks no policy, answers 200 with the canonical tool and the
+    rewritten arguments, and GET /v1/finance/config lists the alias and its canonical tool."""
+    import json
+
+    from tests.conftest import test_settings
+    from tests.gateway.conftest import run_gateway
+
+    policy = {
+        "rules": [
+            {"effect": "deny", "subjects": ["*"], "tools": ["screen_entities"]},
+            {"effect": "allow", "subjects": ["*"], "tools": ["*"]},
+        ]
+    }
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"policy": policy}))
+    settings = test_settings(
+        tool_catalogues=str(path),
+        mcp_domain="finance",
+        auth="enabled",
+        api_tokens="tok-ada=ada,tok-olga=olga",
+        operators="olga",
+    )
+    async with run_gateway(backend, settings) as client:
+        call = await client.post(
+            "/execute", json={"tool": "screen_tickers", "args": {"tickers": ["AAPL"]}}, headers=ADA
+        )
+        normalized = await client.post(
+            "/v1/finance/normalize",
+            json={"tool": "screen_tickers", "args": {"tickers": ["AAPL"]}},
+            headers=ADA,
+        )
+        config = await client.get("/v1/finance/config", headers=ADA)
+    assert call.status_code == 404 and call.json()["code"] == "UNKNOWN_TOOL"
+    assert normalized.status_code == 404, normalized.text
+    assert "screen_tickers" not in config.json()["aliases"], config.json()["aliases"]
