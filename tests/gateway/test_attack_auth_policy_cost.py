@@ -27,3 +27,39 @@ def test_attack_long_upstream_tool_name_makes_a_listing_block_the_event_loop():
     policy.allows(Subject("ada"), hostile, "list")
     took = time.perf_counter() - started
     assert took < 0.1, f"one policy decision took {took:.2f} s on the event loop"
+
+
+def test_attack_policy_memory_keeps_every_tool_an_upstream_ever_served():
+    """``ToolPolicy._selecting`` remembers each judged tool *object* by name and is cleared only at
+    200,000 names. A hostile upstream that renames its tools on every refresh (one per
+    GATEWAY_UPSTREAM_DEBOUNCE_SECONDS = 1 s via list_changed; up to 1,000 tools and 40 MB of
+    listing per refresh) has every generation kept alive — Tool objects with their schemas — as
+    soon as any caller lists tools: the refreshes' memory is never freed (here 2,000 retired
+    tools of 100 KB schemas stay resident; at the cap it is gigabytes)."""
+    import gc
+    import tracemalloc
+
+    rule = PolicyRuleSpec(effect="allow", subjects=["*"], tools=["tag:public"])
+    policy = ToolPolicy([rule])
+    anyone = Subject("ada")
+    tracemalloc.start()
+    try:
+        baseline = tracemalloc.get_traced_memory()[0]
+        for generation in range(20):  # 20 refreshes, each serving 100 freshly named tools
+            served = [
+                Tool(
+                    name=f"evil__g{generation}_t{i}",
+                    description="",
+                    parameters={"type": "object", "description": f"{i}" + "x" * 100_000},
+                    upstream_origin=("evil", f"g{generation}_t{i}"),
+                )
+                for i in range(100)
+            ]
+            for tool in served:  # a listing after the refresh
+                policy.allows(anyone, tool, "list")
+            del served  # the registry drops the previous generation
+        gc.collect()
+        retained = tracemalloc.get_traced_memory()[0] - baseline
+    finally:
+        tracemalloc.stop()
+    assert retained < 20_000_000, f"{retained / 1e6:.0f} MB of retired tools stay in memory"
