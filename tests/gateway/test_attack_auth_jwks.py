@@ -130,3 +130,29 @@ async def test_attack_compressed_jwks_bomb_is_decoded_whole_before_the_size_cap(
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert answer.status_code in (401, 503)
     assert grown_mb < 100, f"peak memory grew {grown_mb:.0f} MB fetching a 12 KB JWKS"
+
+
+async def test_attack_jwks_publishing_private_keys(embedded: Backend, odd_issuer: OddIssuer):
+    """An issuer (misconfigured: it serves its key file as the JWKS) publishes its keys *with*
+    their private parts. ``_usable_keys`` keeps them as they are: the EC key's private half is now
+    public, and the gateway accepts tokens anyone signs with it; the RSA one is kept as an
+    RSAPrivateKey, and every token naming it is answered 500 (PyJWT calls ``.verify`` on it)."""
+    import json
+
+    from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+
+    rsa_key = SigningKey.rsa("r1")
+    ec_key = SigningKey.ec("e1")
+    published = [
+        {**RSAAlgorithm.to_jwk(rsa_key.private, as_dict=True), "kid": "r1", "use": "sig"},
+        {**ECAlgorithm.to_jwk(ec_key.private, as_dict=True), "kid": "e1", "use": "sig"},
+    ]
+    odd_issuer.jwks_body = json.dumps({"keys": published}).encode()
+    async with oauth_gateway(embedded, odd_issuer) as url, httpx.AsyncClient() as client:
+        answers = {}
+        for key in (rsa_key, ec_key):
+            token = odd_issuer.token(f"{url}/mcp", key=key, roles=["operator"])
+            answer = await client.post(f"{url}/execute", json=ECHO, headers=bearer(token))
+            answers[key.kid] = (answer.status_code, answer.text[:120])
+    assert answers["r1"][0] != 500, answers
+    assert answers["e1"][0] in (401, 503), f"a token signed with a published private key: {answers}"
