@@ -98,23 +98,29 @@ async def issuer():
         yield server
 
 
-async def test_attack_token_for_another_resource_opens_the_gateway_without_resource_url(
+async def test_jwks_tokens_are_bound_to_an_audience_even_without_resource_url(
     embedded: Backend, issuer: AuthorizationServer
 ):
-    """With JWKS on and GATEWAY_RESOURCE_URL unset, the gateway publishes a resource URL derived
-    from the request (metadata, challenges) yet accepts a JWT whose ``aud`` is some other
-    service's: any token the shared issuer minted for any of its clients (another API, another
-    tenant's app) is a valid gateway credential — the token-passthrough / confused-deputy case the
-    MCP authorization spec's audience binding exists to stop."""
+    """A JWT whose ``aud`` is another service's (any token a shared issuer minted for any of its
+    clients) must not open the gateway: the token-passthrough / confused-deputy case the MCP
+    authorization spec's audience binding exists to stop. With JWKS on, the gateway refuses to
+    start without an audience (GATEWAY_RESOURCE_URL or CONCLAVE_JWT_AUDIENCE); with only
+    CONCLAVE_JWT_AUDIENCE, a token for another resource is 401."""
+    with pytest.raises(ValueError, match="GATEWAY_RESOURCE_URL"):
+        async with oauth_gateway(embedded, issuer, resource_url=None):
+            pass
+    audience = "https://gateway.example.com/mcp"
     async with (
-        oauth_gateway(embedded, issuer, resource_url=None) as url,
+        oauth_gateway(embedded, issuer, resource_url=None, jwt_audience=audience) as url,
         httpx.AsyncClient() as client,
     ):
-        metadata = (await client.get(f"{url}/.well-known/oauth-protected-resource")).json()
-        assert metadata["resource"] == f"{url}/mcp"
-        token = issuer.token("https://payroll.example.com/api")
-        answer = await client.post(f"{url}/execute", json=ECHO, headers=bearer(token))
-    assert answer.status_code == 401, (answer.status_code, answer.text[:200])
+        other = issuer.token("https://payroll.example.com/api")
+        refused = await client.post(f"{url}/execute", json=ECHO, headers=bearer(other))
+        mine = issuer.token(audience)
+        ours = await client.post(f"{url}/execute", json=ECHO, headers=bearer(mine))
+    assert refused.status_code == 401, (refused.status_code, refused.text[:200])
+    assert refused.json()["code"] == "INVALID_TOKEN"
+    assert ours.status_code == 200, (ours.status_code, ours.text[:200])
 
 
 async def test_attack_upstreams_list_servers_whose_tools_are_all_hidden(

@@ -66,9 +66,7 @@ def test_attack_jwks_entries_with_private_parts_burn_cpu_on_the_event_loop():
     public = RSAAlgorithm.to_jwk(good.public_key(), as_dict=True)
     big = rsa.generate_private_key(public_exponent=65537, key_size=4096)
     big_public = RSAAlgorithm.to_jwk(big.public_key(), as_dict=True)
-    bad = [
-        {**big_public, "kid": f"b{i}", "d": _b64(secrets.randbits(4095) | 1)} for i in range(8)
-    ]
+    bad = [{**big_public, "kid": f"b{i}", "d": _b64(secrets.randbits(4095) | 1)} for i in range(8)]
     started = time.perf_counter()
     _usable_keys({"keys": [*bad, {**public, "kid": "k1"}]})
     took = time.perf_counter() - started

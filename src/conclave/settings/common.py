@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import quote, urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -45,6 +45,19 @@ def origin_pattern(entry: str) -> str:
     if pattern != "*" and not _ORIGIN_PATTERN.fullmatch(pattern):
         raise ValueError(f"allowed origin {entry!r} is not 'http(s)://name[:port|:*]' or '*'")
     return pattern
+
+
+MIN_JWT_SECRET_BYTES = 32
+"""The shortest HS256 secret accepted (RFC 7518 §3.2: a key as long as the hash output)."""
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class CommonSettings(BaseSettings):
@@ -162,7 +175,8 @@ class CommonSettings(BaseSettings):
     jwt_secret: SecretStr = Field(
         SecretStr(""),
         alias="CONCLAVE_JWT_SECRET",
-        description="HS256 secret for JWT bearer tokens.",
+        description="HS256 secret for JWT bearer tokens: at least 32 bytes (RFC 7518 §3.2), "
+        "e.g. the output of `openssl rand -base64 32`.",
     )
     jwt_public_key: SecretStr = Field(
         SecretStr(""),
@@ -186,8 +200,10 @@ class CommonSettings(BaseSettings):
         None,
         alias="CONCLAVE_JWT_JWKS_URL",
         description="JWKS URL of the OAuth authorization server whose JWTs are accepted "
-        "(RS/PS/ES256-512, EdDSA; the key each token's `kid` names). Fetched through the egress "
-        "policy: an issuer on a private address must be in CONCLAVE_EGRESS_ALLOW_HOSTS.",
+        "(RS/PS/ES256-512, EdDSA; the key each token's `kid` names). https (plain http only to "
+        "a loopback host); needs an audience (CONCLAVE_JWT_AUDIENCE, or GATEWAY_RESOURCE_URL on "
+        "the gateway). Fetched through the egress policy: an issuer on a private address must "
+        "be in CONCLAVE_EGRESS_ALLOW_HOSTS.",
     )
     jwt_jwks_cache_seconds: float = Field(
         300.0,
@@ -441,12 +457,45 @@ class CommonSettings(BaseSettings):
 
     @field_validator("jwt_jwks_url")
     @classmethod
-    def _jwks_url_is_http(cls, value: str | None) -> str | None:
+    def _jwks_url_is_https(cls, value: str | None) -> str | None:
         if value is not None:
             parts = urlsplit(value)
             if parts.scheme not in ("https", "http") or not parts.hostname:
-                raise ValueError(f"{value!r} must be an absolute http(s) URL")
+                raise ValueError(f"{value!r} must be an absolute https URL")
+            # Whoever answers a plain http fetch picks the keys every token is checked with.
+            if parts.scheme == "http" and not _is_loopback(parts.hostname):
+                raise ValueError(f"{value!r} must use https (plain http only to a loopback host)")
         return value
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _jwt_secret_is_long_enough(cls, value: SecretStr) -> SecretStr:
+        # A short HMAC key is brute-forced offline from any one token, then signs any claims.
+        length = len(value.get_secret_value().encode())
+        if 0 < length < MIN_JWT_SECRET_BYTES:
+            raise ValueError(
+                f"CONCLAVE_JWT_SECRET must be at least {MIN_JWT_SECRET_BYTES} bytes "
+                "(RFC 7518 §3.2), e.g. the output of `openssl rand -base64 32`"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _jwks_tokens_are_bound_to_an_audience(self) -> CommonSettings:
+        # An issuer mints tokens for all its clients: without an `aud` check, a token issued for
+        # any other service that trusts it would open this one (RFC 8707, RFC 9068 §4).
+        if self.jwt_jwks_url and self.jwks_audience() is None:
+            raise ValueError(
+                "CONCLAVE_JWT_JWKS_URL needs the audience tokens must carry: set "
+                f"{self._audience_settings_hint()}"
+            )
+        return self
+
+    def jwks_audience(self) -> str | None:
+        """The `aud` a token from the JWKS issuer must carry (``None``: none configured)."""
+        return self.jwt_audience
+
+    def _audience_settings_hint(self) -> str:
+        return "CONCLAVE_JWT_AUDIENCE"
 
     def traces_exporters(self) -> tuple[str, ...]:
         """The span exporters the OpenTelemetry settings ask for (``otlp``, ``console``); empty
