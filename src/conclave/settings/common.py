@@ -6,10 +6,12 @@ import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from conclave.settings.credentials import jwks_url_problem, jwt_secret_problem
 
 
 def _split_csv(value: object) -> object:
@@ -45,19 +47,6 @@ def origin_pattern(entry: str) -> str:
     if pattern != "*" and not _ORIGIN_PATTERN.fullmatch(pattern):
         raise ValueError(f"allowed origin {entry!r} is not 'http(s)://name[:port|:*]' or '*'")
     return pattern
-
-
-MIN_JWT_SECRET_BYTES = 32
-"""The shortest HS256 secret accepted (RFC 7518 §3.2: a key as long as the hash output)."""
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class CommonSettings(BaseSettings):
@@ -458,25 +447,17 @@ class CommonSettings(BaseSettings):
     @field_validator("jwt_jwks_url")
     @classmethod
     def _jwks_url_is_https(cls, value: str | None) -> str | None:
-        if value is not None:
-            parts = urlsplit(value)
-            if parts.scheme not in ("https", "http") or not parts.hostname:
-                raise ValueError(f"{value!r} must be an absolute https URL")
-            # Whoever answers a plain http fetch picks the keys every token is checked with.
-            if parts.scheme == "http" and not _is_loopback(parts.hostname):
-                raise ValueError(f"{value!r} must use https (plain http only to a loopback host)")
+        problem = None if value is None else jwks_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("jwt_secret")
     @classmethod
     def _jwt_secret_is_long_enough(cls, value: SecretStr) -> SecretStr:
-        # A short HMAC key is brute-forced offline from any one token, then signs any claims.
-        length = len(value.get_secret_value().encode())
-        if 0 < length < MIN_JWT_SECRET_BYTES:
-            raise ValueError(
-                f"CONCLAVE_JWT_SECRET must be at least {MIN_JWT_SECRET_BYTES} bytes "
-                "(RFC 7518 §3.2), e.g. the output of `openssl rand -base64 32`"
-            )
+        problem = jwt_secret_problem(value.get_secret_value())
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
