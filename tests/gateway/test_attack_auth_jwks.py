@@ -1,5 +1,6 @@
-"""Attacks on the gateway's JWKS handling (attack-auth): an issuer's key document that is not
-what the fetcher expects, and an issuer that answers slowly."""
+"""Regression tests from an attack on the gateway's JWKS handling: an issuer's key document that
+is not what the fetcher expects, and an issuer that answers slowly. Each docstring says what is
+guarded now, then what the attack found before."""
 
 from __future__ import annotations
 
@@ -56,11 +57,16 @@ async def odd_issuer() -> AsyncIterator[OddIssuer]:
         yield server
 
 
-async def test_attack_deeply_nested_jwks_is_not_a_500(embedded: Backend, odd_issuer: OddIssuer):
-    """An issuer's JWKS (or anything at that URL: a captive portal, a compromised CDN) holding a
-    deeply nested JSON document within the 256 KiB cap makes ``json.loads`` raise RecursionError,
-    which ``JwksKeys._fetch`` does not catch (only httpx.HTTPError and ValueError): every request
-    carrying a JWT is answered 500 instead of 503 AUTH_KEYS_UNAVAILABLE."""
+async def test_a_deeply_nested_jwks_is_a_failed_fetch_not_a_500(
+    embedded: Backend, odd_issuer: OddIssuer
+):
+    """Guarded: the parse error is a failed fetch, so 503 AUTH_KEYS_UNAVAILABLE.
+
+    Before: An issuer's JWKS (or anything at that URL: a captive portal, a compromised CDN)
+    holding a deeply nested JSON document within the 256 KiB cap makes ``json.loads`` raise
+    RecursionError, which ``JwksKeys._fetch`` does not catch (only httpx.HTTPError and
+    ValueError): every request carrying a JWT is answered 500 instead of 503
+    AUTH_KEYS_UNAVAILABLE."""
     odd_issuer.jwks_body = b"[" * 200_000
     async with oauth_gateway(embedded, odd_issuer) as url, httpx.AsyncClient() as client:
         token = odd_issuer.token(f"{url}/mcp")
@@ -69,13 +75,15 @@ async def test_attack_deeply_nested_jwks_is_not_a_500(embedded: Backend, odd_iss
     assert answer.json()["code"] == "AUTH_KEYS_UNAVAILABLE"
 
 
-async def test_attack_trickling_jwks_stalls_requests_past_the_fetch_timeout(
+async def test_a_trickling_jwks_is_cut_at_the_fetch_deadline(
     embedded: Backend, odd_issuer: OddIssuer
 ):
-    """The JWKS fetch's 5 s timeout is httpx's per-read timeout, not a deadline: an issuer (or a
-    path to it) sending one byte every second keeps the fetch, and every request waiting on it,
-    going for as many seconds as the document has bytes (up to 262,144 s for the size cap).
-    Here a 40-byte document at one byte per 0.5 s holds the first JWT request ~20 s."""
+    """Guarded: one deadline covers the whole fetch.
+
+    Before: The JWKS fetch's 5 s timeout is httpx's per-read timeout, not a deadline: an issuer
+    (or a path to it) sending one byte every second keeps the fetch, and every request waiting
+    on it, going for as many seconds as the document has bytes (up to 262,144 s for the size
+    cap). Here a 40-byte document at one byte per 0.5 s holds the first JWT request ~20 s."""
     odd_issuer.jwks_body = b'{"keys": []}' + b" " * 28
     odd_issuer.trickle_seconds = 0.5
     async with oauth_gateway(embedded, odd_issuer) as url, httpx.AsyncClient(timeout=60) as client:
@@ -113,13 +121,14 @@ async def bomb_issuer() -> AsyncIterator[BombIssuer]:
         yield server
 
 
-async def test_attack_compressed_jwks_bomb_is_decoded_whole_before_the_size_cap(
-    embedded: Backend, bomb_issuer: BombIssuer
-):
-    """MAX_DOCUMENT_BYTES (256 KiB) is checked on the *decoded* chunks ``aiter_bytes`` yields, but
-    httpx decodes each network chunk whole: a 12 KB zstd (or gzip/deflate) body from the JWKS URL
-    becomes one 400 MB bytes object in the gateway before the cap is looked at. The fetcher
-    advertises ``Accept-Encoding: gzip, deflate, zstd`` (httpx's default) and sets no limit."""
+async def test_a_compressed_jwks_is_refused_undecoded(embedded: Backend, bomb_issuer: BombIssuer):
+    """Guarded: identity encoding is asked for and a compressed answer refused.
+
+    Before: MAX_DOCUMENT_BYTES (256 KiB) is checked on the *decoded* chunks ``aiter_bytes``
+    yields, but httpx decodes each network chunk whole: a 12 KB zstd (or gzip/deflate) body from
+    the JWKS URL becomes one 400 MB bytes object in the gateway before the cap is looked at. The
+    fetcher advertises ``Accept-Encoding: gzip, deflate, zstd`` (httpx's default) and sets no
+    limit."""
     import resource
 
     assert len(bomb_issuer.jwks_body) < 100_000
@@ -132,11 +141,16 @@ async def test_attack_compressed_jwks_bomb_is_decoded_whole_before_the_size_cap(
     assert grown_mb < 100, f"peak memory grew {grown_mb:.0f} MB fetching a 12 KB JWKS"
 
 
-async def test_attack_jwks_publishing_private_keys(embedded: Backend, odd_issuer: OddIssuer):
-    """An issuer (misconfigured: it serves its key file as the JWKS) publishes its keys *with*
-    their private parts. ``_usable_keys`` keeps them as they are: the EC key's private half is now
-    public, and the gateway accepts tokens anyone signs with it; the RSA one is kept as an
-    RSAPrivateKey, and every token naming it is answered 500 (PyJWT calls ``.verify`` on it)."""
+async def test_jwks_entries_with_private_parts_are_skipped(
+    embedded: Backend, odd_issuer: OddIssuer
+):
+    """Guarded: entries with private members are skipped (no usable key: 503).
+
+    Before: An issuer (misconfigured: it serves its key file as the JWKS) publishes its keys
+    *with* their private parts. ``_usable_keys`` keeps them as they are: the EC key's private
+    half is now public, and the gateway accepts tokens anyone signs with it; the RSA one is kept
+    as an RSAPrivateKey, and every token naming it is answered 500 (PyJWT calls ``.verify`` on
+    it)."""
     import json
 
     from jwt.algorithms import ECAlgorithm, RSAAlgorithm

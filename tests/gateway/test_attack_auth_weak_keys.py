@@ -1,4 +1,5 @@
-"""Weak keys the gateway's token checking accepts (attack-auth)."""
+"""Regression tests from an attack on token checking: weak keys and key sources the gateway
+accepted. Each docstring says what is guarded now, then what the attack found before."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ def _b64(number: int) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def test_attack_jwks_keeps_a_512_bit_rsa_key():
-    """A JWKS entry with a 512-bit RSA modulus (factorable with public tools in hours) is kept as a
-    signing key; whoever factors it signs any ``sub`` and ``roles`` they like. RFC 7518 §3.3
-    requires 2048 bits; nothing in jwks._usable_keys checks a key's size."""
+def test_rsa_keys_under_2048_bits_are_skipped():
+    """Guarded: RSA keys under 2048 bits are skipped.
+
+    Before: A JWKS entry with a 512-bit RSA modulus (factorable with public tools in hours) is
+    kept as a signing key; whoever factors it signs any ``sub`` and ``roles`` they like. RFC
+    7518 §3.3 requires 2048 bits; nothing in jwks._usable_keys checks a key's size."""
     sympy = pytest.importorskip("sympy")
     p = sympy.randprime(2**255, 2**256)
     q = sympy.randprime(2**255, 2**256)
@@ -31,31 +34,38 @@ def test_attack_jwks_keeps_a_512_bit_rsa_key():
     assert "weak" not in kept, "a 512-bit RSA key verifies tokens"
 
 
-def test_attack_a_one_byte_hs256_secret_is_accepted():
-    """CONCLAVE_JWT_SECRET='x' starts a gateway with auth on: a one-byte HMAC key that any token
-    (HS256 tokens are signed with it) lets an attacker brute-force offline in microseconds, then
-    mint tokens for any user with ``roles: [operator]``. PyJWT only warns
+def test_an_hs256_secret_under_32_bytes_stops_the_start():
+    """Guarded: a secret under 32 bytes is a settings error.
+
+    Before: CONCLAVE_JWT_SECRET='x' starts a gateway with auth on: a one-byte HMAC key that any
+    token (HS256 tokens are signed with it) lets an attacker brute-force offline in
+    microseconds, then mint tokens for any user with ``roles: [operator]``. PyJWT only warns
     (InsecureKeyLengthWarning, RFC 7518 §3.2 asks for >= 32 bytes)."""
     with pytest.raises(ValueError):
         test_settings(auth="enabled", jwt_secret="x")
 
 
-def test_attack_jwks_url_over_plain_http_to_a_remote_host_is_accepted():
-    """CONCLAVE_JWT_JWKS_URL=http://issuer.example.com/jwks is accepted (the validator allows
-    ``http`` for any host): anyone on the network path between the gateway and the issuer
+def test_a_plain_http_jwks_url_to_a_remote_host_stops_the_start():
+    """Guarded: only https, or plain http to loopback, is accepted.
+
+    Before: CONCLAVE_JWT_JWKS_URL=http://issuer.example.com/jwks is accepted (the validator
+    allows ``http`` for any host): anyone on the network path between the gateway and the issuer
     answers the JWKS fetch with their own key and then signs tokens for any ``sub`` with
     ``roles: [operator]``. OAuth/OIDC require TLS for jwks_uri; loopback could stay allowed."""
     with pytest.raises(ValueError):
         test_settings(auth="enabled", jwt_jwks_url="http://issuer.example.com/jwks")
 
 
-def test_attack_jwks_entries_with_private_parts_burn_cpu_on_the_event_loop():
-    """``_usable_keys`` runs synchronously inside the async fetch (on the event loop) and builds a
-    PyJWK for every entry; an RSA entry carrying a ``d`` that does not fit makes PyJWT try to
-    recover the primes (~0.4 s per 4096-bit entry here) and, failing, the entry is skipped
-    without counting towards MAX_KEYS. A 256 KiB document holds ~180 of them: ~70 s during which
-    the gateway serves no one, again at every refetch (one per unknown-kid token and interval).
-    (A JWK with private parts has no business in a JWKS; it could be refused before parsing.)"""
+def test_entries_with_private_parts_are_skipped_before_costly_parsing():
+    """Guarded: private entries are skipped unparsed; parsing runs off the loop.
+
+    Before: ``_usable_keys`` runs synchronously inside the async fetch (on the event loop) and
+    builds a PyJWK for every entry; an RSA entry carrying a ``d`` that does not fit makes PyJWT
+    try to recover the primes (~0.4 s per 4096-bit entry here) and, failing, the entry is
+    skipped without counting towards MAX_KEYS. A 256 KiB document holds ~180 of them: ~70 s
+    during which the gateway serves no one, again at every refetch (one per unknown-kid token
+    and interval). (A JWK with private parts has no business in a JWKS; it could be refused
+    before parsing.)"""
     import secrets
     import time
 
