@@ -81,3 +81,20 @@ def test_entries_with_private_parts_are_skipped_before_costly_parsing():
     _usable_keys({"keys": [*bad, {**public, "kid": "k1"}]})
     took = time.perf_counter() - started
     assert took < 0.5, f"8 JWKS entries took {took:.1f} s of synchronous CPU"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8080/jwks", "http://localhost/jwks", "http://[::1]/jwks"]
+)
+def test_a_plain_http_jwks_url_to_loopback_and_a_32_byte_secret_are_accepted(url: str):
+    """The bounds refuse only what they must: a sidecar issuer on loopback, a 32-byte secret."""
+    settings = test_settings(
+        auth="enabled", jwt_jwks_url=url, jwt_audience="https://gateway.example/mcp"
+    )
+    assert settings.jwt_jwks_url == url
+    assert test_settings(auth="enabled", jwt_secret="s" * 32).auth_active()
+
+
+def test_a_jwks_url_without_an_audience_stops_the_start():
+    with pytest.raises(ValueError, match="CONCLAVE_JWT_AUDIENCE"):
+        test_settings(auth="enabled", jwt_jwks_url="https://issuer.example.com/jwks")
