@@ -91,6 +91,6 @@ def test_auth_is_active_only_when_enabled_and_configured(monkeypatch: pytest.Mon
 def test_secrets_do_not_leak_into_repr(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RELDB_PASSWORD", "hunter2-db")
     monkeypatch.setenv("CONCLAVE_API_TOKENS", "hunter2-token=alice")
-    monkeypatch.setenv("CONCLAVE_JWT_SECRET", "hunter2-jwt")
+    monkeypatch.setenv("CONCLAVE_JWT_SECRET", "hunter2-jwt-secret-of-at-least-32-bytes")
     text = repr(GatewaySettings()) + str(GatewaySettings().model_dump())
     assert "hunter2" not in text

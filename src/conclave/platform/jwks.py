@@ -19,6 +19,24 @@ its one algorithm (the JWK's ``alg``, else the one its type and curve imply): a 
 signed with exactly that algorithm, so ``none`` and an HS256 token "signed" with a public key as
 the secret never verify. The document is read up to :data:`MAX_DOCUMENT_BYTES` and at most
 :data:`MAX_KEYS` keys are kept.
+
+What the URL answers is untrusted input (a misconfigured issuer, a captive portal, a compromised
+CDN), so a fetch is bounded in every way a request waiting on it could notice:
+
+- one deadline (:data:`FETCH_DEADLINE_SECONDS`) for connecting, the headers and the whole body,
+  not only a per-read timeout that a server sending a byte a second never trips;
+- the body is asked for and read as sent (``Accept-Encoding: identity``; a compressed answer is
+  refused), so the size cap counts the bytes that are held, not a compressed few;
+- the document is parsed and its keys built in a worker thread, examining at most
+  :data:`MAX_ENTRIES_EXAMINED` entries; any parse failure (nesting deep enough for a
+  ``RecursionError`` included) is a failed fetch;
+- an entry holding private key material (``d``, ``p``, ``q``, ``dp``, ``dq``, ``qi``, ``oth``,
+  ``k``) is skipped before parsing, with a log line: its private half is public now, and parsing
+  it could cost seconds of CPU; an RSA key shorter than :data:`MIN_RSA_BITS` is skipped too.
+
+A fetch that fails keeps the last good set, for at most ``max_stale_seconds`` (24 h by default)
+after it was fetched: past that, a token naming one of its keys waits for a fetch and, if the
+issuer is still unreachable, is answered 503 like before any set was fetched.
 """
 
 from __future__ import annotations
@@ -34,6 +52,7 @@ from dataclasses import dataclass
 import anyio
 import httpx
 import jwt
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
 from conclave.platform.egress import EgressPolicy, guarded_client
 
@@ -47,7 +66,14 @@ MAX_DOCUMENT_BYTES = 262_144
 """A JWKS larger than this is refused (a set of a few keys is a few kilobytes)."""
 MAX_KEYS = 64
 """Keys kept from one document; the ones after are ignored."""
-_FETCH_TIMEOUT_SECONDS = 5.0
+MAX_ENTRIES_EXAMINED = 128
+"""Entries of one document looked at, kept or not; the ones after are ignored."""
+MIN_RSA_BITS = 2048
+"""The shortest RSA modulus kept (RFC 7518 §3.3)."""
+PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
+"""JWK members that carry private or symmetric key material (RFC 7518 §6.2.2, §6.3.2, §6.4)."""
+FETCH_DEADLINE_SECONDS = 5.0
+"""The longest one fetch may take, from connecting to the last byte of the body."""
 
 
 class JwksUnavailable(Exception):
@@ -61,6 +87,8 @@ class JwksSettings:
     url: str
     cache_seconds: float = 300.0
     min_refresh_seconds: float = 30.0
+    max_stale_seconds: float = 86_400.0
+    """How long the last good set stays in use while every fetch fails."""
 
 
 class JwksKeys:
@@ -91,7 +119,7 @@ class JwksKeys:
     def key_for(self, kid: str | None) -> jwt.PyJWK | None:
         """The cached key ``kid`` names (without ``kid``, the only key of a one-key set);
         raises :class:`JwksUnavailable` when no set was ever fetched."""
-        if not self.loaded:
+        if not self._usable():
             raise JwksUnavailable("the issuer's keys could not be fetched")
         if kid is None:
             return next(iter(self._keys.values())) if len(self._keys) == 1 else None
@@ -103,8 +131,13 @@ class JwksKeys:
             self._clock() - attempted >= self._settings.min_refresh_seconds
         )
 
+    def _usable(self) -> bool:
+        """Whether a set is held that is not older than the longest it may be kept stale."""
+        fetched = self._fetched_at
+        return fetched is not None and (self._clock() - fetched < self._settings.max_stale_seconds)
+
     def _holds(self, kid: str | None) -> bool:
-        return self.loaded and (kid in self._keys if kid is not None else len(self._keys) == 1)
+        return self._usable() and (kid in self._keys if kid is not None else len(self._keys) == 1)
 
     def _stale(self) -> bool:
         fetched = self._fetched_at
@@ -141,32 +174,46 @@ class JwksKeys:
     async def _fetch(self) -> None:
         self._attempted_at = self._clock()
         try:
-            document = await self._download()
-            keys = _usable_keys(document)
-        except (httpx.HTTPError, ValueError) as exc:
+            with anyio.fail_after(FETCH_DEADLINE_SECONDS):
+                body = await self._download()
+            # Parsing and building keys is CPU work on untrusted input: off the event loop.
+            keys = await asyncio.to_thread(_keys_of, body)
+        except (httpx.HTTPError, ValueError, RecursionError, TimeoutError) as exc:
             # The last good set stays: an issuer that is briefly down locks nobody out.
-            log.warning("JWKS fetch failed, keeping %d cached keys: %s", len(self._keys), exc)
+            log.warning(
+                "JWKS fetch failed, keeping %d cached keys: %s",
+                len(self._keys),
+                exc.__class__.__name__ if isinstance(exc, RecursionError) else exc,
+            )
             return
         self._keys = keys
         self._fetched_at = self._clock()
         log.info("JWKS fetched: %d usable keys", len(keys))
 
-    async def _download(self) -> object:
+    async def _download(self) -> bytes:
         if self._client is None:
             self._client = guarded_client(
-                self._policy, timeout=_FETCH_TIMEOUT_SECONDS, max_redirects=0
+                self._policy, timeout=FETCH_DEADLINE_SECONDS, max_redirects=0
             )
-        async with self._client.stream(
-            "GET", self._settings.url, headers={"Accept": "application/json"}
-        ) as response:
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
+        async with self._client.stream("GET", self._settings.url, headers=headers) as response:
             if response.status_code != 200:
                 raise ValueError(f"the JWKS URL answered {response.status_code}")
+            encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                # Decoding it would hold what the size cap is there to refuse (a bomb).
+                raise ValueError(f"the JWKS URL answered with Content-Encoding {encoding!r}")
             body = bytearray()
-            async for chunk in response.aiter_bytes():
+            async for chunk in response.aiter_raw():
                 body += chunk
                 if len(body) > MAX_DOCUMENT_BYTES:
                     raise ValueError(f"the JWKS is larger than {MAX_DOCUMENT_BYTES} bytes")
-        return json.loads(body)
+        return bytes(body)
+
+
+def _keys_of(body: bytes) -> dict[str, jwt.PyJWK]:
+    """The usable keys of a JWKS body (``ValueError``, ``RecursionError`` when it is not one)."""
+    return _usable_keys(json.loads(body))
 
 
 def _usable_keys(document: object) -> dict[str, jwt.PyJWK]:
@@ -175,21 +222,34 @@ def _usable_keys(document: object) -> dict[str, jwt.PyJWK]:
     if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
         raise ValueError("the JWKS is not an object with a 'keys' list")
     keys: dict[str, jwt.PyJWK] = {}
-    for entry in document["keys"]:
+    for entry in document["keys"][:MAX_ENTRIES_EXAMINED]:
         if len(keys) >= MAX_KEYS:
             break
         if not isinstance(entry, dict) or entry.get("kty") == "oct":
             continue  # a symmetric key published for all to see would let anyone sign
         if entry.get("use", "sig") != "sig":
             continue
-        try:
-            key = jwt.PyJWK(entry)
-        except jwt.PyJWTError:
-            continue  # an unknown key type or curve: the other keys still serve
-        if key.algorithm_name not in ACCEPTED_ALGORITHMS:
-            continue
         kid = entry.get("kid")
+        if PRIVATE_MEMBERS.intersection(entry):
+            # The issuer published its private half: anyone can sign with it now.
+            log.warning("JWKS entry %.64r holds private key material: skipped", kid)
+            continue
+        key = _parsed(entry)
+        if key is None or key.algorithm_name not in ACCEPTED_ALGORITHMS:
+            continue
+        if isinstance(key.key, RSAPublicKey) and key.key.key_size < MIN_RSA_BITS:
+            log.warning("JWKS entry %.64r is a %d-bit RSA key: skipped", kid, key.key.key_size)
+            continue
         keys[kid if isinstance(kid, str) else ""] = key
     if not keys:
         raise ValueError("the JWKS holds no usable signing key")
     return keys
+
+
+def _parsed(entry: dict[str, object]) -> jwt.PyJWK | None:
+    """The key an entry describes, or ``None`` when it is not one this build can use (an
+    unknown type or curve, members of the wrong shape): the other entries still serve."""
+    try:
+        return jwt.PyJWK(entry)
+    except (jwt.PyJWTError, ValueError, TypeError, KeyError, OverflowError):
+        return None

@@ -94,7 +94,7 @@ class ProblemCode(StrEnum):
         "The bearer token is unknown, or the JWT fails its signature or claims.")
     TOKEN_EXPIRED = "TOKEN_EXPIRED", (401,), "Token expired", "The JWT's `exp` has passed."
     AUTH_KEYS_UNAVAILABLE = ("AUTH_KEYS_UNAVAILABLE", (503,), "Signing keys unavailable",
-        "The token issuer's JWKS could not be fetched yet, so no JWT can be checked.")
+        "No JWKS fetched (ever, or for 24 h), so no JWT can be checked.")
     FORBIDDEN = "FORBIDDEN", (403,), "Forbidden", "The caller may not do this."
     USER_MISMATCH = ("USER_MISMATCH", (403,), "User mismatch",
         "The body names a `user_id` other than the authenticated caller's.")

@@ -6,10 +6,12 @@ import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from conclave.settings.credentials import jwks_url_problem, jwt_secret_problem
 
 
 def _split_csv(value: object) -> object:
@@ -162,7 +164,8 @@ class CommonSettings(BaseSettings):
     jwt_secret: SecretStr = Field(
         SecretStr(""),
         alias="CONCLAVE_JWT_SECRET",
-        description="HS256 secret for JWT bearer tokens.",
+        description="HS256 secret for JWT bearer tokens: at least 32 bytes (RFC 7518 §3.2), "
+        "e.g. the output of `openssl rand -base64 32`.",
     )
     jwt_public_key: SecretStr = Field(
         SecretStr(""),
@@ -186,8 +189,10 @@ class CommonSettings(BaseSettings):
         None,
         alias="CONCLAVE_JWT_JWKS_URL",
         description="JWKS URL of the OAuth authorization server whose JWTs are accepted "
-        "(RS/PS/ES256-512, EdDSA; the key each token's `kid` names). Fetched through the egress "
-        "policy: an issuer on a private address must be in CONCLAVE_EGRESS_ALLOW_HOSTS.",
+        "(RS/PS/ES256-512, EdDSA; the key each token's `kid` names). https (plain http only to "
+        "a loopback host); needs an audience (CONCLAVE_JWT_AUDIENCE, or GATEWAY_RESOURCE_URL on "
+        "the gateway). Fetched through the egress policy: an issuer on a private address must "
+        "be in CONCLAVE_EGRESS_ALLOW_HOSTS.",
     )
     jwt_jwks_cache_seconds: float = Field(
         300.0,
@@ -441,12 +446,37 @@ class CommonSettings(BaseSettings):
 
     @field_validator("jwt_jwks_url")
     @classmethod
-    def _jwks_url_is_http(cls, value: str | None) -> str | None:
-        if value is not None:
-            parts = urlsplit(value)
-            if parts.scheme not in ("https", "http") or not parts.hostname:
-                raise ValueError(f"{value!r} must be an absolute http(s) URL")
+    def _jwks_url_is_https(cls, value: str | None) -> str | None:
+        problem = None if value is None else jwks_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _jwt_secret_is_long_enough(cls, value: SecretStr) -> SecretStr:
+        problem = jwt_secret_problem(value.get_secret_value())
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _jwks_tokens_are_bound_to_an_audience(self) -> CommonSettings:
+        # An issuer mints tokens for all its clients: without an `aud` check, a token issued for
+        # any other service that trusts it would open this one (RFC 8707, RFC 9068 §4).
+        if self.jwt_jwks_url and self.jwks_audience() is None:
+            raise ValueError(
+                "CONCLAVE_JWT_JWKS_URL needs the audience tokens must carry: set "
+                f"{self._audience_settings_hint()}"
+            )
+        return self
+
+    def jwks_audience(self) -> str | None:
+        """The `aud` a token from the JWKS issuer must carry (``None``: none configured)."""
+        return self.jwt_audience
+
+    def _audience_settings_hint(self) -> str:
+        return "CONCLAVE_JWT_AUDIENCE"
 
     def traces_exporters(self) -> tuple[str, ...]:
         """The span exporters the OpenTelemetry settings ask for (``otlp``, ``console``); empty

@@ -205,7 +205,8 @@ class GatewaySettings(CommonSettings):
         "https://gateway.example.com/mcp; RFC 8707 resource indicator). Published in the OAuth "
         "protected resource metadata, and JWTs must carry it in `aud` (it is the JWT audience "
         "unless CONCLAVE_JWT_AUDIENCE says the same). Unset: derived from each request's URL "
-        "and no audience is required beyond CONCLAVE_JWT_AUDIENCE.",
+        "and no audience is required beyond CONCLAVE_JWT_AUDIENCE; with CONCLAVE_JWT_JWKS_URL "
+        "one of the two must be set.",
     )
     authorization_servers: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -270,6 +271,13 @@ class GatewaySettings(CommonSettings):
             merged = [*self.allowed_hosts, *map(host_pattern, self.mcp_allowed_hosts)]
             self.allowed_hosts = list(dict.fromkeys(merged))
         return self
+
+    def jwks_audience(self) -> str | None:
+        """The resource URL, when set, is the audience (see ``resource_url``)."""
+        return self.resource_url or self.jwt_audience
+
+    def _audience_settings_hint(self) -> str:
+        return "GATEWAY_RESOURCE_URL (the gateway's MCP endpoint URL) or CONCLAVE_JWT_AUDIENCE"
 
     def upstream_credential_key_file(self) -> Path:
         """Where embedded mode keeps the upstream credential key it generated."""
