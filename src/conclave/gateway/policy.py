@@ -355,13 +355,19 @@ class CallRefusal:
         return ProblemCode.TOOL_FORBIDDEN, self.detail, None, 403
 
 
+def hidden_from(policy: ToolPolicy, subject: Subject, tool: Tool) -> bool:
+    """Whether ``tool`` is hidden from ``subject``: they may neither list nor call it, so every
+    answer must look as if it did not exist."""
+    return not policy.allows(subject, tool, "call") and not policy.allows(subject, tool, "list")
+
+
 def call_refusal(policy: ToolPolicy, subject: Subject, tools: Iterable[Tool]) -> CallRefusal | None:
     """Why ``subject`` may not call, or ``None`` when it may. ``tools`` are the tool the call
     names and, for an alias tool, the canonical tool it runs: both must be allowed, so that a
     rule about a tool cannot be walked around through its alias."""
     named = tuple(tools)
     for tool in named:
-        if not policy.allows(subject, tool, "call") and not policy.allows(subject, tool, "list"):
+        if hidden_from(policy, subject, tool):
             # The caller is told no such tool exists; the operators' log says why.
             extra = {"user_id": subject.user_id, "tool": tool.name}
             log.info("the tool policy hid a tool from a call", extra=extra)
@@ -423,3 +429,12 @@ def listed_by_everyone(policy: ToolPolicy, registry: ToolRegistry, tool: Tool) -
     return policy.listed_by_everyone(tool) and (
         canonical is None or policy.listed_by_everyone(canonical.tool)
     )
+
+
+def public_tool_count(policy: ToolPolicy, registry: ToolRegistry) -> int:
+    """How many tools the unauthenticated ``GET /`` and ``/health`` report: every registered
+    tool without a policy (as before it existed); with one, the catalogue tools every user may
+    list, so that the number tells nobody that tools hidden from them exist."""
+    if not policy.configured:
+        return len(registry)
+    return sum(1 for tool in registry.tools() if listed_by_everyone(policy, registry, tool))
