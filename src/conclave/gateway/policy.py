@@ -59,10 +59,11 @@ def glob_matches(pattern: str, text: str) -> bool:
     The pattern is cut at its stars into pieces: the first must start the text, the last end it,
     and each one between is taken at its leftmost place after the previous (a leftmost place
     never loses a match another place would win, so nothing is ever retried). A piece without
-    ``?`` is found by ``str.find``, in C; a piece with ``?`` is tried position by position, at
-    most its length per character of the text. The cost is bounded by the text's length times
-    the pattern's and never exponential, and for the common shapes (a name, ``prefix*``,
-    ``*suffix``, ``*part*``) it is a few C string searches whatever the text."""
+    ``?`` is found by ``str.find``, in C; a piece with ``?`` by its longest plain run, each place
+    where that occurs then checked (at most the piece's length per character of the text). The
+    cost is bounded by the text's length times the pattern's and never exponential, and for the
+    common shapes (a name, ``prefix*``, ``*suffix``, ``*part*``) it is a few C string searches
+    whatever the text."""
     if "*" not in pattern:
         return len(pattern) == len(text) and _piece_fits(pattern, text, 0)
     pieces = pattern.split("*")
@@ -93,9 +94,21 @@ def _find_piece(piece: str, text: str, start: int, end: int) -> int:
     """The leftmost place in ``text[start:end]`` where ``piece`` (no ``*``) matches, or -1."""
     if "?" not in piece:
         return text.find(piece, start, end)
-    for at in range(start, end - len(piece) + 1):
-        if _piece_fits(piece, text, at):
-            return at
+    # Only the places where the piece's longest run of plain characters occurs can match: they
+    # are found by C string search and each checked, so a name holding no such run costs one
+    # search, not a check per character.
+    anchor = max(piece.split("?"), key=len)
+    if not anchor:
+        return start if start + len(piece) <= end else -1
+    offset = piece.index(anchor)
+    limit = end - (len(piece) - offset - len(anchor))
+    if limit < start + offset + len(anchor):
+        return -1  # no room (and a negative limit would count from the text's end)
+    found = text.find(anchor, start + offset, limit)
+    while found >= 0:
+        if _piece_fits(piece, text, found - offset):
+            return found - offset
+        found = text.find(anchor, found + 1, limit)
     return -1
 
 
