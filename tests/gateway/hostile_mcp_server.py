@@ -78,7 +78,9 @@ def hostile_tools() -> list[types.Tool]:
         types.Tool(name="a name with spaces", description="Spaces.", input_schema=OBJECT),
         types.Tool(name="n" * 120, description="120 characters.", input_schema=OBJECT),
         types.Tool(name="clash", description="hostile__clash is a plug-in.", input_schema=OBJECT),
-        # Schemas the registry must refuse: the others are served all the same.
+        # Refused: a name longer than MCP's 128 characters (the policy's globs match it), and
+        # schemas the registry must refuse. The others are served all the same.
+        types.Tool(name="long_" + "n" * 124, description="129 characters.", input_schema=OBJECT),
         types.Tool(name="deep", description="Nests 80 levels.", input_schema=_deep(40)),
         types.Tool(
             name="huge_integer_schema",

@@ -34,7 +34,9 @@ async def test_attack_metrics_tell_a_hidden_tool_from_a_missing_one(
             assert probe.status_code == 404, probe.text
         metrics = await client.get("/metrics")
     assert metrics.status_code == 200
-    assert f'tool="{HIDDEN_FROM_BOB}"' not in metrics.text, "bob's probe of a hidden tool is labelled by its name"
+    assert f'tool="{HIDDEN_FROM_BOB}"' not in metrics.text, (
+        "bob's probe of a hidden tool is labelled by its name"
+    )
 
 
 async def test_attack_metrics_name_tools_the_policy_hides(
@@ -49,7 +51,9 @@ async def test_attack_metrics_name_tools_the_policy_hides(
             "/execute", json={"tool": HIDDEN_FROM_BOB, "args": {"seconds": 0}}, headers=OLGA
         )
         assert ran.status_code in (200, 422), ran.text  # the operator's call reached the tool
-        probe = await client.post("/execute", json={"tool": HIDDEN_FROM_BOB, "args": {}}, headers=BOB)
+        probe = await client.post(
+            "/execute", json={"tool": HIDDEN_FROM_BOB, "args": {}}, headers=BOB
+        )
         assert probe.status_code == 404  # hidden: looks missing to bob
         anonymous = await client.get("/metrics")
         as_bob = await client.get("/metrics", headers=BOB)

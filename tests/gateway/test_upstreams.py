@@ -154,6 +154,7 @@ async def test_hostile_names_schemas_and_answers(backend: Backend, tmp_path: Pat
         notes = " ".join(status["notes"])
         for skipped in ("deep", "huge_integer_schema"):
             assert skipped in notes
+        assert "'long_nnn" in notes and "longer than 128 characters" in notes
         assert status["tools"] == 16 and status["refreshes"] == 1
 
         async def call(tool: str, **args: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from conclave.gateway.models import (
     ToolCall,
     ToolCatalogue,
 )
-from conclave.gateway.policy import listable, subject_of
+from conclave.gateway.policy import listable, public_tool_count, subject_of
 from conclave.gateway.records import AuditRow
 from conclave.gateway.service import ExecuteCommand, GatewayService
 from conclave.platform.auth import Principal
@@ -70,7 +70,7 @@ async def describe(request: Request, service: Service) -> dict[str, Any]:
         "description": "Governed tool execution: catalogue, validation, audit, events, metrics.",
         "version": __version__,
         "mode": request.app.state.settings.mcp_domain,
-        "tools": len(service.registry),
+        "tools": public_tool_count(service.policy, service.registry),
         "auth": "enabled" if request.app.state.authenticator.enabled else "disabled",
         "links": {
             "self": "/",
@@ -88,7 +88,8 @@ async def describe(request: Request, service: Service) -> dict[str, Any]:
 @router.get("/health", tags=["operations"], responses=HEALTH_RESPONSES)
 async def health(platform: CurrentPlatform, service: Service) -> JSONResponse:
     """Store and bus status; 503 when either is down."""
-    return await health_response(platform, "gateway", tools=len(service.registry))
+    tools = public_tool_count(service.policy, service.registry)
+    return await health_response(platform, "gateway", tools=tools)
 
 
 @router.get("/tools", tags=["tools"])

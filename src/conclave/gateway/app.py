@@ -164,7 +164,7 @@ def create_app(
     extra_tools: tuple[Tool, ...] = (),
 ) -> FastAPI:
     """The gateway app. With ``platform`` given (``conclave up``, tests) it is shared, not owned."""
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics(name_every_tool=settings.metrics_name_every_tool)
     protected_resource = ProtectedResource(settings)
     mcp_endpoint = McpEndpoint(
         fast_path=settings.mcp_fast_path, challenge=protected_resource.challenged

@@ -53,12 +53,19 @@ class NormalizeResponse(BaseModel):
 
 
 @finance_router.get("/config")
-async def finance_config(_principal: CurrentPrincipal) -> dict[str, Any]:
-    """Aliases, their canonical tools, argument mappings and defaults."""
+async def finance_config(service: Service, principal: CurrentPrincipal) -> dict[str, Any]:
+    """The aliases you may list, their canonical tools and argument mappings, and defaults."""
+    views = [entry.view for entry in service.registry.aliases()]
+    shown = {
+        view.name
+        for view in listable(service.policy, service.registry, subject_of(principal), views)
+    }
     return {
         "domain": "finance",
-        "aliases": {alias.name: alias.canonical for alias in FINANCE_ALIASES},
-        "mappings": ARGUMENT_MAPPINGS,
+        "aliases": {
+            alias.name: alias.canonical for alias in FINANCE_ALIASES if alias.name in shown
+        },
+        "mappings": {name: mapping for name, mapping in ARGUMENT_MAPPINGS.items() if name in shown},
         "defaults": {"days": DEFAULT_DAYS, "risk_of_profile": RISK_OF_PROFILE},
         "entity_prefix": ENTITY_PREFIX,
     }
@@ -79,13 +86,17 @@ async def finance_tools(
 
 @finance_router.post(
     "/normalize",
-    responses=problem_responses(404, s404="No alias tool has this name (UNKNOWN_ALIAS)"),
+    responses=problem_responses(
+        404, s404="No alias tool has this name, or none you may see (UNKNOWN_ALIAS)"
+    ),
 )
 async def normalize(
-    body: NormalizeRequest, service: Service, _principal: CurrentPrincipal
+    body: NormalizeRequest, service: Service, principal: CurrentPrincipal
 ) -> NormalizeResponse:
     """Show the canonical tool and rewritten arguments of an alias call, without executing."""
-    canonical, arguments = service.normalize(body.tool, body.args)
+    canonical, arguments = service.normalize(
+        body.tool, body.args, principal.user_id, principal.roles
+    )
     return NormalizeResponse(
         requested_tool=body.tool, canonical_tool=canonical, arguments=arguments
     )

@@ -23,14 +23,16 @@ whose subject, action and tool all match decides. Subjects: ``*``, ``user:<id>``
 run of characters, ``?`` one; nothing else is special), ``tag:<tag>``, or
 ``upstream:<server glob>/<tool glob>`` on an upstream server's name and the tool's own name there.
 
-Globs are matched by :func:`glob_matches`, a loop over the text and the pattern that never
-backtracks further than the last ``*`` (time proportional to their lengths' product, both bounded):
-no regular expression built from configuration ever runs on a name a caller sent.
+Globs are matched by :func:`glob_matches`, which takes each piece between stars at its leftmost
+place and never retries one (C string searches for pieces without ``?``; at worst time
+proportional to the lengths' product, both bounded): no regular expression built from
+configuration ever runs on a name a caller or an upstream sent.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -49,44 +51,65 @@ Effect = Literal["allow", "deny"]
 ACTIONS: tuple[Action, ...] = ("list", "call")
 MAX_PATTERN_LENGTH = 200
 MAX_RULES = 1000
-# Tools whose matching rules are remembered; past it the memory starts again (tools come and go
-# with upstream refreshes, and a name no longer served must not be kept forever).
-_REMEMBERED_TOOLS = 200_000
 
 
 def glob_matches(pattern: str, text: str) -> bool:
     """Whether ``text`` matches ``pattern`` (``*``: any run of characters, ``?``: one).
 
-    The classic two-pointer wildcard match: on a mismatch it returns to the character after the
-    last ``*`` and lets that star take one more character, so it is O(len(pattern) *
-    len(text)) at worst, never exponential. The shapes most rules use (a name, ``prefix*``,
-    ``*suffix``, ``*``) are answered by string methods without the loop."""
-    if "?" not in pattern:
-        stars = pattern.count("*")
-        if stars == 0:
-            return pattern == text
-        if stars == 1 and pattern.endswith("*"):
-            return text.startswith(pattern[:-1])
-        if stars == 1 and pattern.startswith("*"):
-            return text.endswith(pattern[1:])
-    p = t = 0
-    star = -1
-    resume = 0
-    while t < len(text):
-        if p < len(pattern) and pattern[p] == "*":
-            star, resume = p, t
-            p += 1
-        elif p < len(pattern) and (pattern[p] == "?" or pattern[p] == text[t]):
-            p += 1
-            t += 1
-        elif star >= 0:
-            resume += 1
-            p, t = star + 1, resume
-        else:
+    The pattern is cut at its stars into pieces: the first must start the text, the last end it,
+    and each one between is taken at its leftmost place after the previous (a leftmost place
+    never loses a match another place would win, so nothing is ever retried). A piece without
+    ``?`` is found by ``str.find``, in C; a piece with ``?`` by its longest plain run, each place
+    where that occurs then checked (at most the piece's length per character of the text). The
+    cost is bounded by the text's length times the pattern's and never exponential, and for the
+    common shapes (a name, ``prefix*``, ``*suffix``, ``*part*``) it is a few C string searches
+    whatever the text."""
+    if "*" not in pattern:
+        return len(pattern) == len(text) and _piece_fits(pattern, text, 0)
+    pieces = pattern.split("*")
+    first, middle, last = pieces[0], pieces[1:-1], pieces[-1]
+    if len(first) + len(last) > len(text):
+        return False
+    if not _piece_fits(first, text, 0) or not _piece_fits(last, text, len(text) - len(last)):
+        return False
+    start, end = len(first), len(text) - len(last)
+    for piece in middle:
+        found = _find_piece(piece, text, start, end)
+        if found < 0:
             return False
-    while p < len(pattern) and pattern[p] == "*":
-        p += 1
-    return p == len(pattern)
+        start = found + len(piece)
+    return True
+
+
+def _piece_fits(piece: str, text: str, at: int) -> bool:
+    """Whether ``piece`` (no ``*``) matches ``text`` at ``at`` (``?``: any one character)."""
+    if "?" not in piece:
+        return text.startswith(piece, at)
+    if at + len(piece) > len(text):
+        return False
+    return all(want == "?" or want == text[at + i] for i, want in enumerate(piece))
+
+
+def _find_piece(piece: str, text: str, start: int, end: int) -> int:
+    """The leftmost place in ``text[start:end]`` where ``piece`` (no ``*``) matches, or -1."""
+    if "?" not in piece:
+        return text.find(piece, start, end)
+    # Only the places where the piece's longest run of plain characters occurs can match: they
+    # are found by C string search and each checked, so a name holding no such run costs one
+    # search, not a check per character.
+    anchor = max(piece.split("?"), key=len)
+    if not anchor:
+        return start if start + len(piece) <= end else -1
+    offset = piece.index(anchor)
+    limit = end - (len(piece) - offset - len(anchor))
+    if limit < start + offset + len(anchor):
+        return -1  # no room (and a negative limit would count from the text's end)
+    found = text.find(anchor, start + offset, limit)
+    while found >= 0:
+        if _piece_fits(piece, text, found - offset):
+            return found - offset
+        found = text.find(anchor, found + 1, limit)
+    return -1
 
 
 def _checked_pattern(value: str, what: str) -> str:
@@ -200,8 +223,11 @@ class ToolPolicy:
         self.default: Effect = default or ("deny" if self.rules else "allow")
         # Which rules select a tool depends on the tool alone, so it is worked out once per tool
         # (the object: an upstream refresh brings new ones) and a listing of many tools costs a
-        # subject check per selecting rule, not a glob match per rule and tool.
-        self._selecting: dict[str, tuple[Tool, tuple[int, ...]]] = {}
+        # subject check per selecting rule, not a glob match per rule and tool. The memory holds
+        # each tool weakly and forgets it when the tool is dropped: the tools of every past
+        # refresh of an upstream must not stay alive for it (a Tool holds its schemas, and its
+        # fields are not hashable, hence the object's id as key).
+        self._selecting: dict[int, tuple[weakref.ref[Tool], tuple[int, ...]]] = {}
 
     @classmethod
     def from_sections(cls, sections: Iterable[PolicySpec | None]) -> ToolPolicy:
@@ -251,14 +277,40 @@ class ToolPolicy:
         return None
 
     def _rules_selecting(self, tool: Tool) -> tuple[int, ...]:
-        known = self._selecting.get(tool.name)
-        if known is not None and known[0] is tool:
+        key = id(tool)
+        known = self._selecting.get(key)
+        if known is not None and known[0]() is tool:
             return known[1]
-        if len(self._selecting) >= _REMEMBERED_TOOLS:
-            self._selecting.clear()
         found = tuple(i for i, rule in enumerate(self.rules) if _tool_matches(rule.tools, tool))
-        self._selecting[tool.name] = (tool, found)
+        memory = self._selecting
+
+        def forget(reference: weakref.ref[Tool]) -> None:
+            # Called as the tool is freed, before its id can be given to another object; the
+            # entry is dropped only if it is still this tool's.
+            entry = memory.get(key)
+            if entry is not None and entry[0] is reference:
+                del memory[key]
+
+        self._selecting[key] = (weakref.ref(tool, forget), found)
         return found
+
+    def listed_by_everyone(self, tool: Tool) -> bool:
+        """Whether every user, whoever they are and whatever their roles, may list ``tool``: a
+        rule allowing everyone (``*``) decides before any rule that denies someone the listing
+        (or the default allows). Such a tool may be named where anyone can read it (the
+        metrics, the counts of ``GET /`` and ``/health``); another tool is hidden from
+        someone."""
+        if not self.configured:
+            return True
+        for index in self._rules_selecting(tool):
+            rule = self.rules[index]
+            if "list" not in rule.actions:
+                continue
+            if rule.effect == "deny":
+                return False
+            if "*" in rule.subjects:
+                return True
+        return self.default == "allow"
 
     def allows(self, subject: Subject, tool: Tool, action: Action) -> bool:
         """Whether ``subject`` may ``action`` ``tool`` (cheap with no policy configured)."""
@@ -316,13 +368,19 @@ class CallRefusal:
         return ProblemCode.TOOL_FORBIDDEN, self.detail, None, 403
 
 
+def hidden_from(policy: ToolPolicy, subject: Subject, tool: Tool) -> bool:
+    """Whether ``tool`` is hidden from ``subject``: they may neither list nor call it, so every
+    answer must look as if it did not exist."""
+    return not policy.allows(subject, tool, "call") and not policy.allows(subject, tool, "list")
+
+
 def call_refusal(policy: ToolPolicy, subject: Subject, tools: Iterable[Tool]) -> CallRefusal | None:
     """Why ``subject`` may not call, or ``None`` when it may. ``tools`` are the tool the call
     names and, for an alias tool, the canonical tool it runs: both must be allowed, so that a
     rule about a tool cannot be walked around through its alias."""
     named = tuple(tools)
     for tool in named:
-        if not policy.allows(subject, tool, "call") and not policy.allows(subject, tool, "list"):
+        if hidden_from(policy, subject, tool):
             # The caller is told no such tool exists; the operators' log says why.
             extra = {"user_id": subject.user_id, "tool": tool.name}
             log.info("the tool policy hid a tool from a call", extra=extra)
@@ -372,3 +430,24 @@ def listable(
         ):
             shown.append(tool)
     return shown
+
+
+def listed_by_everyone(policy: ToolPolicy, registry: ToolRegistry, tool: Tool) -> bool:
+    """Whether every user may list ``tool`` of ``registry`` (an alias tool: and its canonical
+    tool), so that its name and its existence are no secret from anyone."""
+    if not policy.configured:
+        return True
+    alias = registry.alias(tool.name)
+    canonical = registry.resolve(alias.alias.canonical) if alias else None
+    return policy.listed_by_everyone(tool) and (
+        canonical is None or policy.listed_by_everyone(canonical.tool)
+    )
+
+
+def public_tool_count(policy: ToolPolicy, registry: ToolRegistry) -> int:
+    """How many tools the unauthenticated ``GET /`` and ``/health`` report: every registered
+    tool without a policy (as before it existed); with one, the catalogue tools every user may
+    list, so that the number tells nobody that tools hidden from them exist."""
+    if not policy.configured:
+        return len(registry)
+    return sum(1 for tool in registry.tools() if listed_by_everyone(policy, registry, tool))

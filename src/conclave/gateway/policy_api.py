@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 
 from conclave.gateway.api import Service
-from conclave.gateway.policy import Decision, Subject, ToolPolicy, subject_of
+from conclave.gateway.policy import Decision, Subject, ToolPolicy, hidden_from, subject_of
 from conclave.gateway.policy_models import MatchedRule, PolicyCheckRead, PolicyRead, PolicyRuleRead
 from conclave.gateway.tools import Tool
 from conclave.platform.auth import KNOWN_ROLES, MAX_USER_ID_LENGTH, Principal, user_id_problem
@@ -123,10 +123,7 @@ def _subject(
 
 
 def _hidden(policy: ToolPolicy, subject: Subject, named: tuple[Tool, ...]) -> bool:
-    return any(
-        not policy.allows(subject, tool, "list") and not policy.allows(subject, tool, "call")
-        for tool in named
-    )
+    return any(hidden_from(policy, subject, tool) for tool in named)
 
 
 def _decision(

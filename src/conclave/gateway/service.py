@@ -37,7 +37,7 @@ from conclave.gateway.policy import ToolPolicy, police_call
 from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.records import AuditRow
 from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
-from conclave.gateway.tools import ToolContext, ToolExecutionError
+from conclave.gateway.tools import Tool, ToolContext, ToolExecutionError
 from conclave.gateway.validation import depth_exceeds, redact, schema_errors
 from conclave.gateway.workers import WorkerPool
 from conclave.platform.clock import utc_now
@@ -78,12 +78,14 @@ class ExecuteCommand:
 @dataclass(slots=True)
 class _Call:
     """A call on its way through the chain. ``prerecorded``: its row was written ``running``
-    before the tool ran, so its outcome completes that row."""
+    before the tool ran, so its outcome completes that row. ``tool``: the tool it resolved to
+    (``None``: an unknown name, or one the policy hides from the caller)."""
 
     command: ExecuteCommand
     row: AuditRow
     started: float
     prerecorded: bool = False
+    tool: Tool | None = None
 
 
 class GatewayService:
@@ -141,11 +143,15 @@ class GatewayService:
                 row.canonical_args = redact(canonical_args, registered.tool.parameters)
                 command = replace(command, args=canonical_args)
         if rejection is not None:
-            return await self._record_rejection(_Call(command, row, started), rejection)
+            resolved = registered.tool if registered else None
+            return await self._record_rejection(
+                _Call(command, row, started, tool=resolved), rejection
+            )
 
         assert registered is not None
         async with self._limits.slot(registered.tool):
-            call = _Call(command, row, started, prerecorded=not _read_only(registered))
+            prerecorded = not _read_only(registered)
+            call = _Call(command, row, started, prerecorded, registered.tool)
             if call.prerecorded:
                 try:
                     await self._platform.writer.write(store.record_running_call(row))
@@ -167,7 +173,8 @@ class GatewayService:
         shape = self._shape(command.args)
         row = self._audit_row(command, new_id(), alias, registered, shape, None)
         rejection = (refusal.code, refusal.detail, refusal.errors, refusal.status)
-        return await self._record_rejection(_Call(command, row, started), rejection)
+        call = _Call(command, row, started, tool=registered.tool if registered else None)
+        return await self._record_rejection(call, rejection)
 
     def _audit_row(
         self,
@@ -204,11 +211,15 @@ class GatewayService:
             return {"_omitted": f"arguments larger than {self._limits.max_args_bytes} bytes"}
         return redact(args, schema)
 
-    def normalize(self, name: str, args: Any) -> tuple[str, dict[str, Any]]:
-        """The canonical tool and rewritten arguments of alias call ``name`` (nothing runs)."""
+    def normalize(
+        self, name: str, args: Any, user_id: str, roles: frozenset[str]
+    ) -> tuple[str, dict[str, Any]]:
+        """The canonical tool and rewritten arguments of alias call ``name`` by ``user_id`` with
+        ``roles`` (nothing runs); an alias the policy hides from them is unknown, as in a call."""
         alias = self.registry.alias(name)
         registered = self.registry.resolve(alias.alias.canonical) if alias else None
-        if alias is None or registered is None:
+        refusal = police_call(self.policy, user_id, roles, alias, registered)
+        if alias is None or registered is None or (refusal is not None and refusal.hidden):
             raise NotFound(
                 f"No alias tool is called {name[:128]!r}.", code=ProblemCode.UNKNOWN_ALIAS
             )
@@ -345,7 +356,8 @@ class GatewayService:
                     raise
                 await asyncio.sleep(0.1 * 2**attempt)
         seconds = outcome.duration_ms / 1000
-        self._metrics.observe(row.tool_name, outcome.status, outcome.orthodoxy_status, seconds)
+        label = self._metrics.tool_label(self.policy, call.tool)
+        self._metrics.observe(label, outcome.status, outcome.orthodoxy_status, seconds)
         return self._logged(row, outcome)
 
     async def _record_rejection(self, call: _Call, rejection: Rejection) -> Outcome:
@@ -375,8 +387,9 @@ class GatewayService:
         except IntegrityError:
             if not await self._recorded_already(row):
                 return await self._conflicting_key(call.command, row.request_hash)
-        known = self.registry.resolve(call.command.tool) is not None
-        self._metrics.observe(row.tool_name if known else None, REJECTED, HERETICAL, 0.0)
+        self._metrics.observe(
+            self._metrics.tool_label(self.policy, call.tool), REJECTED, HERETICAL, 0.0
+        )
         return self._logged(row, outcome)
 
     def _queued_leaf(self, row: AuditRow) -> tuple[Insert, ...]:

@@ -110,6 +110,13 @@ class GatewaySettings(CommonSettings):
         "answers fails with 422 RESULT_TOO_LARGE. Default: twice GATEWAY_MAX_RESULT_BYTES's "
         "default plus 64 KiB, room for a result's JSON text and its structured copy.",
     )
+    metrics_name_every_tool: bool = Field(
+        False,
+        alias="GATEWAY_METRICS_NAME_EVERY_TOOL",
+        description="Label every tool by its name in /metrics. Off: with a tool policy, the "
+        'tools it hides from anyone are counted as tool="__restricted__", since /metrics is '
+        "public; turn it on where only the operators can reach /metrics.",
+    )
     upstream_max_tools: int = Field(
         1000,
         alias="GATEWAY_UPSTREAM_MAX_TOOLS",

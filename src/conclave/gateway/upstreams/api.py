@@ -7,7 +7,10 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
+from conclave.gateway.policy import hidden_from, subject_of
+from conclave.gateway.service import GatewayService
 from conclave.gateway.upstreams.manager import Upstreams
+from conclave.platform.auth import Principal
 from conclave.platform.errors import Conflict, Forbidden, NotFound
 from conclave.platform.http import CurrentPrincipal
 from conclave.platform.openapi import problem_responses
@@ -79,9 +82,31 @@ def _upstreams(request: Request) -> Upstreams | None:
     return upstreams
 
 
-def _accepting_users(request: Request, name: str) -> Upstreams:
+def _tools_shown(request: Request, principal: Principal) -> dict[str, int] | None:
+    """How many tools of each upstream ``principal`` may list or call, by server name, when the
+    tool policy hides some servers' tools from them; ``None`` when they see every server as it
+    is (an operator, or no policy). A server all of whose tools are hidden from a user is
+    hidden too: its name, state and errors would tell them what the policy hides."""
+    service: GatewayService = request.app.state.gateway
+    if principal.is_operator or not service.policy.configured:
+        return None
+    subject = subject_of(principal)
+    shown: dict[str, int] = {}
+    for tool in service.registry.tools(include_unavailable=True):
+        if tool.upstream_origin is not None and not hidden_from(service.policy, subject, tool):
+            server = tool.upstream_origin[0]
+            shown[server] = shown.get(server, 0) + 1
+    return shown
+
+
+def _accepting_users(request: Request, name: str, principal: Principal) -> Upstreams:
     upstreams = _upstreams(request)
-    if upstreams is None or name not in upstreams.upstreams:
+    shown = _tools_shown(request, principal)
+    if (
+        upstreams is None
+        or name not in upstreams.upstreams
+        or (shown is not None and name not in shown)
+    ):
         raise NotFound(
             f"No upstream MCP server {name[:64]!r}.", code=ProblemCode.UPSTREAM_NOT_FOUND
         )
@@ -96,9 +121,14 @@ def _accepting_users(request: Request, name: str) -> Upstreams:
 
 @upstreams_router.get("/upstreams", tags=["tools"])
 async def list_upstreams(request: Request, principal: CurrentPrincipal) -> UpstreamList:
-    """The upstream MCP servers whose tools the gateway serves, with their state."""
+    """The upstream MCP servers whose tools the gateway serves (to you), with their state."""
     upstreams = _upstreams(request)
     entries: list[dict[str, Any]] = upstreams.status() if upstreams is not None else []
+    shown = _tools_shown(request, principal)
+    if shown is not None:
+        entries = [
+            {**entry, "tools": shown[entry["name"]]} for entry in entries if entry["name"] in shown
+        ]
     yours: set[str] = set()
     if upstreams is not None and upstreams.vault is not None and upstreams.accesses:
         yours = await upstreams.vault.servers_of(principal.user_id)
@@ -126,7 +156,7 @@ async def put_credential(
     name: str, body: CredentialWrite, request: Request, principal: CurrentPrincipal
 ) -> Response:
     """Register or replace your own credential for an upstream MCP server."""
-    upstreams = _accepting_users(request, name)
+    upstreams = _accepting_users(request, name, principal)
     assert upstreams.vault is not None
     await upstreams.vault.put(name, principal.user_id, body.credential)
     upstreams.forget_user_session(name, principal.user_id)
@@ -141,7 +171,7 @@ async def put_credential(
 )
 async def delete_credential(name: str, request: Request, principal: CurrentPrincipal) -> Response:
     """Delete your own credential for an upstream MCP server (done if there was none)."""
-    upstreams = _accepting_users(request, name)
+    upstreams = _accepting_users(request, name, principal)
     assert upstreams.vault is not None
     await upstreams.vault.delete(name, principal.user_id)
     upstreams.forget_user_session(name, principal.user_id)
@@ -160,7 +190,7 @@ async def delete_users_credential(
     """Operators: delete a user's credential for an upstream (it is never shown to anyone)."""
     if not principal.is_operator:
         raise Forbidden("Only operators delete another user's credential.")
-    upstreams = _accepting_users(request, name)
+    upstreams = _accepting_users(request, name, principal)
     assert upstreams.vault is not None
     await upstreams.vault.delete(name, user_id)
     upstreams.forget_user_session(name, user_id)

@@ -5,8 +5,9 @@ Each listed tool becomes a :class:`~conclave.gateway.tools.Tool` whose executor 
 validation against the upstream's own input schema, rate limits, idempotency, time-out, audit row
 and event, output schema, result size. What the upstream sends is untrusted data:
 
-- a tool whose name, schemas or annotations hold a value no store or answer can carry (a lone
-  surrogate, NUL, a non-finite number, an integer beyond 64 bits), whose schemas are larger than
+- a tool whose name is longer than :data:`MAX_TOOL_NAME_LENGTH`, whose name, schemas or
+  annotations hold a value no store or answer can carry (a lone surrogate, NUL, a non-finite
+  number, an integer beyond 64 bits), whose schemas are larger than
   :data:`MAX_SCHEMA_BYTES`, nest deeper than the registry allows or do not compile is skipped
   and noted (``GET /upstreams``), the others are served;
 - descriptions and titles are cut and have such characters escaped.
@@ -45,6 +46,9 @@ from conclave.platform.ratelimit import Rate
 
 MAX_SCHEMA_BYTES = 262_144
 """Largest input or output schema of an upstream tool, in bytes of JSON."""
+MAX_TOOL_NAME_LENGTH = 128
+"""Longest name of an upstream tool, as MCP bounds tool names (and the catalogue, its own): the
+tool policy's ``upstream:<server>/<tool>`` globs are matched against it."""
 _MAX_DESCRIPTION = 4000
 _MAX_TOOL_ERROR = 500
 # How many times a call reads the user's credential when it changes under it.
@@ -168,6 +172,8 @@ async def _call(
 def _refusal(tool: types.Tool) -> str | None:
     """Why a listed tool cannot be served, or ``None``."""
     # Python mode: a NaN stays a NaN (JSON mode would quietly write it as null).
+    if len(tool.name) > MAX_TOOL_NAME_LENGTH:
+        return f"its name is longer than {MAX_TOOL_NAME_LENGTH} characters"
     described = tool.model_dump(by_alias=True, exclude_none=True)
     unsafe = find_unsafe(described)
     if unsafe is not None:
