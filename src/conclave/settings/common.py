@@ -9,9 +9,10 @@ from typing import Annotated, Literal
 from urllib.parse import quote
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from conclave.settings.credentials import jwks_url_problem, jwt_secret_problem
+from conclave.settings.tracing import TracingSettings
 
 
 def _split_csv(value: object) -> object:
@@ -49,7 +50,7 @@ def origin_pattern(entry: str) -> str:
     return pattern
 
 
-class CommonSettings(BaseSettings):
+class CommonSettings(TracingSettings):
     """Settings every service shares: where state lives, the bus, auth, limits, logging."""
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
@@ -377,46 +378,6 @@ class CommonSettings(BaseSettings):
         "json", alias="CONCLAVE_LOG_FORMAT", description="Structured JSON logs or plain text."
     )
 
-    # OpenTelemetry: the standard variables (opentelemetry.io/docs/specs/otel/configuration/),
-    # read here like every other setting. Tracing needs the optional `otel` extra.
-    otel_exporter_otlp_endpoint: str | None = Field(
-        None,
-        alias="OTEL_EXPORTER_OTLP_ENDPOINT",
-        description="Base URL of an OTLP/HTTP receiver (spans go to <url>/v1/traces); setting "
-        "it turns tracing on.",
-    )
-    otel_exporter_otlp_traces_endpoint: str | None = Field(
-        None,
-        alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        description="Full OTLP/HTTP URL for spans; wins over OTEL_EXPORTER_OTLP_ENDPOINT and also "
-        "turns tracing on.",
-    )
-    otel_exporter_otlp_headers: SecretStr = Field(
-        SecretStr(""),
-        alias="OTEL_EXPORTER_OTLP_HEADERS",
-        description="Headers sent with every export, comma separated 'key=value' (e.g. an API "
-        "key of a tracing vendor).",
-    )
-    otel_traces_exporter: str | None = Field(
-        None,
-        alias="OTEL_TRACES_EXPORTER",
-        description="Span exporters, comma separated: 'otlp' and/or 'console' turn tracing on; "
-        "'none' keeps it off even when an endpoint is set.",
-    )
-    otel_service_name: str | None = Field(
-        None,
-        alias="OTEL_SERVICE_NAME",
-        description="service.name of the spans; default 'conclave-<service>'.",
-    )
-    otel_sdk_disabled: bool = Field(
-        False, alias="OTEL_SDK_DISABLED", description="true turns tracing off whatever else is set."
-    )
-    otel_excluded_paths: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["/health", "/metrics"],
-        alias="CONCLAVE_OTEL_EXCLUDED_PATHS",
-        description="Request paths that get no span (probes and scrapes), comma separated.",
-    )
-
     _split_request_sources = field_validator(
         "allowed_hosts", "allowed_origins", "cors_origins", mode="before"
     )(_split_csv)
@@ -477,27 +438,6 @@ class CommonSettings(BaseSettings):
 
     def _audience_settings_hint(self) -> str:
         return "CONCLAVE_JWT_AUDIENCE"
-
-    def traces_exporters(self) -> tuple[str, ...]:
-        """The span exporters the OpenTelemetry settings ask for (``otlp``, ``console``); empty
-        when tracing is off. Exporters this build does not ship are ignored."""
-        if self.otel_sdk_disabled:
-            return ()
-        if self.otel_traces_exporter is not None:
-            names = [n.strip().lower() for n in self.otel_traces_exporter.split(",")]
-            if "none" in names:
-                return ()
-            return tuple(dict.fromkeys(n for n in names if n in ("otlp", "console")))
-        if self.otel_exporter_otlp_traces_endpoint or self.otel_exporter_otlp_endpoint:
-            return ("otlp",)
-        return ()
-
-    def otlp_traces_url(self) -> str:
-        """Where OTLP/HTTP spans are sent (the specification's default: a local collector)."""
-        if self.otel_exporter_otlp_traces_endpoint:
-            return self.otel_exporter_otlp_traces_endpoint
-        base = self.otel_exporter_otlp_endpoint or "http://localhost:4318"
-        return base.rstrip("/") + "/v1/traces"
 
     def resolved_database_url(self) -> str:
         """The store URL: explicit URL, else PostgreSQL from RELDB_*, else the embedded SQLite."""
