@@ -337,3 +337,37 @@ def json_logs() -> Iterator[io.StringIO]:
 def log_lines(stream: io.StringIO) -> list[dict[str, Any]]:
     """The JSON log lines captured by :func:`json_logs`."""
     return [json.loads(text) for text in stream.getvalue().splitlines()]
+
+
+# The real-file corpus table (tests/edge/test_real_corpus.py) is printed at the end of the run.
+# These hooks live here, not in tests/edge/conftest.py, because under pytest-xdist only this
+# conftest is loaded by the process that prints: each test process sends its rows when it ends.
+_CORPUS_ROWS = "edge_corpus_rows"
+_received_corpus_rows: list[dict[str, list[tuple[str, str, list[str]]]]] = []
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist test process
+        from tests.edge.corpus.report import plain_rows
+
+        workeroutput[_CORPUS_ROWS] = plain_rows()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    _received_corpus_rows.append(getattr(node, "workeroutput", {}).get(_CORPUS_ROWS, {}))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from tests.edge.corpus.report import plain_rows, summary_lines
+
+    rows: dict[str, list[tuple[str, str, list[str]]]] = {}
+    for received in [plain_rows(), *_received_corpus_rows]:
+        for route, route_rows in received.items():
+            rows.setdefault(route, []).extend(route_rows)
+    lines = summary_lines(rows)
+    if lines:
+        terminalreporter.section("edge real-file corpus")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -16,7 +16,6 @@ from conclave.edge.app import create_app
 from conclave.platform.runtime import Platform
 from conclave.settings import EdgeSettings
 from tests.conftest import Backend, missing_service, serve_app
-from tests.edge.corpus.report import summary_lines
 from tests.edge.corpus.sources import CorpusMismatch, CorpusUnavailable, obtain
 
 CHANNEL = "edge_intake.evidence.created"
@@ -91,12 +90,3 @@ def corpus_file(source: str, path: str, sha256: str, artifact: str | None = None
         raise  # unreachable: missing_service skips or fails
     except CorpusMismatch as exc:
         pytest.fail(str(exc))
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The real-file corpus table, when its tests ran (tests/edge/test_real_corpus.py)."""
-    lines = summary_lines()
-    if lines:
-        terminalreporter.section("edge real-file corpus")
-        for line in lines:
-            terminalreporter.write_line(line)

@@ -8,20 +8,29 @@ from tests.edge.corpus.manifest import CorpusFile
 RESULTS: dict[str, list[tuple[CorpusFile, str, list[str]]]] = {}
 """Per route: (entry, "accepted" or "refused", what was wrong) for every upload made."""
 
+Rows = dict[str, list[tuple[str, str, list[str]]]]
+"""Per route: (file name, "accepted" or "refused", what was wrong): plain values, which a test
+process of a parallel run (pytest-xdist) sends to the one that prints the table."""
 
-def summary_lines() -> list[str]:
+
+def plain_rows() -> Rows:
+    """This process's :data:`RESULTS`, with each entry named by its file name."""
+    return {route: [(e.name, o, p) for e, o, p in rows] for route, rows in RESULTS.items()}
+
+
+def summary_lines(results: Rows) -> list[str]:
     """The per-type table: files, fully right, refusals expected and held, files with problems."""
-    if not RESULTS:
+    if not any(results.values()):
         return []
     lines = [
         f"{'route':<10} {'files':>5} {'right':>5} {'refusals':>8} {'held':>4}  gaps",
     ]
     totals = [0, 0, 0, 0]
     for route in (media.name for media in BUILT_IN_MEDIA_TYPES):
-        rows = RESULTS.get(route, [])
+        rows = results.get(route, [])
         accepted = [p for _, o, p in rows if o == "accepted"]
         refused = [p for _, o, p in rows if o == "refused"]
-        gaps = [e.name for e, _, p in rows if p]
+        gaps = [name for name, _, p in rows if p]
         held = sum(not p for p in refused)
         counts = [len(accepted), sum(not p for p in accepted), len(refused), held]
         totals = [t + c for t, c in zip(totals, counts, strict=True)]

@@ -61,16 +61,19 @@ class CorpusMismatch(Exception):
 
 def _download(url: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(target.suffix + ".part")
-    try:
-        with httpx.stream("GET", url, timeout=_TIMEOUT, follow_redirects=True) as response:
-            response.raise_for_status()
-            with partial.open("wb") as out:
+    # A partial file of this download's own: the test processes of a parallel run may fetch the
+    # same archive at once, and each then renames a whole copy into place.
+    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as out:
+        partial = Path(out.name)
+        try:
+            with httpx.stream("GET", url, timeout=_TIMEOUT, follow_redirects=True) as response:
+                response.raise_for_status()
                 for chunk in response.iter_bytes(1 << 20):
                     out.write(chunk)
-    except httpx.HTTPError as exc:
-        partial.unlink(missing_ok=True)
-        raise CorpusUnavailable(f"{url}: {exc}") from exc
+        except httpx.HTTPError as exc:
+            out.close()
+            partial.unlink(missing_ok=True)
+            raise CorpusUnavailable(f"{url}: {exc}") from exc
     partial.replace(target)
 
 
@@ -134,20 +137,25 @@ def _debian(spec: str) -> Path:
     found = sorted(folder.glob(f"{name}_{version.replace(':', '%3a')}_*.deb"))
     if found:
         return found[0]
-    try:
-        subprocess.run(
-            ["apt-get", "download", "-qq", spec],
-            cwd=folder,
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise CorpusUnavailable(f"apt-get download {spec}: {exc}") from exc
-    found = sorted(folder.glob(f"{name}_*.deb"))
-    if not found:
-        raise CorpusUnavailable(f"apt-get download {spec} left no package")
-    return found[0]
+    # apt-get writes the package under its final name as it downloads: into a folder of this
+    # download's own, so a parallel test process never reads a package still being written.
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as private:
+        try:
+            subprocess.run(
+                ["apt-get", "download", "-qq", spec],
+                cwd=private,
+                check=True,
+                capture_output=True,
+                timeout=600,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise CorpusUnavailable(f"apt-get download {spec}: {exc}") from exc
+        downloaded = sorted(Path(private).glob(f"{name}_*.deb"))
+        if not downloaded:
+            raise CorpusUnavailable(f"apt-get download {spec} left no package")
+        target = folder / downloaded[0].name
+        downloaded[0].replace(target)
+    return target
 
 
 def archive_of(source: str, artifact: str | None = None) -> Path:
