@@ -121,8 +121,10 @@ class Upstream:
             try:
                 async with self._connected() as session:
                     self._session = session
-                    self.state = "ready"
                     await self._refresh(session)
+                    # Ready once its tools are served: `/upstreams` never says ready with the
+                    # first listing still on its way.
+                    self.state = "ready"
                     self.ready.set()
                     backoff = self._limits.first_backoff_seconds
                     await self._watch(session)
