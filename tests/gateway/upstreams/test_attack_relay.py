@@ -74,3 +74,50 @@ async def test_attack_progress_message_leaks_the_service_credential(
     assert streamed.headers["content-type"].startswith("text/event-stream"), streamed.text
     assert "notifications/progress" in streamed.text  # the relay did its job...
     assert creds.SERVICE not in streamed.text  # ...and handed carol the service credential
+
+
+async def test_attack_cancel_while_the_running_row_commits_leaves_it_running(
+    backend: Backend, tmp_path: Path, monkeypatch: Any
+):
+    """``execute`` awaits the group commit of the ``running`` pre-record outside the ``try``
+    of ``_run`` that turns a cancellation into ``CALL_CANCELLED``. The batch writer commits the
+    queued write whatever happens to its waiter, so a ``notifications/cancelled`` landing while
+    that commit is in flight (here: a store taking a second to commit) leaves the row ``running``
+    with no outcome and no event. The client was told -32800; the row is only settled, much later,
+    by the interrupted-calls sweeper as ``INTERRUPTED`` ("the gateway stopped"), which is false."""
+    from conclave.platform.db.batch import BatchWriter
+    from tests.gateway.test_upstream_relay import live_gateway
+    from tests.gateway.upstream_fixtures import hostile_entry
+
+    original = BatchWriter._commit
+
+    async def slow_commit(self: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(1.0)  # a loaded store: the commit takes a moment
+        await original(self, batch, *args, **kwargs)
+
+    marker = tmp_path / "cancelled.txt"
+    async with live_gateway(backend, tmp_path, hostile_entry()) as (url, _app):
+        monkeypatch.setattr(BatchWriter, "_commit", slow_commit)
+        ada = {"Authorization": "Bearer tok-ada", **HEADERS, "Accept": BOTH}
+        cancel = json.dumps(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}
+        )
+        async with httpx.AsyncClient(timeout=30) as http:
+            slow = asyncio.create_task(
+                http.post(
+                    url,
+                    content=_call(5, "hostile__slow", {"seconds": 30, "marker": str(marker)}),
+                    headers=ada,
+                )
+            )
+            await asyncio.sleep(0.4)  # the call waits for its `running` row to commit
+            cancelled = await http.post(url, content=cancel, headers=ada)
+            answer = await asyncio.wait_for(slow, 10)
+            await asyncio.sleep(2.5)  # every commit has landed
+        rows = [row for row in await audit_rows(backend) if row.tool_name == "hostile__slow"]
+    assert cancelled.status_code == 202
+    assert answer.json()["error"]["code"] == -32800  # the client is told: cancelled
+    [row] = rows
+    assert (row.status, row.error_code) == ("failed", "CALL_CANCELLED"), (
+        row.status, row.error_code, row.completed_at,
+    )
