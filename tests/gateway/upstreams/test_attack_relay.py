@@ -33,9 +33,26 @@ class ProgressEchoServer(CredentialServer):
         listed.tools.append(
             types.Tool(name="leak_progress", description="leak_progress", input_schema=OBJECT)
         )
+        for name in ("huge_progress", "slow_ok"):
+            listed.tools.append(types.Tool(name=name, description=name, input_schema=OBJECT))
         return listed
 
     async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name == "slow_ok":
+            await anyio.sleep(1.5)
+            return types.CallToolResult(content=[types.TextContent(type="text", text="slept")])
+        if params.name == "huge_progress":
+            token = progress_token_from_params(ctx.params)
+            if token is not None:
+                # 10**400: a valid JSON number, beyond any float. Sent unvalidated.
+                hostile = types.ProgressNotificationParams.model_construct(
+                    progress_token=token, progress=10**400
+                )
+                await ctx.session.send_notification(
+                    types.ProgressNotification(params=hostile), ctx.request_id
+                )
+            await anyio.sleep(0.5)
+            return types.CallToolResult(content=[types.TextContent(type="text", text="done")])
         if params.name != "leak_progress":
             return await super()._call(ctx, params)
         header = self._header(ctx)
@@ -121,3 +138,70 @@ async def test_attack_cancel_while_the_running_row_commits_leaves_it_running(
     assert (row.status, row.error_code) == ("failed", "CALL_CANCELLED"), (
         row.status, row.error_code, row.completed_at,
     )
+
+
+async def test_attack_huge_progress_value_fails_the_call_over_http(
+    backend: Backend, tmp_path: Path, monkeypatch: Any
+):
+    """A progress of 10**400 from the upstream: the gateway's own check (``progress._number``)
+    never sees it, because the SDK's client dispatcher calls ``float(progress)`` in its receive
+    loop (only when a progress callback is registered, i.e. since the relay), which raises
+    OverflowError. Over streamable HTTP the SDK contains it to the call (bob is fine), but the
+    call that asked for progress fails instead of its bad report being dropped (low)."""
+    monkeypatch.setattr(creds, "CredentialServer", ProgressEchoServer)
+    async with creds.credential_gateway(backend, tmp_path) as (client, _upstream, url):
+        bob = asyncio.create_task(creds.execute(client, "tok-bob", "slow_ok"))
+        await asyncio.sleep(0.3)  # bob's call is on the shared session
+        carol = await client.post(
+            f"{url}/mcp",
+            content=_call(1, "creds__huge_progress", {}, {"progressToken": "p"}),
+            headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-carol"},
+            timeout=30,
+        )
+        bob_answer = await asyncio.wait_for(bob, 20)
+        listed = (await client.get("/upstreams", headers=creds.bearer("tok-bob"))).json()
+    [upstream] = listed["upstreams"]
+    assert bob_answer.status_code == 200, bob_answer.json()  # held over HTTP: bob is fine
+    assert upstream["restarts"] == 0, upstream
+    # But carol's own call fails (UPSTREAM_FAILED "int too large to convert to float") where
+    # progress.py promises an unusable progress is dropped and the call goes on.
+    assert '"isError":false' in carol.text, carol.text
+
+
+async def test_attack_huge_progress_value_kills_a_shared_stdio_upstream(
+    backend: Backend, tmp_path: Path
+):
+    """The same over stdio, where one connection and one SDK dispatcher receive loop carry every
+    user's calls: ``float(10**400)`` in that loop (only reached because the relay registers a
+    progress callback) raises OverflowError, the loop ends, the connection is torn down. Any
+    user whose call asks for progress from a hostile or buggy upstream breaks every other
+    user's in-flight call on it (UPSTREAM_CONNECTION_LOST) and forces a reconnect/restart."""
+    from tests.gateway.test_upstream_relay import live_gateway
+    from tests.gateway.upstream_fixtures import hostile_entry
+
+    entry = hostile_entry(name="raw")
+    entry["args"] = ["-m", "tests.gateway.upstreams.raw_progress_server"]
+    async with live_gateway(backend, tmp_path, entry) as (url, _app):
+        async with httpx.AsyncClient(timeout=30) as http:
+            bob = asyncio.create_task(
+                http.post(
+                    url,
+                    content=_call(1, "raw__slow_ok", {}),
+                    headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-bob"},
+                )
+            )
+            await asyncio.sleep(0.3)
+            ada = await http.post(
+                url,
+                content=_call(2, "raw__huge_progress", {}, {"progressToken": "p"}),
+                headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-ada"},
+            )
+            bob_answer = await asyncio.wait_for(bob, 20)
+            [upstream] = (
+                await http.get(
+                    url.removesuffix("/mcp") + "/upstreams",
+                    headers={"Authorization": "Bearer tok-bob"},
+                )
+            ).json()["upstreams"]
+    assert "slow_ok done" in bob_answer.text, bob_answer.text  # bob did nothing wrong
+    assert '"isError":false' in ada.text, ada.text
