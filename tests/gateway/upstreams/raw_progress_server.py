@@ -10,7 +10,7 @@ import asyncio
 import json
 import sys
 
-OBJECT = {"type": "object", "properties": {}}
+OBJECT = {"type": "object", "properties": {"rest": {"type": "string"}}}
 
 
 def write(line: str) -> None:
@@ -27,10 +27,11 @@ async def call(message: dict) -> None:
     name = params.get("name")
     token = (params.get("_meta") or {}).get("progressToken")
     if name == "huge_progress" and token is not None:
-        huge = "1" + "0" * 400
+        # `rest`: the raw JSON text of the params after the token (default: a 10**400 progress).
+        rest = (params.get("arguments") or {}).get("rest") or '"progress":1' + "0" * 400
         write(
             '{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":'
-            + json.dumps(token) + ',"progress":' + huge + '}}'
+            + json.dumps(token) + "," + rest + "}}"
         )
         await asyncio.sleep(0.5)
     if name == "slow_ok":

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 import httpx
 import mcp_types as types
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
@@ -168,8 +169,16 @@ async def test_attack_huge_progress_value_fails_the_call_over_http(
     assert '"isError":false' in carol.text, carol.text
 
 
+@pytest.mark.parametrize(
+    "rest",
+    [
+        None,  # "progress": 10**400
+        '"progress":1,"total":1' + "0" * 400,
+    ],
+    ids=["huge-progress", "huge-total"],  # NaN, 1e400/-Infinity, "\ud800\u0000": held
+)
 async def test_attack_huge_progress_value_kills_a_shared_stdio_upstream(
-    backend: Backend, tmp_path: Path
+    backend: Backend, tmp_path: Path, rest: str | None
 ):
     """The same over stdio, where one connection and one SDK dispatcher receive loop carry every
     user's calls: ``float(10**400)`` in that loop (only reached because the relay registers a
@@ -193,7 +202,9 @@ async def test_attack_huge_progress_value_kills_a_shared_stdio_upstream(
             await asyncio.sleep(0.3)
             ada = await http.post(
                 url,
-                content=_call(2, "raw__huge_progress", {}, {"progressToken": "p"}),
+                content=_call(
+                    2, "raw__huge_progress", {"rest": rest} if rest else {}, {"progressToken": "p"}
+                ),
                 headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-ada"},
             )
             bob_answer = await asyncio.wait_for(bob, 20)
