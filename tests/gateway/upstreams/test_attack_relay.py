@@ -216,3 +216,33 @@ async def test_attack_huge_progress_value_kills_a_shared_stdio_upstream(
             ).json()["upstreams"]
     assert "slow_ok done" in bob_answer.text, bob_answer.text  # bob did nothing wrong
     assert '"isError":false' in ada.text, ada.text
+
+
+async def test_attack_a_huge_progress_token_is_echoed_in_every_notification(
+    backend: Backend, tmp_path: Path, everything_http: str
+):
+    """The client's ``progressToken`` has no length bound of its own (only the 1 MiB body
+    limit), and every relayed notification repeats it. One request of ~0.9 MB to a real
+    upstream tool whose progress the caller paces (server-everything's long-running operation,
+    ``steps`` chosen by the caller) makes the gateway encode and send ~0.9 MB five times a
+    second for as long as the call runs: tens of MB out (and as many JSON encodings of it on
+    the event loop) per request, multiplied by the caller's concurrency."""
+    from tests.gateway.test_upstream_relay import LONG_RUNNING, live_gateway
+
+    entry = {"name": "everything", "transport": "http", "url": everything_http}
+    token = "t" * 900_000
+    body = _call(3, LONG_RUNNING, {"duration": 4, "steps": 40}, {"progressToken": token})
+    async with live_gateway(backend, tmp_path, entry) as (url, _app):
+        async with httpx.AsyncClient(timeout=60) as http:
+            received = 0
+            async with http.stream(
+                "POST",
+                url,
+                content=body,
+                headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-ada"},
+            ) as response:
+                async for chunk in response.aiter_bytes():
+                    received += len(chunk)
+    assert response.headers["content-type"].startswith("text/event-stream")
+    # A bounded relay answers within a small multiple of what it was sent.
+    assert received <= 4 * len(body), (received, len(body))
