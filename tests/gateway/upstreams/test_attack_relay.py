@@ -40,6 +40,7 @@ class ProgressEchoServer(CredentialServer):
 
     async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name == "slow_ok":
+            self.seen.append(("tools/call", self._header(ctx)))
             await anyio.sleep(1.5)
             return types.CallToolResult(content=[types.TextContent(type="text", text="slept")])
         if params.name == "huge_progress":
@@ -246,3 +247,32 @@ async def test_attack_a_huge_progress_token_is_echoed_in_every_notification(
     assert response.headers["content-type"].startswith("text/event-stream")
     # A bounded relay answers within a small multiple of what it was sent.
     assert received <= 4 * len(body), (received, len(body))
+
+
+async def test_attack_a_cancelled_upstream_call_is_audited_without_its_credential_kind(
+    backend: Backend, tmp_path: Path, monkeypatch: Any
+):
+    """``_run`` records ``CALL_CANCELLED`` with ``_finish(call, ending)``, dropping the
+    ``upstream_credential=context.upstream_credential`` every other ending passes. The call
+    reached the upstream carrying ada's own credential, yet its audit row (and event) say
+    ``upstream_credential: null`` -- which docs/gateway.md defines as "the gateway's own tools".
+    A user who wants a call made with their credential to leave no credential trail cancels it."""
+    monkeypatch.setattr(creds, "CredentialServer", ProgressEchoServer)
+    async with creds.credential_gateway(backend, tmp_path) as (client, upstream, url):
+        assert (await creds.register(client, "tok-ada", creds.ADA)).status_code == 204
+        ada = {**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-ada"}
+        cancel = json.dumps(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
+        )
+        slow = asyncio.create_task(
+            client.post(f"{url}/mcp", content=_call(9, "creds__slow_ok", {}), headers=ada)
+        )
+        await asyncio.sleep(0.8)  # the upstream has the call, with ada's credential
+        assert (await client.post(f"{url}/mcp", content=cancel, headers=ada)).status_code == 202
+        answer = await asyncio.wait_for(slow, 10)
+        await asyncio.sleep(0.5)
+    assert answer.json()["error"]["code"] == -32800
+    assert upstream.calls() == [f"Bearer {creds.ADA}"]  # it was sent with ada's credential
+    [row] = [r for r in await audit_rows(backend) if r.tool_name == "creds__slow_ok"]
+    assert row.error_code == "CALL_CANCELLED"
+    assert row.upstream_credential == "user", row.upstream_credential
