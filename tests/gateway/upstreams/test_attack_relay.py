@@ -276,3 +276,33 @@ async def test_attack_a_cancelled_upstream_call_is_audited_without_its_credentia
     [row] = [r for r in await audit_rows(backend) if r.tool_name == "creds__slow_ok"]
     assert row.error_code == "CALL_CANCELLED"
     assert row.upstream_credential == "user", row.upstream_credential
+
+
+async def test_attack_cancel_right_after_the_call_leaves_running_rows_without_slowing_anything(
+    backend: Backend, tmp_path: Path
+):
+    """The same race with nothing slowed down: a client that sends its cancellation within a
+    few milliseconds of its call (an agent giving up at once; the SDK does it on a timeout or a
+    task cancelled early) leaves a third of its calls ``running`` after being told -32800 (in a
+    trial: 23 of 60 on SQLite, 16 of 60 on PostgreSQL)."""
+    from tests.gateway.test_upstream_relay import live_gateway
+    from tests.gateway.upstream_fixtures import hostile_entry
+
+    async with live_gateway(backend, tmp_path, hostile_entry()) as (url, _app):
+        ada = {"Authorization": "Bearer tok-ada", **HEADERS, "Accept": BOTH}
+        async with httpx.AsyncClient(timeout=30) as http:
+
+            async def one(i: int, delay: float) -> Any:
+                args = {"seconds": 5, "marker": str(tmp_path / f"m{i}")}
+                call = asyncio.create_task(http.post(url, content=_call(i, "hostile__slow", args), headers=ada))
+                await asyncio.sleep(delay)
+                cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": i}}
+                await http.post(url, content=json.dumps(cancel), headers=ada)
+                return (await call).json().get("error", {}).get("code")
+
+            codes = [await one(i, 0.002 * (i % 15)) for i in range(40)]
+            await asyncio.sleep(1.5)  # every answer is in; nothing is left to commit
+        rows = [r for r in await audit_rows(backend) if r.tool_name == "hostile__slow"]
+    assert codes.count(-32800) == 40  # every call was answered "cancelled"
+    stuck = [r.conclave_id for r in rows if r.status == "running"]
+    assert stuck == [], f"{len(stuck)} of {len(rows)} rows left running"
