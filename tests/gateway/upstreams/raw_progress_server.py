@@ -31,7 +31,10 @@ async def call(message: dict) -> None:
         rest = (params.get("arguments") or {}).get("rest") or '"progress":1' + "0" * 400
         write(
             '{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":'
-            + json.dumps(token) + "," + rest + "}}"
+            + json.dumps(token)
+            + ","
+            + rest
+            + "}}"
         )
         await asyncio.sleep(0.5)
     if name == "slow_ok":
@@ -49,16 +52,24 @@ async def main() -> None:
         message = json.loads(line)
         method = message.get("method")
         if method == "initialize":
-            answer(message["id"], {
-                "protocolVersion": message["params"]["protocolVersion"],
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "raw", "version": "0"},
-            })
+            answer(
+                message["id"],
+                {
+                    "protocolVersion": message["params"]["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "raw", "version": "0"},
+                },
+            )
         elif method == "tools/list":
-            answer(message["id"], {"tools": [
-                {"name": n, "description": n, "inputSchema": OBJECT}
-                for n in ("huge_progress", "slow_ok")
-            ]})
+            answer(
+                message["id"],
+                {
+                    "tools": [
+                        {"name": n, "description": n, "inputSchema": OBJECT}
+                        for n in ("huge_progress", "slow_ok")
+                    ]
+                },
+            )
         elif method == "tools/call":
             task = asyncio.create_task(call(message))
             tasks.add(task)

@@ -1,6 +1,6 @@
-"""Attacks on the progress relay and cancellation through the gateway's /mcp (branch attack-relay).
-
-Each test here FAILS on the code at the time of writing: it demonstrates a defect."""
+"""Attacks on the progress relay and cancellation through the gateway's /mcp, kept as
+regression tests: each failed on the code it was written against (the docstrings describe the
+defect) and guards its fix (docs/gateway.md, "Progress" and "Cancellation")."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import pytest
 import httpx
 import mcp_types as types
+import pytest
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 
 from tests.conftest import Backend
 from tests.gateway.conftest import audit_rows
-from tests.gateway.upstreams.credential_mcp_server import OBJECT, CredentialServer
 from tests.gateway.upstreams import test_upstream_credentials as creds
+from tests.gateway.upstreams.credential_mcp_server import OBJECT, CredentialServer
 
 HEADERS = {"Content-Type": "application/json", "MCP-Protocol-Version": "2025-11-25"}
 BOTH = "application/json, text/event-stream"
@@ -46,12 +46,11 @@ class ProgressEchoServer(CredentialServer):
         if params.name == "huge_progress":
             token = progress_token_from_params(ctx.params)
             if token is not None:
-                # 10**400: a valid JSON number, beyond any float. Sent unvalidated.
-                hostile = types.ProgressNotificationParams.model_construct(
-                    progress_token=token, progress=10**400
-                )
-                await ctx.session.send_notification(
-                    types.ProgressNotification(params=hostile), ctx.request_id
+                # 10**400: a valid JSON number, beyond any float. Sent unvalidated, as a plain
+                # dict: the SDK's typed notification would fail to serialise it here, in the
+                # upstream, which then fails the call itself (and proves nothing of the gateway).
+                await ctx.session._request_outbound.notify(
+                    "notifications/progress", {"progressToken": token, "progress": 10**400}
                 )
             await anyio.sleep(0.5)
             return types.CallToolResult(content=[types.TextContent(type="text", text="done")])
@@ -61,7 +60,10 @@ class ProgressEchoServer(CredentialServer):
         token = progress_token_from_params(ctx.params)
         if token is not None:
             await ctx.session.send_progress_notification(
-                token, 1, 2, f"connecting with Authorization: {header}",
+                token,
+                1,
+                2,
+                f"connecting with Authorization: {header}",
                 related_request_id=ctx.request_id,
             )
             await anyio.sleep(0.5)
@@ -72,7 +74,9 @@ def _call(request_id: int, tool: str, args: dict[str, Any], meta: Any = None) ->
     params: dict[str, Any] = {"name": tool, "arguments": args}
     if meta is not None:
         params["_meta"] = meta
-    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+    )
 
 
 async def test_attack_progress_message_leaks_the_service_credential(
@@ -138,7 +142,9 @@ async def test_attack_cancel_while_the_running_row_commits_leaves_it_running(
     assert answer.json()["error"]["code"] == -32800  # the client is told: cancelled
     [row] = rows
     assert (row.status, row.error_code) == ("failed", "CALL_CANCELLED"), (
-        row.status, row.error_code, row.completed_at,
+        row.status,
+        row.error_code,
+        row.completed_at,
     )
 
 
@@ -191,31 +197,34 @@ async def test_attack_huge_progress_value_kills_a_shared_stdio_upstream(
 
     entry = hostile_entry(name="raw")
     entry["args"] = ["-m", "tests.gateway.upstreams.raw_progress_server"]
-    async with live_gateway(backend, tmp_path, entry) as (url, _app):
-        async with httpx.AsyncClient(timeout=30) as http:
-            bob = asyncio.create_task(
-                http.post(
-                    url,
-                    content=_call(1, "raw__slow_ok", {}),
-                    headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-bob"},
-                )
-            )
-            await asyncio.sleep(0.3)
-            ada = await http.post(
+    async with (
+        live_gateway(backend, tmp_path, entry) as (url, _app),
+        httpx.AsyncClient(timeout=30) as http,
+    ):
+        bob = asyncio.create_task(
+            http.post(
                 url,
-                content=_call(
-                    2, "raw__huge_progress", {"rest": rest} if rest else {}, {"progressToken": "p"}
-                ),
-                headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-ada"},
+                content=_call(1, "raw__slow_ok", {}),
+                headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-bob"},
             )
-            bob_answer = await asyncio.wait_for(bob, 20)
-            [upstream] = (
-                await http.get(
-                    url.removesuffix("/mcp") + "/upstreams",
-                    headers={"Authorization": "Bearer tok-bob"},
-                )
-            ).json()["upstreams"]
+        )
+        await asyncio.sleep(0.3)
+        ada = await http.post(
+            url,
+            content=_call(
+                2, "raw__huge_progress", {"rest": rest} if rest else {}, {"progressToken": "p"}
+            ),
+            headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-ada"},
+        )
+        bob_answer = await asyncio.wait_for(bob, 20)
+        [upstream] = (
+            await http.get(
+                url.removesuffix("/mcp") + "/upstreams",
+                headers={"Authorization": "Bearer tok-bob"},
+            )
+        ).json()["upstreams"]
     assert "slow_ok done" in bob_answer.text, bob_answer.text  # bob did nothing wrong
+    assert upstream["restarts"] == 0, upstream  # the shared connection was never torn down
     assert '"isError":false' in ada.text, ada.text
 
 
@@ -233,19 +242,22 @@ async def test_attack_a_huge_progress_token_is_echoed_in_every_notification(
     entry = {"name": "everything", "transport": "http", "url": everything_http}
     token = "t" * 900_000
     body = _call(3, LONG_RUNNING, {"duration": 4, "steps": 40}, {"progressToken": token})
-    async with live_gateway(backend, tmp_path, entry) as (url, _app):
-        async with httpx.AsyncClient(timeout=60) as http:
-            received = 0
-            async with http.stream(
-                "POST",
-                url,
-                content=body,
-                headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-ada"},
-            ) as response:
-                async for chunk in response.aiter_bytes():
-                    received += len(chunk)
-    assert response.headers["content-type"].startswith("text/event-stream")
-    # A bounded relay answers within a small multiple of what it was sent.
+    async with (
+        live_gateway(backend, tmp_path, entry) as (url, _app),
+        httpx.AsyncClient(timeout=60) as http,
+    ):
+        received = 0
+        async with http.stream(
+            "POST",
+            url,
+            content=body,
+            headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-ada"},
+        ) as response:
+            async for chunk in response.aiter_bytes():
+                received += len(chunk)
+    # A token beyond the bound (a string of more than 256 characters) gets no progress: the call
+    # runs and is answered as JSON, once, within a small multiple of what was sent.
+    assert response.headers["content-type"].startswith("application/json")
     assert received <= 4 * len(body), (received, len(body))
 
 
@@ -294,9 +306,15 @@ async def test_attack_cancel_right_after_the_call_leaves_running_rows_without_sl
 
             async def one(i: int, delay: float) -> Any:
                 args = {"seconds": 5, "marker": str(tmp_path / f"m{i}")}
-                call = asyncio.create_task(http.post(url, content=_call(i, "hostile__slow", args), headers=ada))
+                call = asyncio.create_task(
+                    http.post(url, content=_call(i, "hostile__slow", args), headers=ada)
+                )
                 await asyncio.sleep(delay)
-                cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": i}}
+                cancel = {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": i},
+                }
                 await http.post(url, content=json.dumps(cancel), headers=ada)
                 return (await call).json().get("error", {}).get("code")
 

@@ -30,6 +30,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.registry import MAX_SCHEMA_DEPTH, RegisteredTool, ToolRegistry
 from conclave.gateway.tools import Executor, Tool, ToolContext, ToolExecutionError
 from conclave.gateway.upstreams.access import Presented, UpstreamAccess, scrub
@@ -98,13 +99,28 @@ def upstream_executor(upstream: Upstream, name: str, access: UpstreamAccess | No
         ctx.upstream_credential = "none"
         presented = Presented("none") if access is None else await access.presented(ctx.user_id)
         ctx.upstream_credential = presented.kind
+        progress = _scrubbed(ctx.progress, presented.secret)
         try:
-            result = await _call(upstream, access, presented, name, args, ctx)
+            result = await _call(upstream, access, presented, name, args, ctx.user_id, progress)
         except ToolExecutionError as exc:
             raise _error(scrub(exc.message, presented.secret), exc.code, exc.status) from None
         return scrub(result, presented.secret)
 
     return execute
+
+
+def _scrubbed(report: ProgressReporter | None, secret: str | None) -> ProgressReporter | None:
+    """``report`` with the presented credential scrubbed from each message, as from results:
+    an upstream that echoes its request's headers in its progress must not hand the caller a
+    credential (the service's, which callers never see) on the way."""
+    if report is None or not secret:
+        return report
+
+    def scrubbed(progress: float, total: float | None, message: str | None) -> None:
+        # The whole message, before the relay cuts it: a cut could leave part of the secret.
+        report(progress, total, scrub(message, secret))
+
+    return scrubbed
 
 
 async def _call(
@@ -113,7 +129,8 @@ async def _call(
     presented: Presented,
     name: str,
     args: dict[str, Any],
-    ctx: ToolContext,
+    user_id: str,
+    progress: ProgressReporter | None,
 ) -> Any:
     server = upstream.spec.name
     try:
@@ -121,10 +138,10 @@ async def _call(
             assert access is not None and access.sessions is not None
             assert presented.header_value is not None
             result = await access.sessions.call(
-                ctx.user_id, presented.header_value, name, args, ctx.progress
+                user_id, presented.header_value, name, args, progress
             )
         else:
-            result = await upstream.call(name, args, ctx.progress)
+            result = await upstream.call(name, args, progress)
     except CredentialRefused as exc:
         message = f"Upstream {server!r} refused your credential; replace it."
         raise _error(message, ProblemCode.UPSTREAM_CREDENTIAL_REJECTED, 403) from exc
