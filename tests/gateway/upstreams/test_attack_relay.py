@@ -255,6 +255,25 @@ async def test_attack_a_huge_progress_token_is_echoed_in_every_notification(
         ) as response:
             async for chunk in response.aiter_bytes():
                 received += len(chunk)
+        short = {"duration": 0.4, "steps": 2}
+        headers = {**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-ada"}
+        at_bound = {
+            json.dumps(t): await http.post(
+                url, content=_call(4, LONG_RUNNING, short, {"progressToken": t}), headers=headers
+            )
+            for t in ("b" * 256, 2**53)
+        }
+        beyond = await http.post(
+            url,
+            content=_call(5, LONG_RUNNING, short, {"progressToken": 2**53 + 1}),
+            headers=headers,
+        )
+    # Tokens at the bound still get their progress, with the token they chose.
+    for token_json, streamed in at_bound.items():
+        assert streamed.headers["content-type"].startswith("text/event-stream"), token_json
+        assert f'"progressToken":{token_json}' in streamed.text, streamed.text[:300]
+    assert beyond.headers["content-type"].startswith("application/json"), beyond.text
+    assert beyond.json()["result"]["isError"] is False
     # A token beyond the bound (a string of more than 256 characters) gets no progress: the call
     # runs and is answered as JSON, once, within a small multiple of what was sent.
     assert response.headers["content-type"].startswith("application/json")
