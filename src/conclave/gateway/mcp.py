@@ -25,7 +25,6 @@ from mcp.server.streamable_http import REQUEST_CANCELLED, check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp_types import DEFAULT_NEGOTIATED_VERSION, methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
@@ -48,6 +47,7 @@ from conclave.gateway.mcp_relay import (
     RequestCalls,
     cancel_on_disconnect,
     create_streaming_manager,
+    progress_token,
     wants_event_stream,
 )
 from conclave.gateway.mcp_versions import (
@@ -219,7 +219,7 @@ def create_mcp_server(handlers: McpHandlers) -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         state = ctx.request.scope["state"]
         principal, request = state["principal"], state.get(REQUEST_CALLS)
-        token = progress_token_from_params(ctx.params)
+        token = progress_token(ctx.params)
         if token is None:
             return await handlers.call_tool(
                 principal, params, ctx.protocol_version, request_id=ctx.request_id, request=request

@@ -26,7 +26,7 @@ neither.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -141,13 +141,31 @@ class InFlightCalls:
         return sum(len(scopes) for scopes in self._running.values())
 
 
+MAX_PROGRESS_TOKEN_CHARS = 256
+"""Longest string ``progressToken`` a call may carry and have progress relayed for."""
+_LARGEST_TOKEN = 2**53
+
+
+def progress_token(params: Any) -> str | int | None:
+    """The ``progressToken`` of a request's ``params`` if progress is relayed for it: a string
+    of at most :data:`MAX_PROGRESS_TOKEN_CHARS` characters or an integer within ±2**53. Every
+    notification repeats the token, so an unbounded one would turn one request into many times
+    its size out; a call with any other token runs as well, answered as JSON, without progress."""
+    token = progress_token_from_params(params if isinstance(params, Mapping) else None)
+    if isinstance(token, str) and len(token) > MAX_PROGRESS_TOKEN_CHARS:
+        return None
+    if isinstance(token, int) and abs(token) > _LARGEST_TOKEN:
+        return None
+    return token
+
+
 def wants_event_stream(request: Request, message: dict[str, Any] | None) -> bool:
-    """Whether a POSTed message is a ``tools/call`` with a progress token from a client that
-    accepts an event stream: the only requests answered with one."""
+    """Whether a POSTed message is a ``tools/call`` with a usable progress token
+    (:func:`progress_token`) from a client that accepts an event stream: the only requests
+    answered with one."""
     if message is None or message.get("method") != "tools/call" or "id" not in message:
         return False
-    params = message.get("params")
-    if not isinstance(params, dict) or progress_token_from_params(params) is None:
+    if progress_token(message.get("params")) is None:
         return False
     _accepts_json, accepts_sse = check_accept_headers(request)
     return accepts_sse

@@ -153,10 +153,19 @@ class GatewayService:
             prerecorded = not _read_only(registered)
             call = _Call(command, row, started, prerecorded, registered.tool)
             if call.prerecorded:
+                # Its own task: the writer commits the queued row whatever happens to its
+                # waiter, so a cancellation must wait for that commit before finishing the row
+                # (committers run in parallel: a finish queued at once could land first).
+                running = asyncio.ensure_future(
+                    self._platform.writer.write(store.record_running_call(row))
+                )
                 try:
-                    await self._platform.writer.write(store.record_running_call(row))
+                    await asyncio.shield(running)
                 except IntegrityError:
                     return await self._conflicting_key(command, fingerprint)
+                except asyncio.CancelledError:
+                    await self._cancelled_before_running(call, running)
+                    raise
             return await self._run(call, registered)
 
     async def refuse_unsafe(self, command: ExecuteCommand, refusal: UnsafeInput) -> Outcome:
@@ -296,9 +305,7 @@ class GatewayService:
                     )
         except asyncio.CancelledError:
             message = "The caller cancelled the call; the tool may have done its work."
-            ending = failed(409, ProblemCode.CALL_CANCELLED, message)  # an MCP client gave up
-            with anyio.CancelScope(shield=True):  # recorded, whatever cancels this task next
-                await self._finish(call, ending)
+            await self._record_cancelled(call, message, context.upstream_credential)
             raise
         except TimeoutError:
             message = f"The tool did not finish within {timeout:g} s."
@@ -312,7 +319,32 @@ class GatewayService:
             ending = failed(502, ProblemCode.TOOL_FAILED, "The tool failed unexpectedly.")
         else:
             ending = judge_result(registered, command.args, result, self._max_result_bytes)
-        return await self._finish(call, ending, upstream_credential=context.upstream_credential)
+        # The tool has finished: a cancellation landing now must not leave its row `running`
+        # (nor interrupt the retries of a store blip). The row keeps what really happened.
+        with anyio.CancelScope(shield=True):
+            outcome = await self._finish(
+                call, ending, upstream_credential=context.upstream_credential
+            )
+        return outcome
+
+    async def _cancelled_before_running(self, call: _Call, running: asyncio.Future[None]) -> None:
+        """Finish the ``running`` row of ``call``, cancelled while it was being written, once
+        it is committed; nothing is recorded if it was not (the call was refused instead)."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await running
+            except (IntegrityError, StoreUnavailable):
+                return  # never written: nothing to finish
+        await self._record_cancelled(call, "The caller cancelled the call; the tool did not run.")
+
+    async def _record_cancelled(
+        self, call: _Call, message: str, upstream_credential: str | None = None
+    ) -> None:
+        """Record ``call`` as ``CALL_CANCELLED`` (an MCP client gave up), shielded: recorded
+        whatever cancels this task next."""
+        ending = failed(409, ProblemCode.CALL_CANCELLED, message)
+        with anyio.CancelScope(shield=True):
+            await self._finish(call, ending, upstream_credential=upstream_credential)
 
     async def _finish(
         self, call: _Call, ending: Ending, *, upstream_credential: str | None = None

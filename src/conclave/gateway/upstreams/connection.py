@@ -34,6 +34,7 @@ from conclave import __version__
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.upstreams.config import McpServerSpec
+from conclave.gateway.upstreams.inbound import GuardedReadStream
 from conclave.gateway.upstreams.redaction import NO_SECRETS, Scrubber
 from conclave.gateway.upstreams.stdio import StdioProcess, stdio_transport
 from conclave.platform.clock import utc_now
@@ -152,8 +153,14 @@ class Upstream:
             streams = await stack.enter_async_context(
                 stdio_transport(spec, self.process, max_line_bytes=self._limits.max_message_bytes)
             )
+            read, write = streams
             session = await stack.enter_async_context(
-                ClientSession(*streams, message_handler=self._on_message, client_info=_CLIENT)
+                ClientSession(
+                    GuardedReadStream(read),
+                    write,
+                    message_handler=self._on_message,
+                    client_info=_CLIENT,
+                )
             )
             with anyio.fail_after(spec.connect_timeout_seconds):
                 await session.initialize()
@@ -190,8 +197,14 @@ class Upstream:
                     spec.url, http_client=client, max_sse_event_size=self._limits.max_message_bytes
                 )
             )
+            read, write = streams
             session = await stack.enter_async_context(
-                ClientSession(*streams, message_handler=message_handler, client_info=_CLIENT)
+                ClientSession(
+                    GuardedReadStream(read),
+                    write,
+                    message_handler=message_handler,
+                    client_info=_CLIENT,
+                )
             )
             with anyio.fail_after(spec.connect_timeout_seconds):
                 await session.initialize()

@@ -31,6 +31,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.registry import MAX_SCHEMA_DEPTH, RegisteredTool, ToolRegistry
 from conclave.gateway.tools import Executor, Tool, ToolContext, ToolExecutionError
 from conclave.gateway.upstreams.access import Presented, UpstreamAccess
@@ -109,8 +110,11 @@ def upstream_executor(upstream: Upstream, name: str, access: UpstreamAccess | No
             # Everything the call presents: the entry's static headers, the service credential,
             # the user's credential (whichever is presented, the others cost nothing).
             scrubber = upstream.scrubber.extended(presented.secret)
+            progress = _scrubbed(ctx.progress, scrubber)
             try:
-                result = await _call(upstream, access, presented, name, args, ctx, scrubber)
+                result = await _call(
+                    upstream, access, presented, name, args, ctx, scrubber, progress
+                )
             except CredentialChanged:
                 continue  # replaced or deleted since it was read: read it again
             except ToolExecutionError as exc:
@@ -122,6 +126,20 @@ def upstream_executor(upstream: Upstream, name: str, access: UpstreamAccess | No
     return execute
 
 
+def _scrubbed(report: ProgressReporter | None, scrubber: Scrubber) -> ProgressReporter | None:
+    """``report`` with what the call presents scrubbed from each message, as from results: an
+    upstream that echoes its request's headers in its progress must not hand the caller a
+    credential (the service's, which callers never see) on the way."""
+    if report is None:
+        return report
+
+    def scrubbed(progress: float, total: float | None, message: str | None) -> None:
+        # The whole message, before the relay cuts it: a cut could leave part of the secret.
+        report(progress, total, None if message is None else scrubber.text(message))
+
+    return scrubbed
+
+
 async def _call(
     upstream: Upstream,
     access: UpstreamAccess | None,
@@ -130,6 +148,7 @@ async def _call(
     args: dict[str, Any],
     ctx: ToolContext,
     scrubber: Scrubber,
+    progress: ProgressReporter | None,
 ) -> Any:
     server = upstream.spec.name
     try:
@@ -143,10 +162,10 @@ async def _call(
                 presented.generation,
                 name,
                 args,
-                ctx.progress,
+                progress,
             )
         else:
-            result = await upstream.call(name, args, ctx.progress)
+            result = await upstream.call(name, args, progress)
     except CredentialRefused as exc:
         message = f"Upstream {server!r} refused your credential; replace it."
         raise _error(message, ProblemCode.UPSTREAM_CREDENTIAL_REJECTED, 403) from exc
