@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import hashlib
 import os
 import re
-import stat
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +33,7 @@ from conclave.gateway.upstreams.redaction import MIN_SECRET_CHARS
 from conclave.platform.clock import utc_now
 from conclave.platform.db.engine import store_errors
 from conclave.platform.errors import Unprocessable
+from conclave.platform.key_files import key_file_bytes, read_key_file
 from conclave.platform.problem_types import ProblemCode
 
 KEY_BYTES = 32
@@ -104,66 +102,19 @@ def new_key_text() -> str:
 def embedded_key(path: Path) -> CredentialKey:
     """The key kept in ``path`` (embedded mode), generated on first start.
 
-    The file is this user's, mode 0600, in a folder others may not write (whoever may write it
-    could put a key of theirs in place of ours). The key is written whole to a temporary file
-    and linked into place, which fails if another process got there first: that process's key
-    is read back, so two processes starting together end with one key, and no process ever
-    reads a half-written file of ours. A file found empty (a process of an earlier version still
-    writing it in place) is read again for a short while before it is refused."""
-    folder = path.parent
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    status = os.lstat(folder)
-    if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.geteuid() or status.st_mode & 0o022:
-        raise CredentialKeyError(
-            f"{folder} must be a folder of this user that others may not write"
-        )
-    if not os.path.lexists(path):
-        _create_key_file(path, new_key_text() + "\n")
+    Kept as :mod:`conclave.platform.key_files` keeps every key file (this user's, mode 0600, in
+    a folder others may not write; written whole and linked into place, so two processes
+    starting together end with one key). A file found empty (a process of an earlier version
+    still writing it in place) is read again for a short while before it is refused."""
+    content = key_file_bytes(path, lambda: new_key_text() + "\n", CredentialKeyError)
     deadline = time.monotonic() + _KEY_FILE_WAIT_SECONDS
-    text = _read_key_file(path)
-    while not text.strip() and time.monotonic() < deadline:
+    while not content.strip() and time.monotonic() < deadline:
         time.sleep(0.05)
-        text = _read_key_file(path)
-    keys = parse_keys(text)
+        content = read_key_file(path, CredentialKeyError)
+    keys = parse_keys(content.decode("ascii", "replace"))
     if len(keys) != 1:
         raise CredentialKeyError(f"{path} must hold one credential key")
     return keys[0]
-
-
-def _create_key_file(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(descriptor, "w", encoding="ascii") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        with contextlib.suppress(FileExistsError):
-            os.link(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
-def _read_key_file(path: Path) -> str:
-    # Opened without following a symlink and checked on the descriptor read: what is checked is
-    # what is read.
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as error:
-        raise CredentialKeyError(
-            f"{path} cannot be opened as a key file ({error.strerror})"
-        ) from None
-    with os.fdopen(descriptor, "rb") as file:
-        status = os.fstat(file.fileno())
-        if (
-            not stat.S_ISREG(status.st_mode)
-            or status.st_mode & 0o077
-            or status.st_uid != os.geteuid()
-        ):
-            raise CredentialKeyError(
-                f"{path} must be a file of this user that only it may read (mode 0600)"
-            )
-        return file.read(4096).decode("ascii", "replace")
 
 
 def _associated_data(server: str, user_id: str) -> bytes:

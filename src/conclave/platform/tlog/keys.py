@@ -19,16 +19,13 @@ reader holds names the log it checks).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import stat
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from conclave.platform.key_files import key_file_bytes
 from conclave.platform.tlog.errors import LogKeyError
 from conclave.platform.transparency.errors import MalformedInput
 from conclave.platform.transparency.note_keys import NoteSigner, NoteVerifier
@@ -115,60 +112,11 @@ def log_keys(settings: CommonSettings, name: str) -> LogKeys:
 def embedded_key(path: Path, origin: str) -> NoteSigner:
     """The signer key kept in ``path``, generated (named ``origin``) if the file does not exist.
 
-    The file holds the key's ``PRIVATE+KEY+…`` text, mode 0600 in a folder of mode 0700, both
-    owned by this process's user. It is written whole to a temporary file first and then linked
-    into place, which fails if another process got there first: that process's key is then read,
-    so both sign with one key. :class:`LogKeyError`, naming the path, for a folder others may
-    write, a file others may read, either owned by another user, or a symlink at the path."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _check_key_folder(path.parent)
-    if not os.path.lexists(path):
-        _create_key_file(path, NoteSigner.generate(origin))
-    return _read_key_file(path, origin)
-
-
-def _check_key_folder(folder: Path) -> None:
-    # Whoever may write the folder may put their own key (whose secret they keep) in place of
-    # ours, and the log would sign with it: mkdir's mode applies only to a folder it creates.
-    status = os.lstat(folder)
-    if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.geteuid() or status.st_mode & 0o022:
-        raise LogKeyError(
-            f"{folder} must be a folder of this user that others may not write (mode 0700)"
-        )
-
-
-def _create_key_file(path: Path, signer: NoteSigner) -> None:
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(descriptor, "w", encoding="ascii") as file:
-            file.write(signer.skey() + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-        with contextlib.suppress(FileExistsError):
-            os.link(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
-def _read_key_file(path: Path, origin: str) -> NoteSigner:
-    # Opened without following a symlink, and checked on the descriptor read: what is checked
-    # is what is read.
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as error:
-        raise LogKeyError(f"{path} cannot be opened as a key file ({error.strerror})") from None
-    with os.fdopen(descriptor, "rb") as file:
-        status = os.fstat(file.fileno())
-        if (
-            not stat.S_ISREG(status.st_mode)
-            or status.st_mode & 0o077
-            or status.st_uid != os.geteuid()
-        ):
-            raise LogKeyError(
-                f"{path} must be a file of this user that only it may read (mode 0600)"
-            )
-        content = file.read(4096)
+    The file holds the key's ``PRIVATE+KEY+…`` text, kept as :mod:`conclave.platform.key_files`
+    keeps every key file (this user's, mode 0600, in a folder others may not write; written
+    whole, so two processes starting together sign with one key). :class:`LogKeyError`, naming
+    the path, when the folder or the file is not so, or the file holds another origin's key."""
+    content = key_file_bytes(path, lambda: NoteSigner.generate(origin).skey() + "\n", LogKeyError)
     try:
         text = content.decode("ascii")
     except UnicodeDecodeError:
