@@ -23,12 +23,12 @@ from conclave.gateway.alias_args import Rejection, rewrite_alias_args
 from conclave.gateway.call_log import call_entry
 from conclave.gateway.endings import Ending, failed, judge_result
 from conclave.gateway.events import call_event
+from conclave.gateway.idempotency import conflicting_key, recorded_already, replay
 from conclave.gateway.limits import CallLimits
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.outcome import (
     HERETICAL,
     REJECTED,
-    RUNNING,
     TIMEOUT,
     Outcome,
     request_hash,
@@ -42,10 +42,8 @@ from conclave.gateway.validation import depth_exceeds, redact, schema_errors
 from conclave.gateway.workers import WorkerPool
 from conclave.platform.clock import utc_now
 from conclave.platform.db.batch import Insert
-from conclave.platform.db.engine import store_errors
 from conclave.platform.errors import (
     ConclaveError,
-    Conflict,
     NotFound,
     StoreUnavailable,
     Unprocessable,
@@ -123,9 +121,11 @@ class GatewayService:
         conclave_id = new_id()
         fingerprint = request_hash(command.tool, command.args) if command.idempotency_key else None
         if command.idempotency_key:
-            replay = await self._replay(command, fingerprint)
-            if replay is not None:
-                return replay
+            earlier = await replay(
+                self._platform.engine, command.user_id, command.idempotency_key, fingerprint
+            )
+            if earlier is not None:
+                return earlier
         alias = self.registry.alias(command.tool)
         registered = self.registry.resolve(alias.alias.canonical if alias else command.tool)
         refusal = police_call(self.policy, command.user_id, command.roles, alias, registered)
@@ -162,7 +162,9 @@ class GatewayService:
                 try:
                     await asyncio.shield(running)
                 except IntegrityError:
-                    return await self._conflicting_key(command, fingerprint)
+                    return await conflicting_key(
+                        self._platform.engine, command.user_id, command.idempotency_key, fingerprint
+                    )
                 except asyncio.CancelledError:
                     await self._cancelled_before_running(call, running)
                     raise
@@ -377,10 +379,12 @@ class GatewayService:
                 await self._platform.writer.write(audit, outbox_write(call_event(row)), *logged)
                 break
             except IntegrityError:
-                if await self._recorded_already(row):
+                if await recorded_already(self._platform.engine, row):
                     break  # an earlier try (ours or the writer's) committed: its answer was lost
                 # A read-only call lost an idempotency race: answer with the winner's outcome.
-                return await self._conflicting_key(call.command, row.request_hash)
+                return await conflicting_key(
+                    self._platform.engine, row.user_id, row.idempotency_key, row.request_hash
+                )
             except StoreUnavailable:
                 if attempt == _FINISH_ATTEMPTS - 1:
                     extra = {"conclave_id": row.conclave_id}
@@ -417,8 +421,10 @@ class GatewayService:
                 store.record_call(row), outbox_write(call_event(row)), *logged
             )
         except IntegrityError:
-            if not await self._recorded_already(row):
-                return await self._conflicting_key(call.command, row.request_hash)
+            if not await recorded_already(self._platform.engine, row):
+                return await conflicting_key(
+                    self._platform.engine, row.user_id, row.idempotency_key, row.request_hash
+                )
         self._metrics.observe(
             self._metrics.tool_label(self.policy, call.tool), REJECTED, HERETICAL, 0.0
         )
@@ -451,41 +457,6 @@ class GatewayService:
         # The row holds what the outcome said (row.finish): rebuilding it is cheaper than a
         # dataclasses.replace, once per call.
         return row.outcome()
-
-    async def _replay(self, command: ExecuteCommand, fingerprint: str | None) -> Outcome | None:
-        assert command.idempotency_key is not None
-        with store_errors():
-            earlier = await store.find_by_idempotency_key(
-                self._platform.engine, command.user_id, command.idempotency_key
-            )
-        if earlier is None:
-            return None
-        if earlier.request_hash != fingerprint:
-            raise Conflict(
-                "This Idempotency-Key was used for a different request.",
-                code=ProblemCode.IDEMPOTENCY_KEY_REUSED,
-            )
-        if earlier.status == RUNNING:
-            raise Conflict(
-                "A call with this Idempotency-Key is still running.",
-                code=ProblemCode.IDEMPOTENCY_IN_PROGRESS,
-            )
-        return earlier.outcome(replayed=True)
-
-    async def _recorded_already(self, row: AuditRow) -> bool:
-        """Whether the finished row of this call is stored already: a retry after a lost
-        acknowledgement (the connection failed after the commit) meets its own earlier write.
-        The call's id is its own, so a stored row of that id and outcome is this call's."""
-        with store_errors():
-            stored = await store.get_call(self._platform.engine, row.conclave_id)
-        return stored is not None and stored.status == row.status
-
-    async def _conflicting_key(self, command: ExecuteCommand, fingerprint: str | None) -> Outcome:
-        # Another request with the same key won the race to record itself.
-        replay = await self._replay(command, fingerprint)
-        if replay is None:  # the winner's row vanished: only possible if someone deleted it
-            raise Conflict("Idempotency-Key conflict.", code=ProblemCode.IDEMPOTENCY_IN_PROGRESS)
-        return replay
 
 
 def _elapsed_ms(started: float) -> float:
