@@ -28,9 +28,9 @@ from tests.conftest import Backend, open_platform, serve_app, test_settings  # n
 from tests.gateway.conftest import audit_rows
 from tests.gateway.upstream_fixtures import ALLOW_LOOPBACK, catalogue
 from tests.gateway.upstreams.credential_mcp_server import CredentialServer
+from tests.gateway.upstreams.test_upstream_credentials import TOKENS, bearer, execute, register
 from tests.httpserver import running_server
 
-TOKENS = "tok-ada=ada,tok-bob=bob,tok-carol=carol,tok-root=root"
 KEY = new_key_text()
 ECHO_INIT = "Bearer echo-init-"
 
@@ -124,10 +124,6 @@ class EchoServer(CredentialServer):
         return await super()._call(ctx, params)
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 @asynccontextmanager
 async def gateway(
     backend: Backend, tmp_path: Path, service_secret: str = "service-token-9999", **overrides: Any
@@ -164,18 +160,6 @@ async def gateway_app(
             app = create_app(settings, platform=platform)
             async with running_server(app) as url, httpx.AsyncClient(base_url=url) as client:
                 yield client, upstream, app
-
-
-async def execute(client: httpx.AsyncClient, token: str, tool: str) -> httpx.Response:
-    return await client.post(
-        "/execute", json={"tool": f"creds__{tool}", "args": {}}, headers=bearer(token)
-    )
-
-
-async def register(client: httpx.AsyncClient, token: str, credential: str) -> httpx.Response:
-    return await client.put(
-        "/upstreams/creds/credential", json={"credential": credential}, headers=bearer(token)
-    )
 
 
 async def _everything(client: httpx.AsyncClient, backend: Backend, *answers: Any) -> str:
