@@ -34,6 +34,7 @@ from conclave import __version__
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.upstreams.config import McpServerSpec
+from conclave.gateway.upstreams.direct_calls import DirectCalls
 from conclave.gateway.upstreams.inbound import GuardedReadStream
 from conclave.gateway.upstreams.redaction import NO_SECRETS, Scrubber
 from conclave.gateway.upstreams.stdio import StdioProcess, stdio_transport
@@ -105,6 +106,9 @@ class Upstream:
         self._limits = limits
         self._on_listing = on_listing
         self._session: ClientSession | None = None
+        self._direct: DirectCalls | None = None
+        """Calls without progress on an HTTP session answered with JSON (:mod:`.direct_calls`)."""
+        self._session_lost = False
         self._changed = asyncio.Event()
         self.service_headers: dict[str, str] = {}
         """The service credential's header (HTTP upstreams with one): on the shared session,
@@ -146,8 +150,20 @@ class Upstream:
         self.process = StdioProcess()
         if spec.transport == "http":
             headers = {**spec.headers, **self.service_headers}
-            async with self.http_session(headers, self._on_message) as session:
-                yield session
+            first: list[httpx2.Response] = []  # the answer to `initialize`
+
+            def keep_first(answer: httpx2.Response) -> None:
+                if not first:
+                    first.append(answer)
+
+            async with self.http_session(headers, self._on_message, keep_first) as session:
+                self._direct = self._direct_calls(session, headers, first)
+                try:
+                    yield session
+                finally:
+                    direct, self._direct = self._direct, None
+                    if direct is not None:
+                        await direct.aclose()
             return
         async with AsyncExitStack() as stack:
             streams = await stack.enter_async_context(
@@ -210,6 +226,36 @@ class Upstream:
                 await session.initialize()
             yield session
 
+    def _direct_calls(
+        self, session: ClientSession, headers: dict[str, str], first: list[httpx2.Response]
+    ) -> DirectCalls | None:
+        """Direct calls on this session when the upstream answered ``initialize`` with JSON."""
+        answer = first[0] if first else None
+        content_type = answer.headers.get("content-type", "") if answer is not None else ""
+        if not content_type.lower().startswith("application/json"):
+            return None
+        assert answer is not None and self.spec.url is not None
+        session_headers = dict(headers)
+        if session_id := answer.headers.get("mcp-session-id"):
+            session_headers["mcp-session-id"] = session_id
+        if session.protocol_version is not None:
+            session_headers["mcp-protocol-version"] = session.protocol_version
+        self._session_lost = False
+        return DirectCalls(
+            self.spec.url,
+            session_headers,
+            self._policy,
+            timeout_seconds=self.spec.timeout_seconds,
+            connect_timeout_seconds=self.spec.connect_timeout_seconds,
+            max_answer_bytes=self._limits.max_message_bytes,
+            on_session_lost=self._lose_session,
+        )
+
+    def _lose_session(self) -> None:
+        """The upstream said the session is gone (404): the supervisor opens a new one."""
+        self._session_lost = True
+        self._changed.set()
+
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self._changed.set()
@@ -226,6 +272,8 @@ class Upstream:
                     await self._changed.wait()
             if self.process.returncode is not None:
                 raise ConnectionEnded(f"the process exited (code {self.process.returncode})")
+            if self._session_lost:
+                raise ConnectionEnded("the upstream ended the session")
             due = period is not None and time.monotonic() - listed >= period
             if not (self._changed.is_set() or due):
                 continue
@@ -282,15 +330,19 @@ class Upstream:
         if not self.breaker.allow():
             raise UpstreamDown(f"Upstream {self.spec.name!r} is failing; calls are paused.")
         started = time.monotonic()
+        direct = self._direct
         try:
-            result = await session.send_request(
-                types.CallToolRequest(
-                    params=types.CallToolRequestParams(name=name, arguments=arguments)
-                ),
-                types.CallToolResult,
-                request_read_timeout_seconds=self.spec.timeout_seconds,
-                progress_callback=progress_callback(progress) if progress else None,
-            )
+            if direct is not None and progress is None:
+                result = await direct.call(name, arguments)
+            else:
+                result = await session.send_request(
+                    types.CallToolRequest(
+                        params=types.CallToolRequestParams(name=name, arguments=arguments)
+                    ),
+                    types.CallToolResult,
+                    request_read_timeout_seconds=self.spec.timeout_seconds,
+                    progress_callback=progress_callback(progress) if progress else None,
+                )
         except MCPError as exc:
             if exc.error.code == types.CONNECTION_CLOSED:
                 self.breaker.record_failure()
