@@ -151,16 +151,21 @@ class Upstream:
         if spec.transport == "http":
             headers = {**spec.headers, **self.service_headers}
             first: list[httpx2.Response] = []  # the answer to `initialize`
+            current = True
+            self._session_lost = False
 
-            def keep_first(answer: httpx2.Response) -> None:
+            def seen(answer: httpx2.Response) -> None:
                 if not first:
                     first.append(answer)
+                elif current and _session_gone(answer):
+                    self._lose_session()  # the SDK would go on with a session that is gone
 
-            async with self.http_session(headers, self._on_message, keep_first) as session:
+            async with self.http_session(headers, self._on_message, seen) as session:
                 self._direct = self._direct_calls(session, headers, first)
                 try:
                     yield session
                 finally:
+                    current = False  # its closing DELETE may be answered 404: no matter
                     direct, self._direct = self._direct, None
                     if direct is not None:
                         await direct.aclose()
@@ -240,7 +245,6 @@ class Upstream:
             session_headers["mcp-session-id"] = session_id
         if session.protocol_version is not None:
             session_headers["mcp-protocol-version"] = session.protocol_version
-        self._session_lost = False
         return DirectCalls(
             self.spec.url,
             session_headers,
@@ -379,6 +383,16 @@ class Upstream:
 
     def _extra(self) -> dict[str, str]:
         return {"upstream": self.spec.name}
+
+
+def _session_gone(answer: httpx2.Response) -> bool:
+    """A request on a session answered 404: the upstream no longer knows the session."""
+    request = answer.request
+    return (
+        answer.status_code == 404
+        and request.method == "POST"
+        and "mcp-session-id" in request.headers
+    )
 
 
 def progress_callback(report: ProgressReporter) -> ProgressFnT:

@@ -16,8 +16,8 @@ handshake, listings, calls with a progress token, stdio upstreams — stays with
 The answer is read as the SDK reads it, and its failures raised as the SDK raises them
 (:class:`~mcp.shared.exceptions.MCPError` with the SDK's codes and texts), so the gateway maps
 both paths to the same problems: an error status with a JSON-RPC error body is that error; a 404
-ends the session (the supervisor opens a new one); a redirect is not followed; a body over the
-cap is cut while it arrives. A call the caller abandons (its time-out, a disconnect) or that
+on a session ends it (the call fails as with a lost connection; the supervisor opens a new
+session); a redirect is not followed; a body over the cap is cut while it arrives. A call the caller abandons (its time-out, a disconnect) or that
 passes the upstream's time-out sends ``notifications/cancelled`` for it, as the SDK does.
 """
 
@@ -127,24 +127,29 @@ class DirectCalls:
         if 300 <= status < 400:
             raise MCPError(types.INVALID_REQUEST, f"redirect ({status}) not followed")
         if status >= 400:
+            if status == 404 and self._has_session:  # the call is lost with the session
+                if not self._http.closed:  # a newer session may be open already
+                    self._on_session_lost()
+                raise MCPError(types.CONNECTION_CLOSED, "the upstream ended the session")
             if content_type.startswith("application/json"):
                 parsed = _json(await self._read(response))
                 if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
                     return {"error": parsed["error"]}
-            if status == 404 and self._has_session:
-                self._on_session_lost()
-                raise MCPError(types.INVALID_REQUEST, "Session terminated")
             if status == 404:
                 raise MCPError(types.METHOD_NOT_FOUND, "Not Found")
             raise MCPError(types.INTERNAL_ERROR, "Server returned an error response")
         if content_type.startswith("application/json"):
             message = _json(await self._read(response))
         elif content_type.startswith("text/event-stream"):
-            message = _from_event_stream(await self._read(response), request_id, self._cap)
+            body = await self._read(response)
+            message = _from_event_stream(self._url, body, request_id, self._cap)
         else:
             raise MCPError(types.INVALID_REQUEST, f"Unexpected content type: {content_type}")
         if not isinstance(message, dict) or not ("result" in message or "error" in message):
             raise MCPError(types.PARSE_ERROR, "Failed to parse JSON response: not an answer")
+        if message.get("id") != request_id and "result" in message:
+            # The SDK's session would leave the call waiting for its time-out.
+            raise MCPError(types.INVALID_REQUEST, "the upstream answered another request's id")
         return message
 
     async def _read(self, response: aiohttp.ClientResponse) -> bytes:
@@ -189,10 +194,15 @@ def _json(body: bytes) -> Any:
         raise MCPError(types.PARSE_ERROR, f"Failed to parse JSON response: {exc}") from None
 
 
-def _from_event_stream(body: bytes, request_id: str, cap: int) -> Any:
+def _from_event_stream(url: str, body: bytes, request_id: str, cap: int) -> Any:
     """The answer to ``request_id`` among the events of a finished stream (httpx2's parser, the
     one the SDK reads streams with); notifications before it are passed over."""
-    response = httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+    response = httpx2.Response(
+        200,
+        headers={"content-type": "text/event-stream"},
+        content=body,
+        request=httpx2.Request("POST", url),
+    )
     try:
         for event in httpx2.EventSource(response, max_event_size=cap):
             if event.event != "message" or not event.data:
