@@ -17,8 +17,9 @@ The answer is read as the SDK reads it, and its failures raised as the SDK raise
 (:class:`~mcp.shared.exceptions.MCPError` with the SDK's codes and texts), so the gateway maps
 both paths to the same problems: an error status with a JSON-RPC error body is that error; a 404
 on a session ends it (the call fails as with a lost connection; the supervisor opens a new
-session); a redirect is not followed; a body over the cap is cut while it arrives. A call the caller abandons (its time-out, a disconnect) or that
-passes the upstream's time-out sends ``notifications/cancelled`` for it, as the SDK does.
+session); a redirect is not followed; a body over the cap is cut while it arrives. A call the
+caller abandons (its time-out, a disconnect) or that passes the upstream's time-out sends
+``notifications/cancelled`` for it, as the SDK does.
 """
 
 from __future__ import annotations
