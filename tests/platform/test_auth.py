@@ -233,6 +233,41 @@ def test_roles_claim_name_is_configurable() -> None:
     assert not auth.authenticate(f"Bearer {hs256({'roles': ['operator']})}").is_operator
 
 
+def test_declared_roles_come_from_settings_and_the_claim_and_grant_nothing_else() -> None:
+    auth = authenticator(
+        jwt_secret=SECRET,
+        tokens={"tok-ann": "ann", "tok-gw": "gateway"},
+        services=frozenset({"gateway"}),
+        declared_roles={"analyst": frozenset({"ann"}), "auditor": frozenset()},
+    )
+    assert auth.known_roles == {OPERATOR, SERVICE, "analyst", "auditor"}
+    ann = auth.authenticate("Bearer tok-ann")
+    assert ann.roles == {"analyst"} and not ann.is_operator
+    claimed = auth.authenticate(f"Bearer {hs256({'roles': ['auditor', 'wizard', 'Analyst']})}")
+    assert claimed.roles == {"auditor"}
+    assert auth.authenticate(f"Bearer {hs256({'roles': 'analyst operator'})}").roles == {
+        "analyst",
+        OPERATOR,
+    }
+    assert auth.roles_of("ann") == {"analyst"} and auth.roles_of("bob") == frozenset()
+    # A service acting for ann has ann's roles; ann's role lets her act for no one.
+    assert auth.authenticate("Bearer tok-gw", "ann").roles == {"analyst"}
+    with pytest.raises(Forbidden) as caught:
+        auth.authenticate("Bearer tok-ann", "bob")
+    assert caught.value.code == "ACTING_USER_FORBIDDEN"
+
+
+def test_a_declared_role_cannot_be_a_built_in_one() -> None:
+    with pytest.raises(ValueError, match="built-in"):
+        authenticator(declared_roles={OPERATOR: frozenset({"mallory"})})
+
+
+def test_without_declared_roles_a_claim_of_them_is_ignored() -> None:
+    auth = authenticator(jwt_secret=SECRET)
+    assert auth.known_roles == {OPERATOR, SERVICE}
+    assert auth.authenticate(f"Bearer {hs256({'roles': ['analyst']})}").roles == frozenset()
+
+
 def test_a_service_principal_acts_for_the_user_it_names() -> None:
     auth = authenticator(
         tokens={"tok-gw": "gateway", "tok-ann": "ann"},

@@ -80,10 +80,10 @@ def build_registry(
 
 
 def load_catalogues(settings: GatewaySettings) -> list[Catalogue]:
-    """The catalogue files: the built-in ones, then those of settings."""
-    return [
-        load_catalogue(path) for path in (ENTITY_TOOLS, PLATFORM_TOOLS, *settings.tool_catalogues)
-    ]
+    """The catalogue files: the built-in ones, then those of settings (whose policies may name
+    the roles settings declare)."""
+    paths = (ENTITY_TOOLS, PLATFORM_TOOLS, *settings.tool_catalogues)
+    return [load_catalogue(path, settings.known_roles()) for path in paths]
 
 
 def backend_tools(

@@ -19,7 +19,9 @@ Declared in the ``policy:`` section of a catalogue file (docs/gateway.md, "Tool 
 
 Rules are read in order (the files in their order, each file's rules in theirs) and the first
 whose subject, action and tool all match decides. Subjects: ``*``, ``user:<id>`` (exact),
-``role:<name>`` (a role Conclave knows). Tools: a glob on the tool's catalogue name (``*`` any
+``role:<name>`` (a built-in role or one the deployment declares in ``CONCLAVE_ROLES``: the
+catalogue is validated with :func:`policy_context`, and a role nobody can hold stops the start,
+since its rule could never match). Tools: a glob on the tool's catalogue name (``*`` any
 run of characters, ``?`` one; nothing else is special), ``tag:<tag>``, or
 ``upstream:<server glob>/<tool glob>`` on an upstream server's name and the tool's own name there.
 
@@ -35,13 +37,13 @@ import logging
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from conclave.gateway.registry import RegisteredAlias, RegisteredTool, ToolRegistry
 from conclave.gateway.tools import Tool
-from conclave.platform.auth import KNOWN_ROLES, MAX_USER_ID_LENGTH, Principal, user_id_problem
+from conclave.platform.auth import BUILT_IN_ROLES, MAX_USER_ID_LENGTH, Principal, user_id_problem
 from conclave.platform.problem_types import ProblemCode
 
 log = logging.getLogger(__name__)
@@ -122,15 +124,27 @@ def _checked_pattern(value: str, what: str) -> str:
     return value
 
 
-def _checked_subject(subject: str) -> str:
+def policy_context(known_roles: frozenset[str]) -> dict[str, Any]:
+    """The validation context of a catalogue's ``policy:`` section: the roles its subjects may
+    name (the authenticator's :attr:`~conclave.platform.auth.Authenticator.known_roles`).
+    Without it, only the built-in roles are known."""
+    return {"known_roles": known_roles}
+
+
+def _checked_subject(subject: str, known_roles: frozenset[str]) -> str:
     if subject == "*":
         return subject
     kind, sep, value = subject.partition(":")
     if not sep or kind not in ("user", "role"):
-        raise ValueError(f"subject {subject!r} must be '*', 'user:<id>' or 'role:<name>'")
-    if kind == "role" and value not in KNOWN_ROLES:
-        known = ", ".join(sorted(KNOWN_ROLES))
-        raise ValueError(f"subject {subject!r}: unknown role {value!r} (known: {known})")
+        raise ValueError(
+            f"subject {subject[:MAX_USER_ID_LENGTH]!r} must be '*', 'user:<id>' or 'role:<name>'"
+        )
+    if kind == "role" and value not in known_roles:
+        known = ", ".join(sorted(known_roles))
+        raise ValueError(
+            f"subject {subject[:MAX_USER_ID_LENGTH]!r}: unknown role {value[:MAX_PATTERN_LENGTH]!r}"
+            f" (known: {known}; a deployment declares its own in CONCLAVE_ROLES)"
+        )
     problem = user_id_problem(value) if kind == "user" else None
     if problem is not None:
         raise ValueError(f"subject {subject[:MAX_USER_ID_LENGTH]!r}: the user id {problem}")
@@ -171,8 +185,10 @@ class PolicyRuleSpec(BaseModel):
 
     @field_validator("subjects")
     @classmethod
-    def _subjects(cls, subjects: list[str]) -> list[str]:
-        return [_checked_subject(subject) for subject in subjects]
+    def _subjects(cls, subjects: list[str], info: ValidationInfo) -> list[str]:
+        context = info.context or {}
+        known_roles: frozenset[str] = context.get("known_roles", BUILT_IN_ROLES)
+        return [_checked_subject(subject, known_roles) for subject in subjects]
 
     @field_validator("tools")
     @classmethod

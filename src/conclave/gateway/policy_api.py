@@ -10,13 +10,15 @@ from conclave.gateway.api import Service
 from conclave.gateway.policy import Decision, Subject, ToolPolicy, hidden_from, subject_of
 from conclave.gateway.policy_models import MatchedRule, PolicyCheckRead, PolicyRead, PolicyRuleRead
 from conclave.gateway.tools import Tool
-from conclave.platform.auth import KNOWN_ROLES, MAX_USER_ID_LENGTH, Principal, user_id_problem
+from conclave.platform.auth import MAX_USER_ID_LENGTH, Authenticator, Principal, user_id_problem
 from conclave.platform.errors import Forbidden, NotFound, Unprocessable
 from conclave.platform.http import CurrentPrincipal
 from conclave.platform.openapi import problem_responses
 from conclave.platform.problem_types import ProblemCode
 
 policy_router = APIRouter(tags=["policy"])
+MAX_ROLES_QUERY_LENGTH = 2000
+"""Room for a few dozen declared role names (each at most 64 characters) in one dry run."""
 
 
 @policy_router.get(
@@ -65,7 +67,11 @@ async def check_policy(
     ] = None,
     roles: Annotated[
         str | None,
-        Query(max_length=200, description="Comma-separated roles to assume (operators)."),
+        Query(
+            max_length=MAX_ROLES_QUERY_LENGTH,
+            description="Comma-separated roles to assume (operators): built-in or declared in "
+            "CONCLAVE_ROLES.",
+        ),
     ] = None,
 ) -> PolicyCheckRead:
     """Could a user (you, unless an operator names another) list or call a tool, and why: the
@@ -112,12 +118,13 @@ def _subject(
     problem = user_id_problem(user)
     if problem is not None:
         raise Unprocessable(f"user {problem}.")
+    authenticator: Authenticator = request.app.state.authenticator
     if roles is None:
-        return Subject(user, request.app.state.authenticator.roles_of(user))
+        return Subject(user, authenticator.roles_of(user))
     named = {name.strip() for name in roles.split(",") if name.strip()}
-    unknown = named - KNOWN_ROLES
+    unknown = named - authenticator.known_roles
     if unknown:
-        known = ", ".join(sorted(KNOWN_ROLES))
+        known = ", ".join(sorted(authenticator.known_roles))
         raise Unprocessable(f"roles: unknown role(s) {sorted(unknown)!r} (known: {known}).")
     return Subject(user, frozenset(named))
 

@@ -2,12 +2,15 @@
 configured HS256 secret or RS256 key, or with a key an issuer publishes at its JWKS URL
 (:mod:`conclave.platform.jwks`).
 
-A principal carries roles: ``operator`` (sees and acts on every user's resources) and ``service``
-(another Conclave service, such as the gateway, that may act on behalf of the user who called it
-by naming that user, percent-encoded, in the ``X-Conclave-Acting-User`` header). Roles come from
-settings (lists of user ids) and, for JWTs, from a claim (``roles`` by default: a list of names
-or one space-separated string). With auth disabled everyone is ``anonymous`` with the operator
-role.
+A principal carries roles. Two are built in: ``operator`` (sees and acts on every user's
+resources) and ``service`` (another Conclave service, such as the gateway, that may act on behalf
+of the user who called it by naming that user, percent-encoded, in the ``X-Conclave-Acting-User``
+header). A deployment declares its own (``CONCLAVE_ROLES``): they mean only what the gateway's
+tool policy says of them, so code that grants a privilege asks for the one role it needs, never
+whether a caller has any. Roles come from settings (lists of user ids) and, for JWTs, from a
+claim (``roles`` by default: a list of names or one space-separated string; names this
+deployment does not know are dropped). With auth disabled everyone is ``anonymous`` with the
+operator role.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from __future__ import annotations
 import hmac
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -29,7 +33,8 @@ from conclave.platform.problem_types import ProblemCode
 ANONYMOUS = "anonymous"
 OPERATOR = "operator"
 SERVICE = "service"
-KNOWN_ROLES = frozenset({OPERATOR, SERVICE})
+BUILT_IN_ROLES = frozenset({OPERATOR, SERVICE})
+"""The roles Conclave's own code acts on; a deployment's declared roles come beside them."""
 ACTING_USER_HEADER = "X-Conclave-Acting-User"
 """Header naming, percent-encoded UTF-8 (:func:`acting_user_header_value`), the user a service
 principal acts for."""
@@ -71,6 +76,8 @@ class AuthConfig:
     services: frozenset[str] = frozenset()
     roles_claim: str = "roles"
     max_token_lifetime_seconds: float = 86_400.0
+    declared_roles: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The deployment's own roles (``CONCLAVE_ROLES``), each with the users settings give it."""
 
 
 def parse_token_table(raw: str) -> dict[str, str]:
@@ -121,11 +128,25 @@ class Authenticator:
             self._algorithms.append("HS256")
         if config.jwt_public_key:
             self._algorithms.append("RS256")
+        if BUILT_IN_ROLES & set(config.declared_roles):
+            # Members of a declared "operator" would be operators without CONCLAVE_OPERATORS.
+            raise ValueError("a declared role cannot take the name of a built-in one")
+        self._known_roles = BUILT_IN_ROLES | frozenset(config.declared_roles)
+        members: dict[str, set[str]] = {}
+        for role, users in config.declared_roles.items():
+            for user in users:
+                members.setdefault(user, set()).add(role)
+        self._declared_roles_of = {user: frozenset(roles) for user, roles in members.items()}
 
     @property
     def enabled(self) -> bool:
         """Whether callers must present credentials."""
         return self._config.enabled
+
+    @property
+    def known_roles(self) -> frozenset[str]:
+        """The roles a caller can hold here: the built-in ones and the deployment's own."""
+        return self._known_roles
 
     def authenticate(self, authorization: str | None, acting_user: str | None = None) -> Principal:
         """Check the header value; with auth disabled everyone is ``anonymous`` (an operator).
@@ -192,9 +213,8 @@ class Authenticator:
         if (self._algorithms or self._jwks is not None) and credential.count(".") == 2:
             claims = self._decode_jwt(credential)
             subject = claims["sub"]
-            roles = self._settings_roles(subject) | _claimed_roles(
-                claims.get(self._config.roles_claim)
-            )
+            claimed = _claimed_roles(claims.get(self._config.roles_claim), self._known_roles)
+            roles = self._settings_roles(subject) | claimed
             return Principal(subject, "jwt", roles)
         raise Unauthorized("Invalid bearer token.", code=ProblemCode.INVALID_TOKEN)
 
@@ -203,7 +223,7 @@ class Authenticator:
         return self._settings_roles(user_id)
 
     def _settings_roles(self, user_id: str) -> frozenset[str]:
-        roles = set()
+        roles = set(self._declared_roles_of.get(user_id, ()))
         if user_id in self._config.operators:
             roles.add(OPERATOR)
         if user_id in self._config.services:
@@ -330,9 +350,11 @@ def _unverified_key_id(authorization: str | None) -> tuple[bool, str | None]:
     return True, kid
 
 
-def _claimed_roles(value: Any) -> frozenset[str]:
-    """Roles named in a JWT claim: a list of names or one space-separated string (like
-    ``scope``). Unknown names are ignored; any other shape makes the token invalid."""
+def _claimed_roles(value: Any, known: frozenset[str]) -> frozenset[str]:
+    """The ``known`` roles named in a JWT claim: a list of names or one space-separated string
+    (like ``scope``). Other names are ignored (an identity provider's claim may carry roles of
+    other applications); any other shape makes the token invalid. The claim's length is bounded
+    by the request's headers (``CONCLAVE_MAX_HEADER_BYTES``), and what is kept by ``known``."""
     if value is None:
         return frozenset()
     if isinstance(value, str):
@@ -343,4 +365,4 @@ def _claimed_roles(value: Any) -> frozenset[str]:
         raise Unauthorized(
             "Token roles claim must list role names.", code=ProblemCode.INVALID_TOKEN
         )
-    return frozenset(name for name in names if name in KNOWN_ROLES)
+    return frozenset(name for name in names if name in known)

@@ -72,6 +72,7 @@ def authenticator_from(settings: CommonSettings) -> Authenticator:
             services=frozenset(settings.service_users),
             roles_claim=settings.jwt_roles_claim,
             max_token_lifetime_seconds=settings.jwt_max_lifetime_seconds,
+            declared_roles={role: frozenset(members) for role, members in settings.roles.items()},
         ),
         jwks,
     )
@@ -98,7 +99,11 @@ class Identity(BaseModel):
     """The caller as a service authenticated them (``GET /whoami``)."""
 
     user_id: str
-    roles: list[str] = Field(description="`operator` sees every user's resources; `service`.")
+    roles: list[str] = Field(
+        description="`operator` sees every user's resources; `service` may act for a user; any "
+        "other is one of the deployment's own roles (CONCLAVE_ROLES), which only the gateway's "
+        "tool policy gives a meaning."
+    )
     method: str = Field(description="`token`, `jwt`, or `none` when authentication is off.")
     on_behalf_of: str | None = Field(
         None, description="The service identity acting for this user, if any."

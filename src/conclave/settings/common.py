@@ -12,6 +12,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from conclave.settings.credentials import jwks_url_problem, jwt_secret_problem
+from conclave.settings.roles import BUILT_IN_ROLES, declared_roles
 from conclave.settings.tracing import TracingSettings
 
 
@@ -213,8 +214,8 @@ class CommonSettings(TracingSettings):
     jwt_roles_claim: str = Field(
         "roles",
         alias="CONCLAVE_JWT_ROLES_CLAIM",
-        description="JWT claim naming the caller's roles ('operator', 'service'): a list of "
-        "names or one space-separated string.",
+        description="JWT claim naming the caller's roles ('operator', 'service' and those of "
+        "CONCLAVE_ROLES; other names are ignored): a list of names or one space-separated string.",
     )
     operators: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -228,6 +229,14 @@ class CommonSettings(TracingSettings):
         description="User ids of service identities (e.g. the gateway's GATEWAY_SERVICE_TOKEN "
         "user) that may act on behalf of a user with the X-Conclave-Acting-User header, comma "
         "separated.",
+    )
+    roles: Annotated[dict[str, list[str]], NoDecode] = Field(
+        default_factory=dict,
+        alias="CONCLAVE_ROLES",
+        description="The deployment's own roles, for the gateway's tool policy ('role:<name>'), "
+        'as a JSON object of role name to member user ids: {"analyst": ["alice"], "auditor": []}'
+        ". A JWT's roles claim may also name them. Names: lower case, at most 64 characters, "
+        "not 'operator' or 'service'; at most 100 roles of 1000 users. They grant nothing else.",
     )
 
     max_body_bytes: int = Field(
@@ -394,6 +403,7 @@ class CommonSettings(TracingSettings):
 
     _split_excluded_paths = field_validator("otel_excluded_paths", mode="before")(_split_csv)
     _split_role_lists = field_validator("operators", "service_users", mode="before")(_split_csv)
+    _declared_roles = field_validator("roles", mode="before")(declared_roles)
     _split_egress = field_validator("egress_allow_hosts", "egress_allow_networks", mode="before")(
         _split_csv
     )
@@ -469,6 +479,10 @@ class CommonSettings(TracingSettings):
         if self.bus_host:
             return f"redis://{self.bus_host}:{self.bus_port}/0"
         return "memory://"
+
+    def known_roles(self) -> frozenset[str]:
+        """The roles a policy may name and a JWT may claim: built-in and CONCLAVE_ROLES."""
+        return BUILT_IN_ROLES | frozenset(self.roles)
 
     def auth_configured(self) -> bool:
         """True when at least one way to authenticate a caller is configured."""

@@ -41,9 +41,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.backends.http_tool import Fallback, HttpCall, http_executor
-from conclave.gateway.policy import PolicySpec
+from conclave.gateway.policy import PolicySpec, policy_context
 from conclave.gateway.tools import Tool
 from conclave.gateway.upstreams.config import McpServerSpec
+from conclave.platform.auth import BUILT_IN_ROLES
 from conclave.platform.media_types import media_type_names
 
 ENV_OF_BACKEND = {
@@ -144,12 +145,13 @@ def fill_enums(schema: Any, depth: int = 0) -> Any:
     return filled
 
 
-def load_catalogue(path: Path) -> Catalogue:
-    """Read a ``.yaml``/``.yml``/``.json`` catalogue; ``ValueError`` says what is wrong."""
+def load_catalogue(path: Path, known_roles: frozenset[str] = BUILT_IN_ROLES) -> Catalogue:
+    """Read a ``.yaml``/``.yml``/``.json`` catalogue whose policy may name ``known_roles``;
+    ``ValueError`` says what is wrong."""
     text = path.read_text(encoding="utf-8")
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        catalogue = Catalogue.model_validate(data)
+        catalogue = Catalogue.model_validate(data, context=policy_context(known_roles))
         for spec in catalogue.tools:
             spec.parameters = fill_enums(spec.parameters)
     except RecursionError as exc:
