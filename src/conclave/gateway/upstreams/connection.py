@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
@@ -34,7 +34,6 @@ from conclave import __version__
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.upstreams.config import McpServerSpec
-from conclave.gateway.upstreams.direct_calls import DirectCalls
 from conclave.gateway.upstreams.inbound import GuardedReadStream
 from conclave.gateway.upstreams.redaction import NO_SECRETS, Scrubber
 from conclave.gateway.upstreams.stdio import StdioProcess, stdio_transport
@@ -42,6 +41,9 @@ from conclave.platform.clock import utc_now
 from conclave.platform.egress import EgressPolicy
 from conclave.platform.egress_mcp import guarded_mcp_client
 from conclave.platform.inputs import escape_text
+
+if TYPE_CHECKING:  # aiohttp is imported once an upstream answers JSON (9 MB, a quarter second)
+    from conclave.gateway.upstreams.direct_calls import DirectCalls
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +242,7 @@ class Upstream:
         if not content_type.lower().startswith("application/json"):
             return None
         assert answer is not None and self.spec.url is not None
+        from conclave.gateway.upstreams.direct_calls import DirectCalls
         session_headers = dict(headers)
         if session_id := answer.headers.get("mcp-session-id"):
             session_headers["mcp-session-id"] = session_id
