@@ -5,13 +5,15 @@ The same guarantee as :mod:`conclave.platform.egress` (httpx) and
 opens goes through :class:`GuardedResolver`, which resolves the host once, checks every address
 with :class:`~conclave.platform.egress.EgressPolicy` and hands ``aiohttp`` the checked addresses
 to connect to (no second resolution a rebinding DNS could answer differently; aiohttp's own DNS
-cache is off, so a later connection is checked again). A refusal is a connection error. The
+cache is off, so a later connection is checked again); a literal address in the URL, which
+aiohttp never hands its resolver, is checked by the connector. A refusal is a connection error. The
 environment's proxies and ``.netrc`` are ignored, and redirects are never followed (callers pass
 ``allow_redirects=False`` and treat a 3xx as the answer it is).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 from typing import Any
@@ -54,14 +56,35 @@ class GuardedResolver(AbstractResolver):
         return None
 
 
+class _GuardedConnector(aiohttp.TCPConnector):
+    """aiohttp connects to a literal address without asking its resolver: that address is
+    checked here. (``_resolve_host`` is aiohttp's one step every connection's host goes
+    through; ``tests/gateway/upstreams/test_attack_direct_calls_2.py`` holds it to that.)"""
+
+    def __init__(self, resolver: GuardedResolver, **options: Any) -> None:
+        super().__init__(resolver=resolver, use_dns_cache=False, **options)
+        self._guard = resolver
+
+    async def _resolve_host(self, host: str, port: int, traces: Any = None) -> list[ResolveResult]:
+        if _is_literal(host):
+            await self._guard.resolve(host, port)  # raises OSError when the policy refuses it
+        return await super()._resolve_host(host, port, traces)
+
+
+def _is_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def guarded_aiohttp_session(
     policy: EgressPolicy, *, connect_timeout: float, max_connections: int, **options: Any
 ) -> aiohttp.ClientSession:
     """A session whose every connection is egress-checked; ``options`` go to
     :class:`aiohttp.ClientSession` (headers, ...)."""
-    connector = aiohttp.TCPConnector(
-        resolver=GuardedResolver(policy), use_dns_cache=False, limit=max_connections
-    )
+    connector = _GuardedConnector(GuardedResolver(policy), limit=max_connections)
     return aiohttp.ClientSession(
         connector=connector,
         trust_env=False,

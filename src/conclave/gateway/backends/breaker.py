@@ -39,6 +39,11 @@ class CircuitBreaker:
         self._opened_at = None
         self._trial_running = False
 
+    def record_neutral(self) -> None:
+        """The call ended saying nothing of the backend (its own time-out, its caller gone):
+        a trial call's turn is over, the next call may be the trial."""
+        self._trial_running = False
+
     def record_failure(self) -> None:
         """The backend failed (connection, time-out, 5xx): maybe open the circuit."""
         self._failures += 1

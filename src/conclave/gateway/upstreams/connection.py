@@ -29,6 +29,7 @@ from mcp.client.session import ClientSession, IncomingMessage, MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from conclave import __version__
 from conclave.gateway.backends.breaker import CircuitBreaker
@@ -157,7 +158,7 @@ class Upstream:
             self._session_lost = False
 
             def seen(answer: httpx2.Response) -> None:
-                if not first:
+                if not first and not answer.is_redirect:  # a redirect the SDK followed
                     first.append(answer)
                 elif current and _session_gone(answer):
                     self._lose_session()  # the SDK would go on with a session that is gone
@@ -243,13 +244,14 @@ class Upstream:
             return None
         assert answer is not None and self.spec.url is not None
         from conclave.gateway.upstreams.direct_calls import DirectCalls
+
         session_headers = dict(headers)
         if session_id := answer.headers.get("mcp-session-id"):
             session_headers["mcp-session-id"] = session_id
         if session.protocol_version is not None:
             session_headers["mcp-protocol-version"] = session.protocol_version
         return DirectCalls(
-            self.spec.url,
+            str(answer.request.url),  # where `initialize` was answered, after any redirect
             session_headers,
             self._policy,
             timeout_seconds=self.spec.timeout_seconds,
@@ -351,17 +353,26 @@ class Upstream:
                     progress_callback=progress_callback(progress) if progress else None,
                 )
         except MCPError as exc:
-            if exc.error.code == types.CONNECTION_CLOSED:
+            if connection_lost(exc):
                 self.breaker.record_failure()
             elif exc.error.code != types.REQUEST_TIMEOUT:
                 self.breaker.record_success()  # it answered, whatever it thought of the call
-            # A time-out is not counted: it says this call was slow, which its caller's own
-            # arguments can make it (an outside attack: five `sleep 5` calls against a 1 s
-            # time-out paused every tool of a healthy upstream for everyone for 30 s). A hung
-            # upstream costs each call its time-out instead, within `max_concurrency`.
+            else:
+                # A time-out is not counted: it says this call was slow, which its caller's own
+                # arguments can make it (an outside attack: five `sleep 5` calls against a 1 s
+                # time-out paused every tool of a healthy upstream for everyone for 30 s). A hung
+                # upstream costs each call its time-out instead, within `max_concurrency`. Were
+                # it the half-open circuit's trial, the next call is (or the circuit stayed
+                # shut for good: outside attack).
+                self.breaker.record_neutral()
+            raise
+        except ValidationError:
+            self.breaker.record_success()  # it answered something that is not a tool result
             raise
         except asyncio.CancelledError:
-            raise  # the caller gave up (its time-out, a disconnect): nothing about the upstream
+            # The caller gave up (its time-out, a disconnect): nothing about the upstream.
+            self.breaker.record_neutral()
+            raise
         except Exception:
             self.breaker.record_failure()
             raise
@@ -405,6 +416,16 @@ def progress_callback(report: ProgressReporter) -> ProgressFnT:
         report(progress, total, message)
 
     return forward
+
+
+class UpstreamRpcError(MCPError):
+    """A JSON-RPC error the upstream itself sent (the direct path's): its code is the
+    upstream's, even one the SDK also uses for its own failures (-32000, connection closed)."""
+
+
+def connection_lost(exc: MCPError) -> bool:
+    """Whether ``exc`` says the connection broke (not an error the upstream answered)."""
+    return exc.error.code == types.CONNECTION_CLOSED and not isinstance(exc, UpstreamRpcError)
 
 
 class UpstreamDown(Exception):

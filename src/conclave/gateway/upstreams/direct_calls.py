@@ -10,14 +10,17 @@ the same session id, protocol version and headers the SDK would send, a request 
 (``direct-<n>``: strings, never one of the SDK's integers on that session).
 
 Only for sessions whose ``initialize`` was answered with JSON (a server answering JSON does so
-for every request; an event stream is still read if one comes). Everything else — the
+for every request; an event stream is still read if one comes, :mod:`.event_stream`, up to the
+answer). Everything else — the
 handshake, listings, calls with a progress token, stdio upstreams — stays with the SDK.
 
 The answer is read as the SDK reads it, and its failures raised as the SDK raises them
 (:class:`~mcp.shared.exceptions.MCPError` with the SDK's codes and texts), so the gateway maps
 both paths to the same problems: an error status with a JSON-RPC error body is that error; a 404
 on a session ends it (the call fails as with a lost connection; the supervisor opens a new
-session); a redirect is not followed; a body over the cap is cut while it arrives. A call the
+session); a JSON-RPC error the upstream sent keeps its code as the upstream's own
+(:class:`~.connection.UpstreamRpcError`: a -32000 it sends is not a lost connection); a redirect
+is not followed; a body over the cap is cut while it arrives. A call the
 caller abandons (its time-out, a disconnect) or that passes the upstream's time-out sends
 ``notifications/cancelled`` for it, as the SDK does.
 """
@@ -25,6 +28,7 @@ caller abandons (its time-out, a disconnect) or that passes the upstream's time-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -32,10 +36,12 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import httpx2
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
+from pydantic_core import from_json
 
+from conclave.gateway.upstreams.connection import UpstreamRpcError
+from conclave.gateway.upstreams.event_stream import EventTooLarge, message_events
 from conclave.platform.egress import EgressPolicy
 from conclave.platform.egress_aiohttp import guarded_aiohttp_session
 from conclave.platform.egress_mcp import ANSWER_TOO_LARGE
@@ -104,8 +110,9 @@ class DirectCalls:
             raise
         error = message.get("error")
         if error is not None:
+            # A shape that is not an error raises ValidationError: "not a tool result" (502).
             data = types.ErrorData.model_validate(error)
-            raise MCPError(data.code, data.message, data.data)
+            raise UpstreamRpcError(data.code, data.message, data.data)
         return types.CallToolResult.model_validate(message.get("result"))
 
     async def aclose(self) -> None:
@@ -122,7 +129,8 @@ class DirectCalls:
 
     async def _answer(self, response: aiohttp.ClientResponse, request_id: str) -> dict[str, Any]:
         status = response.status
-        content_type = response.headers.get("content-type", "").lower()
+        given_type = response.headers.get("content-type", "")
+        content_type = given_type.lower()
         if status == 202:
             raise MCPError(types.INVALID_REQUEST, "server answered a request with 202 Accepted")
         if 300 <= status < 400:
@@ -142,16 +150,33 @@ class DirectCalls:
         if content_type.startswith("application/json"):
             message = _json(await self._read(response))
         elif content_type.startswith("text/event-stream"):
-            body = await self._read(response)
-            message = _from_event_stream(self._url, body, request_id, self._cap)
+            message = await self._from_event_stream(response, request_id)
         else:
-            raise MCPError(types.INVALID_REQUEST, f"Unexpected content type: {content_type}")
+            # As given (cut), not lower-cased: the scrubber finds a credential quoted there.
+            unexpected = given_type[:100]
+            raise MCPError(types.INVALID_REQUEST, f"Unexpected content type: {unexpected}")
         if not isinstance(message, dict) or not ("result" in message or "error" in message):
             raise MCPError(types.PARSE_ERROR, "Failed to parse JSON response: not an answer")
         if message.get("id") != request_id and "result" in message:
             # The SDK's session would leave the call waiting for its time-out.
             raise MCPError(types.INVALID_REQUEST, "the upstream answered another request's id")
         return message
+
+    async def _from_event_stream(
+        self, response: aiohttp.ClientResponse, request_id: str
+    ) -> dict[str, Any]:
+        """The answer among the stream's events, as soon as it comes (notifications before it
+        are passed over, the rest of the stream is not waited for)."""
+        events = message_events(response.content.iter_any(), self._cap)
+        try:
+            async with contextlib.aclosing(events):
+                async for data in events:
+                    message = _json(data)
+                    if isinstance(message, dict) and message.get("id") == request_id:
+                        return message
+        except EventTooLarge:
+            raise MCPError(types.PARSE_ERROR, f"{ANSWER_TOO_LARGE} ({self._cap} bytes)") from None
+        raise MCPError(types.CONNECTION_CLOSED, "the event stream ended without an answer")
 
     async def _read(self, response: aiohttp.ClientResponse) -> bytes:
         """The whole body, cut off at the cap while it arrives (after decompression)."""
@@ -189,28 +214,9 @@ class DirectCalls:
 
 
 def _json(body: bytes) -> Any:
+    """``body`` parsed as the SDK parses answers (pydantic's parser: about 200 levels of nesting
+    at most, no lone surrogate escapes), failures as its ``PARSE_ERROR``."""
     try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, an integer too long
+        return from_json(body)
+    except ValueError as exc:
         raise MCPError(types.PARSE_ERROR, f"Failed to parse JSON response: {exc}") from None
-
-
-def _from_event_stream(url: str, body: bytes, request_id: str, cap: int) -> Any:
-    """The answer to ``request_id`` among the events of a finished stream (httpx2's parser, the
-    one the SDK reads streams with); notifications before it are passed over."""
-    response = httpx2.Response(
-        200,
-        headers={"content-type": "text/event-stream"},
-        content=body,
-        request=httpx2.Request("POST", url),
-    )
-    try:
-        for event in httpx2.EventSource(response, max_event_size=cap):
-            if event.event != "message" or not event.data:
-                continue
-            message = _json(event.data.encode())
-            if isinstance(message, dict) and message.get("id") == request_id:
-                return message
-    except httpx2.HTTPError as exc:
-        raise MCPError(types.PARSE_ERROR, f"Failed to parse SSE message: {exc}") from None
-    raise MCPError(types.CONNECTION_CLOSED, "the event stream ended without an answer")

@@ -57,7 +57,9 @@ def _base64_forms(secret: bytes) -> set[str]:
 
 def secret_forms(secret: str) -> set[str]:
     """Every spelling of ``secret`` that :class:`Scrubber` replaces."""
-    forms = {secret}
+    # Case-changed too: a client library may lower-case the header it quotes (the MCP SDK's
+    # "Unexpected content type" does).
+    forms = {secret, secret.lower(), secret.upper()}
     for escaped in _json_forms(secret):
         forms.add(escaped)
         forms |= _json_forms(escaped)  # JSON text inside a JSON string

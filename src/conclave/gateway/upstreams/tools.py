@@ -36,7 +36,7 @@ from conclave.gateway.registry import MAX_SCHEMA_DEPTH, RegisteredTool, ToolRegi
 from conclave.gateway.tools import Executor, Tool, ToolContext, ToolExecutionError
 from conclave.gateway.upstreams.access import Presented, UpstreamAccess
 from conclave.gateway.upstreams.aliases import upstream_alias
-from conclave.gateway.upstreams.connection import Upstream, UpstreamDown
+from conclave.gateway.upstreams.connection import Upstream, UpstreamDown, connection_lost
 from conclave.gateway.upstreams.redaction import Scrubber
 from conclave.gateway.upstreams.user_sessions import CredentialChanged, CredentialRefused
 from conclave.gateway.validation import depth_exceeds
@@ -73,7 +73,7 @@ def _rpc_error(server: str, exc: MCPError, scrubber: Scrubber) -> BaseException:
         )
     if code == types.REQUEST_TIMEOUT:
         return TimeoutError()  # the chain's TOOL_TIMEOUT, recorded as a time-out
-    if code == types.CONNECTION_CLOSED:
+    if connection_lost(exc):
         message = f"The connection to upstream {server!r} ended during the call."
         return _error(message, ProblemCode.UPSTREAM_CONNECTION_LOST, 502)
     if code == types.INVALID_PARAMS:
