@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from conclave.platform.auth import BUILT_IN_ROLES, MAX_USER_ID_LENGTH
+from conclave.platform.auth import BUILT_IN_ROLES, MAX_USER_ID_LENGTH, RESERVED_USER_IDS
 from conclave.settings import CommonSettings, GatewaySettings
 from conclave.settings import roles as role_settings
 
@@ -98,3 +98,4 @@ def test_the_settings_and_the_platform_agree_on_built_in_roles_and_user_ids() ->
     # Settings import nothing of Conclave, so these facts are written twice.
     assert role_settings.BUILT_IN_ROLES == BUILT_IN_ROLES
     assert role_settings.MAX_MEMBER_ID_LENGTH == MAX_USER_ID_LENGTH
+    assert role_settings.RESERVED_MEMBER_IDS == RESERVED_USER_IDS

@@ -27,6 +27,10 @@ MAX_CREDENTIAL_CHARS = 2048
 browsers keep per cookie (Fernet and base64 grow it by about 40 %)."""
 
 
+_ROLES_KEPT = frozenset({"operator", "service"})
+"""The roles a session keeps in its cookie: the ones the console acts on."""
+
+
 @dataclass(frozen=True)
 class Session:
     """Who is signed in, as the gateway's ``/whoami`` answered at sign-in."""
@@ -85,7 +89,9 @@ class SessionSealer:
         document = {
             "c": session.credential,
             "u": session.user_id,
-            "r": list(session.roles),
+            # The console acts on the built-in roles alone; a user's declared roles (up to 100,
+            # CONCLAVE_ROLES) would push the cookie past what browsers keep (outside attack).
+            "r": [role for role in session.roles if role in _ROLES_KEPT],
             "m": session.method,
             "x": session.csrf,
         }

@@ -358,7 +358,10 @@ def _claimed_roles(value: Any, known: frozenset[str]) -> frozenset[str]:
     if value is None:
         return frozenset()
     if isinstance(value, str):
-        names = value.split()
+        # Split at the space alone, as OAuth splits `scope`: str.split() also splits at a
+        # no-break or ideographic space, and made another application's "Ops\u00a0operator"
+        # an operator (outside attack).
+        names = [name for name in value.split(" ") if name]
     elif isinstance(value, list) and all(isinstance(name, str) for name in value):
         names = value
     else:

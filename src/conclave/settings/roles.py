@@ -20,6 +20,8 @@ file, a JWT claim and this setting is spelt one way only."""
 MAX_DECLARED_ROLES = 100
 MAX_ROLE_MEMBERS = 1000
 """Most user ids one role lists here; more belong in the identity provider's roles claim."""
+RESERVED_MEMBER_IDS = frozenset({"bridge"})
+"""Ids of Conclave's own processes (the platform's ``RESERVED_USER_IDS``): no user has one."""
 MAX_MEMBER_ID_LENGTH = 256
 """Longest user id (the platform's ``MAX_USER_ID_LENGTH``): a longer one can never sign in."""
 
@@ -88,10 +90,16 @@ def _checked_members(name: str, members: object) -> list[str]:
     if len(members) > MAX_ROLE_MEMBERS:
         raise ValueError(f"CONCLAVE_ROLES: {name!r} lists more than {MAX_ROLE_MEMBERS} users")
     for user in members:
-        if not user or len(user) > MAX_MEMBER_ID_LENGTH or not _printable(user):
+        if (
+            not user
+            or len(user) > MAX_MEMBER_ID_LENGTH
+            or not _printable(user)
+            or user in RESERVED_MEMBER_IDS
+        ):
             raise ValueError(
                 f"CONCLAVE_ROLES: {name!r} lists the user id {_shown(user)}, which no user can "
-                f"have (empty, over {MAX_MEMBER_ID_LENGTH} characters, or control characters)"
+                f"have (empty, over {MAX_MEMBER_ID_LENGTH} characters, control characters, or "
+                "reserved for Conclave's own processes)"
             )
     return list(members)
 

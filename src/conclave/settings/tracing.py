@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+from conclave.settings.documented_names import sources
 
 
 class TracingSettings(BaseSettings):
@@ -15,6 +17,18 @@ class TracingSettings(BaseSettings):
     (which splits ``CONCLAVE_OTEL_EXCLUDED_PATHS`` at commas like its other lists)."""
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment by documented names only (settings/documented_names.py).
+        return sources(settings_cls, init_settings, dotenv_settings, file_secret_settings)
 
     otel_exporter_otlp_endpoint: str | None = Field(
         None,
