@@ -112,6 +112,8 @@ class Upstream:
         self._direct: DirectCalls | None = None
         """Calls without progress on an HTTP session answered with JSON (:mod:`.direct_calls`)."""
         self._session_lost = False
+        self._reopen = asyncio.Event()
+        """Set once a session serves the tools; a new one when the upstream ends a session."""
         self._changed = asyncio.Event()
         self.service_headers: dict[str, str] = {}
         """The service credential's header (HTTP upstreams with one): on the shared session,
@@ -134,6 +136,7 @@ class Upstream:
                     # first listing still on its way.
                     self.state = "ready"
                     self.ready.set()
+                    self._reopen.set()
                     backoff = self._limits.first_backoff_seconds
                     await self._watch(session)
             except Exception as exc:  # whatever broke, the supervisor carries on
@@ -263,6 +266,7 @@ class Upstream:
     def _lose_session(self) -> None:
         """The upstream said the session is gone (404): the supervisor opens a new one."""
         self._session_lost = True
+        self._reopen = asyncio.Event()  # calls waiting for the next session wait on this one
         self._changed.set()
 
     async def _on_message(self, message: IncomingMessage) -> None:
@@ -334,6 +338,34 @@ class Upstream:
         it go there. Cancelled, the SDK's session sends the upstream ``notifications/cancelled``
         for it before the cancellation goes on."""
         session = self._session
+        try:
+            return await self._call_once(session, name, arguments, progress)
+        except SessionGone:
+            pass
+        # The upstream no longer knew the session (it restarted, or expired it) and ran nothing:
+        # once more, on the session the supervisor opens now.
+        await self._reopened(session)
+        return await self._call_once(self._session, name, arguments, progress)
+
+    async def _reopened(self, lost: ClientSession | None) -> None:
+        """Wait until a session other than ``lost`` serves the tools (503 when none does
+        within a backoff and a handshake)."""
+        budget = self._limits.first_backoff_seconds + self.spec.connect_timeout_seconds
+        try:
+            async with asyncio.timeout(budget):
+                while self._session in (None, lost) or self.state != "ready":
+                    await self._reopen.wait()
+        except TimeoutError:
+            name = self.spec.name
+            raise UpstreamDown(f"Upstream {name!r} ended its session; none is open yet.") from None
+
+    async def _call_once(
+        self,
+        session: ClientSession | None,
+        name: str,
+        arguments: dict[str, Any],
+        progress: ProgressReporter | None,
+    ) -> types.CallToolResult:
         if session is None:
             raise UpstreamDown(f"Upstream {self.spec.name!r} is not connected ({self.state}).")
         if not self.breaker.allow():
@@ -352,6 +384,9 @@ class Upstream:
                     request_read_timeout_seconds=self.spec.timeout_seconds,
                     progress_callback=progress_callback(progress) if progress else None,
                 )
+        except SessionGone:
+            self.breaker.record_neutral()  # the upstream is there, the call is made again
+            raise
         except MCPError as exc:
             if connection_lost(exc):
                 self.breaker.record_failure()
@@ -426,6 +461,10 @@ class UpstreamRpcError(MCPError):
 def connection_lost(exc: MCPError) -> bool:
     """Whether ``exc`` says the connection broke (not an error the upstream answered)."""
     return exc.error.code == types.CONNECTION_CLOSED and not isinstance(exc, UpstreamRpcError)
+
+
+class SessionGone(MCPError):
+    """The upstream answered 404 to the call's session: it ran nothing (the direct path's)."""
 
 
 class UpstreamDown(Exception):

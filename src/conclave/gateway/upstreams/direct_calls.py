@@ -17,8 +17,8 @@ handshake, listings, calls with a progress token, stdio upstreams — stays with
 The answer is read as the SDK reads it, and its failures raised as the SDK raises them
 (:class:`~mcp.shared.exceptions.MCPError` with the SDK's codes and texts), so the gateway maps
 both paths to the same problems: an error status with a JSON-RPC error body is that error; a 404
-on a session ends it (the call fails as with a lost connection; the supervisor opens a new
-session); a JSON-RPC error the upstream sent keeps its code as the upstream's own
+on a session ends it (the upstream ran nothing: the call is made again on the new session the
+supervisor opens); a JSON-RPC error the upstream sent keeps its code as the upstream's own
 (:class:`~.connection.UpstreamRpcError`: a -32000 it sends is not a lost connection); a redirect
 is not followed; a body over the cap is cut while it arrives. A call the
 caller abandons (its time-out, a disconnect) or that passes the upstream's time-out sends
@@ -40,7 +40,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic_core import from_json
 
-from conclave.gateway.upstreams.connection import UpstreamRpcError
+from conclave.gateway.upstreams.connection import SessionGone, UpstreamRpcError
 from conclave.gateway.upstreams.event_stream import EventTooLarge, message_events
 from conclave.platform.egress import EgressPolicy
 from conclave.platform.egress_aiohttp import guarded_aiohttp_session
@@ -139,7 +139,7 @@ class DirectCalls:
             if status == 404 and self._has_session:  # the call is lost with the session
                 if not self._http.closed:  # a newer session may be open already
                     self._on_session_lost()
-                raise MCPError(types.CONNECTION_CLOSED, "the upstream ended the session")
+                raise SessionGone(types.CONNECTION_CLOSED, "the upstream ended the session")
             if content_type.startswith("application/json"):
                 parsed = _json(await self._read(response))
                 if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
