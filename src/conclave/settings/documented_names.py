@@ -30,3 +30,18 @@ def sources(
 ) -> tuple[PydanticBaseSettingsSource, ...]:
     """The sources of a settings class, in pydantic-settings' order, the environment's replaced."""
     return init_settings, DocumentedNamesOnly(settings_cls), dotenv_settings, file_secret_settings
+
+
+class DocumentedNamesSettings(BaseSettings):
+    """A settings class whose environment is read by documented names only."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return sources(settings_cls, init_settings, dotenv_settings, file_secret_settings)

@@ -5,27 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
-from conclave.settings.documented_names import sources
+from conclave.settings.documented_names import DocumentedNamesSettings
 
 
-class EdgeClientSettings(BaseSettings):
+class EdgeClientSettings(DocumentedNamesSettings):
     """Edge client (``conclave edge``) settings: where the server is and where the outbox lives."""
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The environment by documented names only (settings/documented_names.py).
-        return sources(settings_cls, init_settings, dotenv_settings, file_secret_settings)
 
     api_url: str = Field(
         "http://127.0.0.1:8050",

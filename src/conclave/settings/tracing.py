@@ -7,28 +7,16 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
-from conclave.settings.documented_names import sources
+from conclave.settings.documented_names import DocumentedNamesSettings
 
 
-class TracingSettings(BaseSettings):
+class TracingSettings(DocumentedNamesSettings):
     """Where spans go, if anywhere: a base of :class:`~conclave.settings.common.CommonSettings`
     (which splits ``CONCLAVE_OTEL_EXCLUDED_PATHS`` at commas like its other lists)."""
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The environment by documented names only (settings/documented_names.py).
-        return sources(settings_cls, init_settings, dotenv_settings, file_secret_settings)
 
     otel_exporter_otlp_endpoint: str | None = Field(
         None,

@@ -12,6 +12,8 @@ from typing import Any
 import mcp_types as types
 from mcp.server.lowlevel import Server
 
+from conclave.platform.middleware import replay_body
+from tests.gateway.upstreams.json_mcp_server import read_body
 from tests.httpserver import running_server
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -101,12 +103,7 @@ def hostile_app(
         if scope["type"] != "http" or scope["method"] != "POST":
             await inner(scope, receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         try:
             parsed = json.loads(body)
         except ValueError:
@@ -119,16 +116,7 @@ def hostile_app(
         is_call = isinstance(parsed, dict) and parsed.get("method") == "tools/call"
         if is_call and await on_call(parsed, scope, send):  # type: ignore[arg-type]
             return
-        replayed = False
-
-        async def replay() -> dict[str, Any]:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await inner(scope, replay, send)
+        await inner(scope, replay_body(body, receive), send)
 
     return app
 

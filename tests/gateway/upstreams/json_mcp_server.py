@@ -20,7 +20,9 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server.lowlevel import Server
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from conclave.platform.middleware import replay_body
 
 OBJECT: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": True}
 CRAFTED = ("rpc_error_500", "plain_500", "stream", "redirect", "other_id")
@@ -45,7 +47,7 @@ class JsonServer:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self._mcp(scope, receive, send)
             return
-        body = await _body(receive)
+        body = await read_body(receive)
         headers = dict(scope["headers"])
         message = json.loads(body)
         session = headers.get(b"mcp-session-id")
@@ -64,7 +66,7 @@ class JsonServer:
         if message.get("method") == "tools/call" and name in CRAFTED:
             await _crafted(name, message["id"], send)
             return
-        await self._mcp(scope, _replay(body), send)
+        await self._mcp(scope, replay_body(body, receive), send)
 
     async def _list(
         self, _ctx: Any, _params: types.PaginatedRequestParams | None
@@ -93,26 +95,14 @@ def _text(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 
-async def _body(receive: Receive) -> bytes:
+async def read_body(receive: Receive) -> bytes:
+    """The whole body of an ASGI request."""
     chunks = []
     while True:
         message = await receive()
         chunks.append(message.get("body", b""))
         if not message.get("more_body"):
             return b"".join(chunks)
-
-
-def _replay(body: bytes) -> Receive:
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if sent:
-            await asyncio.Event().wait()  # as a client that keeps its connection open
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return receive
 
 
 async def _crafted(name: str, request_id: Any, send: Send) -> None:
