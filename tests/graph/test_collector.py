@@ -151,7 +151,10 @@ async def test_unknown_entity_requests_a_discovery_expedition_when_enabled(
 
 async def test_concurrent_dispatches_keep_their_own_state(embedded, tmp_path) -> None:
     keys = [item["id"] for item in BRIDGES]
-    async with services(embedded, tmp_path, collector_search_limit=0) as (graph, _api):
+    # What is checked is each dispatch's own state, not speed: a budget no loaded machine runs out
+    # of (40 dispatches at once on two slow cores passed the default 3 s, and the step degraded).
+    overrides = {"collector_search_limit": 0, "collector_timeout_seconds": 60.0}
+    async with services(embedded, tmp_path, **overrides) as (graph, _api):
 
         async def one(index: int) -> tuple[int, dict[str, Any]]:
             entity = keys[index % 3] if index % 2 else f"missing-{index}"
