@@ -120,3 +120,34 @@ def test_chunks_that_do_not_read_cleanly_give_no_layout(tmp_path: Path) -> None:
     many = tmp_path / "many.png"
     many.write_bytes(_before_iend(png, _chunk(b"teXt", b"") * 5000))  # ancillary, ignored
     assert png_layout(str(many)) is None  # past MAX_CHUNKS: the full checks run
+
+
+def test_a_png_read_from_one_opening_is_still_proven_chunk_by_chunk(tmp_path: Path) -> None:
+    """A PNG that needs no decoding is described and verified from one opening: a damaged
+    chunk after the header Pillow opens with is still found (every chunk's CRC), and an
+    animated PNG's frames are still counted."""
+    png = _png()
+    data_at = png.index(b"IDAT")
+    damaged = bytearray(png)
+    damaged[data_at + 6] ^= 0xFF  # a byte of the compressed image data: its CRC no longer holds
+    bad_crc = _chunk(b"tEXt", b"Comment\x00x")[:-4] + b"\x00\x00\x00\x00"
+    cases = {
+        "damaged-data.png": bytes(damaged),
+        "bad-crc-text.png": png[: data_at - 4] + bad_crc + png[data_at - 4 :],  # before the data
+    }
+    for name, data in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        assert png_layout(str(path)) is not None, name
+        with pytest.raises(image.CorruptMedia, match="cannot be decoded"):
+            image.extract(str(path), "png", {})
+    frames = [Image.new("RGB", (16, 16), (n * 60, 0, 0)) for n in range(3)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, "PNG", save_all=True, append_images=frames[1:])
+    animated = tmp_path / "animated.png"
+    animated.write_bytes(buffer.getvalue())
+    layout = png_layout(str(animated))
+    assert layout is not None and not layout.exif_needs_decoding
+    facts = image.extract(str(animated), "png", {})
+    assert facts["frames"] == 3
+    assert facts == _full_path(animated)
