@@ -292,8 +292,8 @@ def describe_image(path: str, fmt: str, png: PngLayout | None = None) -> dict[st
     if fmt == "tiff":
         return describe_tiff(path, read_structure(path))
     plain = png is not None and not png.exif_needs_decoding
-    if plain and (facts := _describe_plain_png(path)) is not None:
-        return facts
+    if plain and (read_once := _describe_plain_png(path)) is not None:
+        return read_once
     with open_checked(path, fmt) as image:
         width, height = image.size
         if image.format == "JPEG":
