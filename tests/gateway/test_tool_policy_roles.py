@@ -149,6 +149,47 @@ async def test_a_long_roles_claim_keeps_only_the_known_roles(
     assert counted.status_code == 200
 
 
+def _mcp_call(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    call = {"name": tool, "arguments": arguments}
+    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}
+
+
+MCP = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+
+
+async def test_execute_and_mcp_run_a_services_call_as_the_user_it_acts_for(
+    backend: Backend, test_tools: tuple[Tool, ...], calls: Calls, tmp_path: Path
+):
+    """The hot routes read X-Conclave-Acting-User as every other route does: a service's call
+    for ann is ann's (her roles, her audit row), and the header from anyone else is refused,
+    never ignored (the call would otherwise run as its sender)."""
+    for_ann = {"Authorization": "Bearer tok-svc", "X-Conclave-Acting-User": "ann"}
+    for_carol = {"Authorization": "Bearer tok-svc", "X-Conclave-Acting-User": "carol"}
+    bob_for_ann = {**BOB, "X-Conclave-Acting-User": "ann"}
+    async with _gateway(backend, test_tools, _catalogue(tmp_path, POLICY)) as client:
+        executed = await client.post("/execute", json=COUNT, headers=for_ann)
+        over_mcp = await client.post(
+            "/mcp", json=_mcp_call("billing.count", {}), headers={**MCP, **for_ann}
+        )
+        carol = await client.post("/execute", json=COUNT, headers=for_carol)  # no analyst
+        refused = await client.post("/execute", json=COUNT, headers=bob_for_ann)
+        refused_mcp = await client.post(
+            "/mcp", json=_mcp_call("billing.count", {}), headers={**MCP, **bob_for_ann}
+        )
+    assert executed.status_code == 200, executed.text
+    assert over_mcp.status_code == 200 and over_mcp.json()["result"]["isError"] is False
+    assert carol.status_code == 404 and carol.json()["code"] == "UNKNOWN_TOOL"  # hidden
+    for answer in (refused, refused_mcp):
+        assert answer.status_code == 403 and answer.json()["code"] == "ACTING_USER_FORBIDDEN"
+    rows = sorted(await audit_rows(backend), key=lambda row: row.created_at)
+    assert [(row.user_id, row.status) for row in rows] == [
+        ("ann", "succeeded"),
+        ("ann", "succeeded"),
+        ("carol", "rejected"),
+    ]
+    assert calls.count == 2
+
+
 @pytest.mark.parametrize(
     "roles",
     [["analyst", 1], [["analyst"]], {"analyst": True}, ["analyst", None], 7, True],

@@ -18,7 +18,7 @@ from tests.graph.conftest import graph_settings
 from tests.graph.test_collector import BRIDGES
 from tests.httpserver import running_server
 
-TOKENS = "ann-token=ann,bob-token=bob,graph-token=graph-svc"
+TOKENS = "ann-token=ann,bob-token=bob,graph-token=graph-svc,gw-token=gw-svc"
 
 
 def _bearer(token: str) -> dict[str, str]:
@@ -66,6 +66,7 @@ async def test_each_dispatch_sees_only_its_users_collections(backend: Backend, t
                     collector_token="graph-token",
                     auth="enabled",
                     api_tokens=TOKENS,
+                    service_users="gw-svc",  # the gateway's graph tool acts for its callers
                 ),
                 platform=p,
             )
@@ -73,6 +74,10 @@ async def test_each_dispatch_sees_only_its_users_collections(backend: Backend, t
                 dispatch = {"query": "", "validated_entities": ["pump-7"]}
                 as_ann = await client.post("/dispatch", json=dispatch, headers=_bearer("ann-token"))
                 as_bob = await client.post("/dispatch", json=dispatch, headers=_bearer("bob-token"))
+                for_ann = {**_bearer("gw-token"), "X-Conclave-Acting-User": "ann"}
+                acting = await client.post("/dispatch", json=dispatch, headers=for_ann)
+                bob_for_ann = {**_bearer("bob-token"), "X-Conclave-Acting-User": "ann"}
+                refused = await client.post("/dispatch", json=dispatch, headers=bob_for_ann)
     assert as_ann.json()["degraded"] == [] and as_bob.json()["degraded"] == []
     assert as_ann.json()["entities"] == [{"id": "pump-7", "known": True}]
     [record] = [item for item in as_ann.json()["results"] if item["kind"] == "record"]
@@ -80,3 +85,9 @@ async def test_each_dispatch_sees_only_its_users_collections(backend: Backend, t
     # Bob's dispatch asks the collector as bob: ann's collection does not exist for him.
     assert as_bob.json()["entities"] == [{"id": "pump-7", "known": False}]
     assert [item for item in as_bob.json()["results"] if item["kind"] == "record"] == []
+    # A service acting for ann dispatches as ann; the header from anyone else is refused, never
+    # ignored (the dispatch would otherwise run as bob).
+    assert acting.status_code == 200 and acting.json()["entities"] == [
+        {"id": "pump-7", "known": True}
+    ]
+    assert refused.status_code == 403 and refused.json()["code"] == "ACTING_USER_FORBIDDEN"

@@ -29,7 +29,7 @@ from conclave.gateway.models import (
 from conclave.gateway.policy import listable, public_tool_count, subject_of
 from conclave.gateway.records import AuditRow
 from conclave.gateway.service import ExecuteCommand, GatewayService
-from conclave.platform.auth import Principal
+from conclave.platform.auth import ACTING_USER_HEADER, Principal
 from conclave.platform.bodies import read_model, request_model_schema
 from conclave.platform.clock import rfc3339
 from conclave.platform.db.engine import store_errors
@@ -170,7 +170,9 @@ async def execute(request: Request) -> Response:
     # dependencies (solving those cost more CPU than the governance chain); `openapi_extra`
     # documents what it reads.
     state = request.app.state
-    principal = await state.authenticator.authenticate_async(request.headers.get("authorization"))
+    principal = await state.authenticator.authenticate_async(
+        request.headers.get("authorization"), request.headers.get(ACTING_USER_HEADER)
+    )
     try:
         body = await read_model(request, ExecuteRequest)
     except UnsafeInput as refusal:

@@ -59,8 +59,8 @@ from conclave.gateway.outcome import Outcome
 from conclave.gateway.policy import listable, subject_of
 from conclave.gateway.progress import Progress, ProgressRelay, ProgressReporter
 from conclave.gateway.service import ExecuteCommand, GatewayService
-from conclave.platform.auth import Authenticator, Principal
-from conclave.platform.errors import ConclaveError, Unauthorized, Unavailable
+from conclave.platform.auth import ACTING_USER_HEADER, Authenticator, Principal
+from conclave.platform.errors import ConclaveError, Forbidden, Unauthorized, Unavailable
 from conclave.platform.inputs import (
     UnsafeInput,
     escape_text,
@@ -335,11 +335,16 @@ class McpEndpoint:
             raise RuntimeError("the gateway app has not started")
         request = Request(scope, receive)
         try:
-            authorization = request.headers.get("authorization")
-            principal = await running.authenticator.authenticate_async(authorization)
+            headers = request.headers
+            principal = await running.authenticator.authenticate_async(
+                headers.get("authorization"), headers.get(ACTING_USER_HEADER)
+            )
         except (Unauthorized, Unavailable) as exc:
             challenged = self._challenge(request, exc)
             await error_response(challenged, MCP_PATH)(scope, receive, send)
+            return
+        except Forbidden as exc:  # an acting user the caller may not name
+            await error_response(exc, MCP_PATH)(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal
         version = request.headers.get("mcp-protocol-version")

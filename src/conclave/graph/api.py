@@ -11,6 +11,7 @@ from pydantic_core import PydanticSerializationError
 
 from conclave.graph.models import DispatchRequest, DispatchResponse, GraphHealth
 from conclave.graph.service import DispatchCommand, DispatchService
+from conclave.platform.auth import ACTING_USER_HEADER
 from conclave.platform.bodies import read_model, request_model_schema
 from conclave.platform.http import correlation_id
 from conclave.platform.jsontext import CompactJSONResponse
@@ -63,7 +64,10 @@ async def dispatch(request: Request) -> Response:
     # The service's hot route: answered through the fast lane (conclave.platform.fast_lane), so it
     # reads its credentials and body itself; `openapi_extra` documents what it reads.
     state = request.app.state
-    principal = await state.authenticator.authenticate_async(request.headers.get("authorization"))
+    headers = request.headers
+    principal = await state.authenticator.authenticate_async(
+        headers.get("authorization"), headers.get(ACTING_USER_HEADER)
+    )
     body = await read_model(request, DispatchRequest)
     command = DispatchCommand(
         request=body,
