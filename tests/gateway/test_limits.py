@@ -9,7 +9,7 @@ import pytest
 
 from conclave.gateway.app import create_app
 from conclave.gateway.tools import Tool, ToolContext
-from conclave.platform.ratelimit import Rate
+from conclave.platform.ratelimit import MemoryRateLimiter, Rate
 from tests.conftest import REDIS_URL, Backend, open_platform, serve_app, test_settings
 from tests.gateway.conftest import GatewayClient, audit_rows
 
@@ -97,3 +97,15 @@ def test_rate_specification():
     assert Rate.parse("") is None
     assert Rate.parse("600/60") == Rate(per_second=10.0, burst=600)
     assert Rate.parse("5/1:20") == Rate(per_second=5.0, burst=20)
+
+
+async def test_the_in_memory_limiter_forgets_refilled_buckets_and_keeps_the_rest():
+    """Keys that each come once (a service acting for many users) must not grow the process's
+    memory for good; a bucket still limiting its key is kept."""
+    limiter = MemoryRateLimiter(max_idle_buckets=100)
+    slow, fast = Rate(per_second=1 / 3600, burst=1), Rate(per_second=1e6, burst=1)
+    assert await limiter.acquire("held", slow) == 0.0
+    for n in range(5_000):
+        await limiter.acquire(f"user-{n}", fast)  # refilled a microsecond later
+    assert len(limiter._buckets) <= 200
+    assert await limiter.acquire("held", slow) > 3000  # still limited: not forgotten

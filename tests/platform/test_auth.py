@@ -19,6 +19,7 @@ from conclave.platform.auth import (
     AuthConfig,
     Authenticator,
     Principal,
+    acting_user_header_value,
     parse_token_table,
 )
 from conclave.platform.errors import Forbidden, Unauthorized
@@ -281,12 +282,32 @@ def test_a_service_principal_acts_for_the_user_it_names() -> None:
     assert auth.authenticate("Bearer tok-gw") == Principal("gateway", "token", frozenset({SERVICE}))
 
 
-@pytest.mark.parametrize("header", ["", "a" * 257, "ann\x01", "\udc80"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "",
+        "a" * 257,
+        "ann\x01",
+        "\udc80",
+        "%zz",  # an escape of nothing: "%zz" and "%25zz" would be one user
+        "ann%",
+        "Jos\xc3\xa9",  # raw UTF-8 bytes, read as latin-1: not percent-encoded
+        "ann%C2%85",  # a C1 control (NEL)
+        "ann smith",  # a raw space: the sender percent-encodes it
+    ],
+)
 def test_acting_user_must_be_a_usable_user_id(header: str) -> None:
     auth = authenticator(tokens={"tok-gw": "gateway"}, services=frozenset({"gateway"}))
     with pytest.raises(Forbidden) as caught:
         auth.authenticate("Bearer tok-gw", header)
     assert caught.value.code == "ACTING_USER_FORBIDDEN"
+
+
+def test_an_acting_user_is_read_as_its_sender_percent_encodes_it() -> None:
+    auth = authenticator(tokens={"tok-gw": "gateway"}, services=frozenset({"gateway"}))
+    for user in ("José", "ann@example.org", "a+b", "ann smith", "50%"):
+        header = acting_user_header_value(user)
+        assert auth.authenticate("Bearer tok-gw", header).user_id == user
 
 
 def test_only_service_principals_may_name_an_acting_user() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 import math
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -99,6 +100,15 @@ def acting_user_header_value(user_id: str) -> str:
     return quote(user_id, safe="@.-_~+")
 
 
+def _is_control(character: str) -> bool:
+    code = ord(character)  # C0, DEL and C1 (U+0080-U+009F, which latin-1 bytes decode to)
+    return code < 0x20 or 0x7F <= code <= 0x9F
+
+
+_PERCENT_ENCODED = re.compile(r"(?:[!-$&-~]|%[0-9A-Fa-f]{2})*")
+"""Printable ASCII where every ``%`` starts an escape of two hexadecimal digits."""
+
+
 def user_id_problem(user_id: str) -> str | None:
     """Why ``user_id`` cannot identify a user (empty, too long, control characters, text that
     cannot be stored), or ``None`` when it can."""
@@ -108,7 +118,7 @@ def user_id_problem(user_id: str) -> str | None:
         return "is reserved for Conclave's own processes"
     if len(user_id) > MAX_USER_ID_LENGTH:
         return f"is longer than {MAX_USER_ID_LENGTH} characters"
-    if find_unsafe(user_id) is not None or any(ord(c) < 0x20 or ord(c) == 0x7F for c in user_id):
+    if find_unsafe(user_id) is not None or any(_is_control(c) for c in user_id):
         return "holds characters that cannot be stored"
     return None
 
@@ -232,8 +242,16 @@ class Authenticator:
 
     @staticmethod
     def _checked_acting_user(value: str) -> str:
+        value = value.strip()
+        if not _PERCENT_ENCODED.fullmatch(value):
+            # Raw bytes past ASCII (read as latin-1) or a `%` that escapes nothing would give
+            # one user two spellings: only what acting_user_header_value writes is taken.
+            raise Forbidden(
+                f"{ACTING_USER_HEADER} must be the user id as percent-encoded UTF-8.",
+                code=ProblemCode.ACTING_USER_FORBIDDEN,
+            )
         try:
-            user = unquote(value.strip(), errors="strict")
+            user = unquote(value, errors="strict")
         except UnicodeDecodeError:
             user = "\ufffd\x00"  # not UTF-8: refused below like any other unusable id
         problem = user_id_problem(user)

@@ -42,21 +42,37 @@ class RateLimiter(Protocol):
 
 
 class MemoryRateLimiter:
-    """Buckets in this process (embedded mode)."""
+    """Buckets in this process (embedded mode).
 
-    def __init__(self) -> None:
-        self._buckets: dict[str, tuple[float, float]] = {}
+    A bucket that has refilled is the same as no bucket: such buckets are dropped once there are
+    more than ``max_idle_buckets``, so keys that each come once (a service acting for many
+    users, one JWT subject after another) do not grow the process's memory for good."""
+
+    def __init__(self, max_idle_buckets: int = 10_000) -> None:
+        # key -> (tokens, when they were counted, when the bucket is full again)
+        self._buckets: dict[str, tuple[float, float, float]] = {}
+        self._max_idle = max_idle_buckets
+        self._sweep_at = max_idle_buckets
 
     async def acquire(self, key: str, rate: Rate) -> float:
         """Take a token from ``key``."""
         now = time.monotonic()
-        tokens, updated = self._buckets.get(key, (float(rate.burst), now))
+        tokens, updated, _ = self._buckets.get(key, (float(rate.burst), now, now))
         tokens = min(rate.burst, tokens + (now - updated) * rate.per_second)
+        wait = 0.0
         if tokens >= 1:
-            self._buckets[key] = (tokens - 1, now)
-            return 0.0
-        self._buckets[key] = (tokens, now)
-        return (1 - tokens) / rate.per_second
+            tokens -= 1
+        else:
+            wait = (1 - tokens) / rate.per_second
+        self._buckets[key] = (tokens, now, now + (rate.burst - tokens) / rate.per_second)
+        if len(self._buckets) > self._sweep_at:
+            self._sweep(now)
+        return wait
+
+    def _sweep(self, now: float) -> None:
+        # Amortised: the next sweep waits until the dictionary has doubled past what is left.
+        self._buckets = {key: bucket for key, bucket in self._buckets.items() if bucket[2] > now}
+        self._sweep_at = max(self._max_idle, 2 * len(self._buckets))
 
 
 # One round trip, atomic: refill by elapsed time (Redis clock, so replicas agree), then take.
