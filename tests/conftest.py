@@ -306,8 +306,11 @@ def process_gone(pid: int) -> bool:
         return True
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 5.0) -> Any:
-    """Poll an async ``check`` until it returns a truthy value; fail after ``timeout`` seconds."""
+async def eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Poll an async ``check`` until it returns a truthy value; fail after ``timeout`` seconds.
+    A wait for what will happen costs nothing more for being long, and CI's machine can be
+    several times slower than a developer's: give what a loaded machine needs (30-60 s), not
+    what a fast one takes."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         value = await check()

@@ -55,7 +55,7 @@ async def collector_app(
             yield client, app
 
 
-async def wait_terminal(client: httpx.AsyncClient, expedition_id: str, timeout: float = 15):
+async def wait_terminal(client: httpx.AsyncClient, expedition_id: str, timeout: float = 60):
     """The expedition's record once it has finished."""
 
     async def check() -> Any:
@@ -65,7 +65,7 @@ async def wait_terminal(client: httpx.AsyncClient, expedition_id: str, timeout: 
     return await eventually(check, timeout=timeout)
 
 
-async def wait_status(client: httpx.AsyncClient, expedition_id: str, status: str, timeout=10):
+async def wait_status(client: httpx.AsyncClient, expedition_id: str, status: str, timeout=60):
     """The expedition's record once it is in ``status``."""
 
     async def check() -> Any:

@@ -59,7 +59,7 @@ async def _bridged(client: httpx.AsyncClient, records: int) -> None:
         found = next((c for c in listing if c["name"] == "evidence"), None)
         return found if found and found["records"] == records else None
 
-    await eventually(done, timeout=20)
+    await eventually(done, timeout=60)
 
 
 async def test_stats_do_not_count_another_users_pack_records(backend: Backend, tmp_path) -> None:
@@ -239,7 +239,7 @@ async def test_a_pack_record_left_without_owner_gets_its_uploader_when_bound_aga
             done = [e for e in page if e["status"] == "completed"]
             return page if len(done) == 2 else None
 
-        await eventually(bound_again, timeout=20)
+        await eventually(bound_again, timeout=60)
         healing = await client.post(
             "/expedition/run",
             json={"expedition_type": "healing", "target_collections": ["evidence"]},
@@ -251,11 +251,13 @@ async def test_a_pack_record_left_without_owner_gets_its_uploader_when_bound_aga
 
 
 def _fastest(call: Any, runs: int = 5) -> float:
+    """The least CPU time of the process (all its threads) ``call`` took in ``runs`` runs: the
+    work, not the waits for a core of a loaded machine."""
     best = float("inf")
     for _ in range(runs):
-        started = time.perf_counter()
+        started = time.process_time()
         call()
-        best = min(best, time.perf_counter() - started)
+        best = min(best, time.process_time() - started)
     return best
 
 

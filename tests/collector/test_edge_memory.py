@@ -76,7 +76,7 @@ async def test_a_folder_open_in_another_process_is_unavailable_until_released(tm
                 return False
             return True
 
-        await eventually(back, timeout=10)
+        await eventually(back, timeout=60)
         await memory.upsert(_batch(0, 3))
         assert await memory.count("docs") == 3
     finally:

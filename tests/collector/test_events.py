@@ -49,7 +49,7 @@ async def test_invalid_requested_event_is_dead_lettered(backend, tmp_path) -> No
 
         [expedition] = await eventually(ran)
         assert expedition["parameters"] == {}
-        await eventually(dead, timeout=15)
+        await eventually(dead, timeout=60)
 
 
 async def test_evidence_pack_event_reaches_semantic_memory(backend, tmp_path) -> None:
@@ -75,7 +75,7 @@ async def test_evidence_pack_event_reaches_semantic_memory(backend, tmp_path) ->
             listing = (await client.get("/collections")).json()["collections"]
             return next((c for c in listing if c["name"] == "evidence" and c["vectors"]), None)
 
-        await eventually(indexed, timeout=10)
+        await eventually(indexed, timeout=60)
         record = (await client.get(f"/collections/evidence/records/{evidence_id}")).json()
         assert record["data"]["filename"] == "harbour-inspection.pdf"
         assert "content_path" not in record["data"]

@@ -117,7 +117,7 @@ async def test_bus_down_runs_complete_and_events_wait_in_the_outbox(
                 entries = await redis_client.xrange(redis_prefix + state_channel("completed"))
                 return entries if len(entries) >= 3 else None
 
-            entries = await eventually(delivered, timeout=10)
+            entries = await eventually(delivered, timeout=60)
             await eventually(lambda: _none_left(unpublished))
             assert (await client.get("/health")).status_code == 200
         completed = sorted(f["payload"] for _, f in entries)

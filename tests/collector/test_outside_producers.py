@@ -58,7 +58,7 @@ async def test_an_entry_with_only_a_payload_starts_an_expedition(
             redis_prefix + REQUESTED,
             {"payload": json.dumps({"expedition_type": "audit", "priority": "high"})},
         )
-        [expedition] = await eventually(lambda: expeditions(client), timeout=10)
+        [expedition] = await eventually(lambda: expeditions(client), timeout=60)
         record = await wait_terminal(client, expedition["expedition_id"])
     assert record["status"] == "completed"
     assert record["priority"] == "high"
@@ -83,7 +83,7 @@ async def test_emitter_timestamp_and_correlation_id_are_kept(
                 "correlation_id": "orch-42",
             },
         )
-        [expedition] = await eventually(lambda: expeditions(client), timeout=10)
+        [expedition] = await eventually(lambda: expeditions(client), timeout=60)
         record = await wait_terminal(client, expedition["expedition_id"])
     assert record["status"] == "completed"
     assert record["requested_by"] == "orchestrator"
@@ -125,12 +125,12 @@ async def test_hostile_entries_are_dead_lettered_at_once_and_the_next_one_runs(
         await redis_client.xadd(key, {"payload": audit, "emitter": "after-the-poison"})
         started = time.monotonic()
 
-        [expedition] = await eventually(lambda: expeditions(client), timeout=10)
+        [expedition] = await eventually(lambda: expeditions(client), timeout=60)
         # The dead letters keep the bytes as they were: read them as the bus does.
         reader = Redis.from_url(REDIS_URL, decode_responses=True, encoding_errors="surrogateescape")
         try:
             dead = await eventually(
-                lambda: _at_least(reader, key + ".dlq", len(hostile) + 1), timeout=10
+                lambda: _at_least(reader, key + ".dlq", len(hostile) + 1), timeout=60
             )
         finally:
             await reader.aclose()
@@ -158,9 +158,9 @@ async def test_the_same_producer_event_id_twice_runs_once(
     async with collector(production, redis_prefix, tmp_path) as (client, _app):
         await redis_client.xadd(redis_prefix + REQUESTED, fields)
         await redis_client.xadd(redis_prefix + REQUESTED, fields)
-        [expedition] = await eventually(lambda: expeditions(client), timeout=10)
+        [expedition] = await eventually(lambda: expeditions(client), timeout=60)
         await eventually(
-            lambda: _pending_is(redis_client, redis_prefix + REQUESTED, "collector", 0), timeout=10
+            lambda: _pending_is(redis_client, redis_prefix + REQUESTED, "collector", 0), timeout=60
         )
         assert len(await expeditions(client)) == 1
         await wait_terminal(client, expedition["expedition_id"])
@@ -190,5 +190,5 @@ async def test_bridged_channels_do_not_share_entry_ids(
             runs = await expeditions(client)
             return runs if len(runs) == 2 else None
 
-        runs = await eventually(both, timeout=10)
+        runs = await eventually(both, timeout=60)
     assert sorted(run["parameters"]["channel"] for run in runs) == sorted(bridge)

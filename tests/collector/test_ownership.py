@@ -44,7 +44,7 @@ async def finished(client: httpx.AsyncClient, user: dict[str, str], expedition_i
         body = (await client.get(f"/expedition/status/{expedition_id}", headers=user)).json()
         return body if body["status"] in TERMINAL else None
 
-    return await eventually(check, timeout=20)
+    return await eventually(check, timeout=60)
 
 
 def ids(page: httpx.Response) -> list[str]:

@@ -45,7 +45,7 @@ async def test_named_secret_is_sent_but_never_shown(backend, tmp_path) -> None:
         run = await client.post("/expedition/run", json=body, headers=ANN)
         assert run.status_code == 202, run.text
         client.headers.update(ANN)
-        record = await wait_terminal(client, run.json()["expedition_id"], timeout=20)
+        record = await wait_terminal(client, run.json()["expedition_id"], timeout=60)
         assert record["status"] == "completed", record
 
         # The API we do not own received the credential ...
@@ -172,7 +172,7 @@ async def test_secret_does_not_follow_a_next_link_to_another_host(backend, tmp_p
         source["headers"] = {"Authorization": {"secret": "weather"}}
         run = await client.post("/expedition/run", json=body, headers=ANN)
         client.headers.update(ANN)
-        record = await wait_terminal(client, run.json()["expedition_id"], timeout=20)
+        record = await wait_terminal(client, run.json()["expedition_id"], timeout=60)
         assert record["status"] == "failed"
         assert "another origin" in record["errors"][-1]["message"]
         assert api.headers[0]["authorization"] == SECRET_VALUE
@@ -200,7 +200,7 @@ async def test_secret_does_not_follow_a_redirect_to_another_origin(backend, tmp_
         run = await client.post("/expedition/run", json=body, headers=ANN)
         assert run.status_code == 202, run.text
         client.headers.update(ANN)
-        record = await wait_terminal(client, run.json()["expedition_id"], timeout=20)
+        record = await wait_terminal(client, run.json()["expedition_id"], timeout=60)
         assert record["status"] == "failed"
         assert "own origin only" in record["errors"][-1]["message"]
         assert elsewhere.requests == 0  # the secret never left for the other origin

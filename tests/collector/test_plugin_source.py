@@ -80,7 +80,7 @@ async def test_a_plugged_in_source_feeds_both_stores(backend: Backend, tmp_path)
             listing = (await client.get("/collections")).json()["collections"]
             return [c for c in listing if c["name"] == "warehouse" and c["vectors"] == 5]
 
-        await eventually(indexed, timeout=15)
+        await eventually(indexed, timeout=60)
         found = await client.get("/collections/warehouse/search", params={"q": "crate 3"})
         assert "sku-3" in {hit["record"]["record_key"] for hit in found.json()["hits"]}
 

@@ -66,7 +66,7 @@ async def test_a_shard_recreated_by_a_new_process_is_refilled(
             [info] = (await client.get("/collections")).json()["collections"]
             return info["vectors"] == 5
 
-        await eventually(refilled, timeout=15)
+        await eventually(refilled, timeout=60)
 
 
 async def test_a_qdrant_server_back_empty_gets_its_collection_and_a_reindex(tmp_path) -> None:
@@ -92,7 +92,7 @@ async def test_a_qdrant_server_back_empty_gets_its_collection_and_a_reindex(tmp_
             except SemanticMemoryUnavailable:
                 return False
 
-        await eventually(recovered, timeout=10)  # the indexer retries at most every 10 s
+        await eventually(recovered, timeout=60)  # the indexer retries at most every 10 s
         await memory.upsert([VectorRecord("docs", "k1", "h", "crane")])
     finally:
         await memory.close()

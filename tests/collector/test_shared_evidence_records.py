@@ -60,7 +60,7 @@ async def test_a_user_finds_only_their_own_packs_in_the_shared_evidence_collecti
                 found if found and found["vectors"] == 2 and not found["pending_vectors"] else None
             )
 
-        everything = await eventually(both_indexed, timeout=20)
+        everything = await eventually(both_indexed, timeout=60)
         assert everything["records"] == 2
 
         # alice: her record only, by key, by search and in the counts.
@@ -125,7 +125,7 @@ async def test_a_pack_that_names_no_uploader_is_read_by_operators_only(
             found = next((c for c in listing if c["name"] == "evidence"), None)
             return found if found and found["vectors"] == 1 else None
 
-        await eventually(indexed, timeout=15)
+        await eventually(indexed, timeout=60)
         path = f"/collections/evidence/records/{evidence_id}"
         assert (await client.get(path, headers=OLGA)).status_code == 200
         assert (await client.get(path, headers=ALICE)).status_code == 404

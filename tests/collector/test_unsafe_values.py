@@ -146,7 +146,7 @@ async def test_a_bus_request_holding_an_unsafe_value_is_dead_lettered(
                 page = (await client.get("/expedition/history?status=completed")).json()
                 return page["expeditions"]
 
-            done = await eventually(finished, timeout=15)
+            done = await eventually(finished, timeout=60)
             assert [item["correlation_id"] for item in done] == ["after-the-poison"]
             dead = await raw.xrange(dead_letter_channel(key))
             reasons = {fields[b"event_id"]: fields[b"dlq_reason"] for _id, fields in dead}
@@ -201,7 +201,7 @@ async def test_collected_items_holding_unsafe_values_are_kept_escaped(backend, t
             listing = (await client.get("/collections")).json()["collections"]
             return [c for c in listing if c["name"] == "things" and c["vectors"] == 3]
 
-        await eventually(indexed, timeout=15)
+        await eventually(indexed, timeout=60)
         audit = await client.post(
             "/expedition/run", json={"expedition_type": "audit", "target_collections": ["things"]}
         )
@@ -254,7 +254,7 @@ async def test_a_stored_record_holding_a_lone_surrogate_does_not_block_the_vecto
             listing = (await client.get("/collections")).json()["collections"]
             return [c for c in listing if c["name"] == "things" and c["vectors"] == 3]
 
-        await eventually(indexed, timeout=15)
+        await eventually(indexed, timeout=60)
         found = (await client.get("/collections/things/search", params={"q": "plain"})).json()
         assert {hit["record"]["record_key"] for hit in found["hits"]} == {
             "before",

@@ -50,7 +50,7 @@ async def test_kill_9_of_a_worker_mid_run(sqlite_engine, memory_bus, tmp_path) -
             try:
                 running = await wait_status(client, expedition_id, "running", timeout=30)
                 assert running["worker_id"].split(":")[1] == str(worker.pid)
-                await eventually(lambda: _fetched(api, 3), timeout=10)
+                await eventually(lambda: _fetched(api, 3), timeout=60)
             finally:
                 worker.send_signal(signal.SIGKILL)
                 await worker.wait()

@@ -252,11 +252,12 @@ async def test_a_service_trickling_its_answer_is_cut_at_the_upstream_time_budget
     # Impact: CONCLAVE_UPSTREAM_TIMEOUT_SECONDS is documented as "the time budget of one request
     # to a service", but httpx.Timeout(n) bounds each read, not the whole answer: a service (or
     # anything at its URL) sending a byte every 0.3 s holds every overview page and poll open as
-    # long as it likes (here 3.6 s against a 1 s budget; it could be hours), each holding a
-    # connection of the console's pool of 100. 3.6 s is past the 3 s the test allows whatever
-    # the machine's speed, and the test waits for the whole trickle as it stops the upstream.
+    # long as it likes (here 7.2 s against a 1 s budget; it could be hours), each holding a
+    # connection of the console's pool of 100. 7.2 s is past the 5 s the test allows whatever
+    # the machine's speed (the 1 s budget leaves 4 s for a loaded machine's page), and the test
+    # waits for the whole trickle as it stops the upstream.
     async def trickle() -> AsyncIterator[bytes]:
-        for _ in range(12):
+        for _ in range(24):
             yield b" "
             await asyncio.sleep(0.3)
         yield b'{"status":"healthy"}'
@@ -276,7 +277,7 @@ async def test_a_service_trickling_its_answer_is_cut_at_the_upstream_time_budget
         overview = await client.get("/overview")
         took = time.monotonic() - started
         assert overview.status_code == 200
-        assert took < 3.0, f"the overview took {took:.1f} s with a 1 s upstream budget"
+        assert took < 5.0, f"the overview took {took:.1f} s with a 1 s upstream budget"
         assert "did not answer in time" in edge_row(overview.text)
 
 
@@ -477,12 +478,12 @@ async def test_one_user_polling_a_slow_service_does_not_starve_everyone_elses_pa
 ) -> None:
     # Impact: all users share one HTTP client of 100 connections, and each overview holds two
     # of them on every service until it answers or the time budget ends. While one service is
-    # slow (here 4 s, under the 5 s budget), one signed-in user (any user, not only an operator)
+    # slow (here 8 s, under the 10 s budget), one signed-in user (any user, not only an operator)
     # opening 60 overviews at once holds all 100 connections; everyone else's sign-in and audit
     # pages then wait for a free connection, up to the budget, and fail as "did not answer in
     # time" although the gateway itself is idle and fast.
     async def slow() -> AsyncIterator[bytes]:
-        await asyncio.sleep(4)
+        await asyncio.sleep(8)  # what a starved page waits: twice the bound below
         yield b'{"status":"healthy"}'
 
     routes: dict[str, Route] = {"/health": (200, slow, JSON), "/metrics": (200, slow, JSON)}
@@ -500,7 +501,7 @@ async def test_one_user_polling_a_slow_service_does_not_starve_everyone_elses_pa
         took = time.monotonic() - started
         await asyncio.gather(*polls)
         assert calls.status_code == 200
-        assert took < 1.5, f"alice's audit page waited {took:.1f} s for bob's overviews"
+        assert took < 4.0, f"alice's audit page waited {took:.1f} s for bob's overviews"
 
 
 async def test_a_cookie_a_service_sets_for_one_user_is_not_sent_with_anothers_requests(
@@ -582,8 +583,10 @@ async def test_a_large_metrics_exposition_costs_the_overview_little(
         httpx.AsyncClient(base_url=console, timeout=60) as client,
     ):
         assert (await sign_in(client, TOKENS["olga"])).status_code == 303
-        started = time.monotonic()
+        # The process's CPU time (the console's threads and loop, and the upstream's sending):
+        # the parsing this is about, not the waits for a core of a loaded machine.
+        started = time.process_time()
         overview = await client.get("/overview/services")
-        took = time.monotonic() - started
+        took = time.process_time() - started
         assert overview.status_code == 200
-        assert took < 1.0, f"one 4 MB exposition made the overview take {took:.1f} s"
+        assert took < 1.0, f"one 4 MB exposition cost the overview {took:.1f} s of CPU"

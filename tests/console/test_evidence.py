@@ -25,6 +25,9 @@ from tests.edge.conftest import form
 # serve a module's tests, on its event loop. The test of who sees what keeps a stack of its own.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
+# How long the browser waits for a page or an element: longer than the stack's upstream budget.
+WAIT_MS = 90_000
+
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def edge_stack(
@@ -113,7 +116,7 @@ async def test_a_packs_page_shows_what_was_sent_extracted_and_verified(edge_stac
             return shown.text if "<strong>Verified</strong>" in shown.text else None
 
         # The log signs a new pack's leaf within about a second.
-        html = await eventually(verified, timeout=15)
+        html = await eventually(verified, timeout=60)
         assert "site.jpg" in html and "Evidence Pack " + evidence_id in html
         assert "upper dam &lt;north&gt;" in html  # the client's metadata, escaped
         assert "48.858" in html  # the latitude extracted from the photo's EXIF
@@ -193,6 +196,9 @@ async def test_in_chromium_a_pack_is_found_opened_and_its_file_saved(edge_stack:
     evidence_id = await upload(edge_stack, "alice", "page.html", content)
     async with chromium() as browser:
         context = await browser.new_context(accept_downloads=True)
+        # Past the stack's upstream budget: a page the console is slow to build on a loaded
+        # machine is waited for, not taken for a missing one.
+        context.set_default_timeout(WAIT_MS)
         page = await context.new_page()
         refused: list[str] = []
         page.on("console", lambda message: refused.append(message.text))
@@ -201,6 +207,9 @@ async def test_in_chromium_a_pack_is_found_opened_and_its_file_saved(edge_stack:
         await page.get_by_role("button", name="Sign in").click()
         await page.wait_for_url(f"{edge_stack.console}/evidence")
         row = page.locator(f'tr[data-pack="{evidence_id}"]')
+        if not await row.count():  # the page is loaded: the row is there or never will be
+            shown = await page.locator("body").inner_text()
+            pytest.fail(f"pack {evidence_id} is not listed on /evidence, which shows:\n{shown}")
         assert "page.html" in await row.inner_text()
         await row.get_by_role("link").click()
         await page.wait_for_url(f"{edge_stack.console}/evidence/{evidence_id}")

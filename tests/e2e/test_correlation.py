@@ -78,7 +78,7 @@ async def test_an_upload_correlation_id_reaches_the_event_expedition_records_and
         async def published() -> list[Any]:
             return await production.bus.read(EVIDENCE_CREATED)
 
-        [event] = await eventually(published, timeout=10)
+        [event] = await eventually(published, timeout=60)
         assert event.payload["evidence_id"] == evidence_id
         assert event.correlation_id == correlation_id
         assert event.payload["correlation_id"] == correlation_id
@@ -88,7 +88,7 @@ async def test_an_upload_correlation_id_reaches_the_event_expedition_records_and
             page = (await collector.get("/expedition/history")).json()
             return page["expeditions"]
 
-        [expedition] = await eventually(bridged, timeout=15)
+        [expedition] = await eventually(bridged, timeout=60)
         assert expedition["expedition_type"] == "evidence_ingest"
         assert expedition["correlation_id"] == correlation_id
         finished = await wait_terminal(collector, expedition["expedition_id"])
@@ -117,7 +117,7 @@ async def test_an_upload_correlation_id_reaches_the_event_expedition_records_and
                 if e.payload.get("expedition_id") == expedition["expedition_id"]
             ]
 
-        [done] = await eventually(completion, timeout=10)
+        [done] = await eventually(completion, timeout=60)
         assert done.correlation_id == correlation_id
 
     # 5. The logs: the upload's request and the collector's run both name the flow.

@@ -18,7 +18,7 @@ from conclave.edge.agents.base import clean
 from conclave.edge.guardrails import sanitize_filename
 from conclave.edge.parsing import ParserPool, answer_bytes, receive_message
 from conclave.platform.errors import Unprocessable
-from tests.conftest import Backend
+from tests.conftest import Backend, eventually
 from tests.edge import samples
 from tests.edge.conftest import edge_app, edge_settings, form
 
@@ -170,11 +170,15 @@ async def test_an_upload_waits_a_bounded_time_for_a_busy_parser(embedded, tmp_pa
     slow = tmp_path / "slow.geojson"
     _slow_geojson(slow, 400_000)
     settings = edge_settings(tmp_path, parser_queue_seconds=0.2, parser_prestart=False)
-    async with edge_app(embedded, settings) as (client, _app):
+    async with edge_app(embedded, settings) as (client, app):
         busy = asyncio.create_task(
             client.post("/api/edge-intake/geo", **form(("slow.geojson", slow.read_bytes())))
         )
-        await asyncio.sleep(0.3)  # the only worker is parsing the slow file
+
+        async def taken() -> bool:  # the only worker (its slot) is the slow file's
+            return bool(app.state.parsers._idle.empty())
+
+        await eventually(taken)
         refused = await client.post(
             "/api/edge-intake/geo", **form(("a.geojson", samples.geojson()))
         )

@@ -75,7 +75,9 @@ async def test_a_plugin_answer_is_checked_and_bounded(
     backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(install(tmp_path, "hostile = hostile_plugin:HOSTILE")))
-    settings = edge_settings(tmp_path, parse_timeout_seconds=2.0)
+    # Long enough for a loaded machine's /health to be asked and answered (below) while the
+    # sniffer that never returns still holds its worker.
+    settings = edge_settings(tmp_path, parse_timeout_seconds=6.0)
     async with edge_app(backend, settings) as (client, _app):
         created = await client.post("/api/edge-intake/hostile", **form(("a.hst", b"HST1\n")))
         assert created.status_code == 200, created.text
@@ -114,7 +116,7 @@ async def test_a_plugin_answer_is_checked_and_bounded(
         started = time.monotonic()
         health = await client.get("/health")
         assert health.status_code == 200
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 3.0
         assert not slow.done()
         answer = await slow
         assert answer.status_code == 422

@@ -44,7 +44,7 @@ async def receipt_of(client: httpx.AsyncClient, path: str) -> bytes:
         assert answer.json()["code"] in ("LEAF_NOT_FOUND", "BEYOND_LOG"), answer.text
         return None
 
-    found: bytes = await eventually(resolved, timeout=5.0)
+    found: bytes = await eventually(resolved, timeout=60)
     return found
 
 

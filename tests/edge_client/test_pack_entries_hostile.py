@@ -111,6 +111,6 @@ async def test_a_server_that_stalls_on_leaves_does_not_hold_the_run(
             report = await outbox.sync(client)
             took = time.monotonic() - started
     assert len(report.sent) == 3 and report.receipts == 0
-    assert took < 10, f"the run took {took:.1f} s"  # not three stalled requests of 30 s
+    assert took < 25, f"the run took {took:.1f} s"  # not three stalled requests of 30 s
     assert len(outbox.receipts(missing_only=True)) == 3
     outbox.close()

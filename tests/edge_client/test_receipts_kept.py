@@ -217,6 +217,6 @@ async def test_a_server_that_stalls_does_not_hold_the_run(backend: Backend, tmp_
             report = await outbox.sync(client)
             took = time.monotonic() - started
     assert len(report.sent) == 4 and report.receipts == 0
-    assert took < 10, f"the run took {took:.1f} s"  # not 4 stalled requests of 30 s
+    assert took < 25, f"the run took {took:.1f} s"  # not 4 stalled requests of 30 s
     assert len(outbox.receipts(missing_only=True)) == 4
     outbox.close()

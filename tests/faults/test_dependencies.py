@@ -146,7 +146,7 @@ async def _until_ok(send: Callable[[], Awaitable[httpx.Response]], ok: int) -> h
         answers.append(await send())
         return answers[-1] if answers[-1].status_code == ok else None
 
-    return await eventually(attempt, timeout=20)
+    return await eventually(attempt, timeout=60)
 
 
 @pytest.fixture
@@ -176,7 +176,7 @@ async def test_redis_cut_then_restored(topology: Topology, traffic: Traffic) -> 
         assert not announced & set(traffic.executions.acked.values())
     finally:
         await topology.redis.restore()
-    await eventually(lambda: _all_healthy(topology), timeout=20)
+    await eventually(lambda: _all_healthy(topology), timeout=60)
     await traffic.check()
     assert _pids(topology) == pids  # recovered without a restart
 
@@ -192,7 +192,7 @@ async def test_postgres_cut_then_restored(topology: Topology, traffic: Traffic) 
         async def fetching() -> bool:
             return api.requests >= 2
 
-        await eventually(fetching, timeout=20)
+        await eventually(fetching, timeout=60)
         # Cut the store while an expedition runs and requests are in flight.
         burst = [traffic.execute() for _ in range(6)] + [traffic.upload() for _ in range(3)]
         answers = asyncio.gather(*burst, return_exceptions=True)
@@ -224,7 +224,7 @@ async def test_postgres_cut_then_restored(topology: Topology, traffic: Traffic) 
         await _until_ok(traffic.upload, 200)
         await _until_ok(traffic.dispatch, 200)
         await _until_ok(traffic.expedition, 202)
-        await eventually(lambda: _all_healthy(topology), timeout=20)
+        await eventually(lambda: _all_healthy(topology), timeout=60)
         await traffic.check()
     rows = await topology.query(
         "SELECT count(*) AS n FROM collected_records WHERE collection = 'cut'"
@@ -269,13 +269,13 @@ async def test_semantic_memory_cut_then_restored(topology: Topology, traffic: Tr
             )
             return answer.json() if answer.status_code == 200 and answer.json()["hits"] else None
 
-        hits = await eventually(searchable, timeout=25)  # the indexer backs off up to 10 s
+        hits = await eventually(searchable, timeout=60)  # the indexer backs off up to 10 s
         assert hits["hits"][0]["record"]["record_key"] == "3", hits
 
         async def indexed() -> bool:
             return await _pending_vectors(topology, "outage") == 0
 
-        await eventually(indexed, timeout=25)
+        await eventually(indexed, timeout=60)
         listing = (await collector.get("/collections")).json()["collections"]
         [outage] = [item for item in listing if item["name"] == "outage"]
         assert outage["records"] == outage["vectors"] == 5, outage
@@ -324,7 +324,7 @@ async def test_embedded_semantic_memory_held_by_another_process(topology: Topolo
                 answer = await client.get("/health")
                 return answer.json()["checks"]["semantic_memory"]["status"] == "up"
 
-            await eventually(back, timeout=15)
+            await eventually(back, timeout=60)
     finally:
         with contextlib.suppress(Exception):
             holder.close()  # already released above when the test got that far

@@ -99,8 +99,8 @@ async def test_calls_cut_off_by_a_gateway_crash_are_settled(topology: Topology) 
         pytest.skip("needs the burst of the previous case")
     orphans, killed_at = topology.notes["orphans"]
     # The sweeper's grace (2 s) and interval (1 s), plus room for the restarted gateway to come
-    # up on a loaded machine (the full suite once needed more than 8 s in all).
-    settle_by = killed_at + TOOL_TIMEOUT_SECONDS + 3 + 5
+    # up on a loaded machine (the full suite once needed more than 8 s in all; give it 30).
+    settle_by = killed_at + TOOL_TIMEOUT_SECONDS + 3 + 30
 
     async def settled() -> bool:
         return await _running_calls(topology, orphans) == 0
@@ -183,7 +183,7 @@ async def test_edge_killed_mid_upload(topology: Topology) -> None:
                     # Valid once the checkpoint covering the pack is signed (about a second).
                     return bool((await client.get(path)).json()["valid"])
 
-                await eventually(proven, timeout=15.0)
+                await eventually(proven, timeout=60)
     await check_uploads(topology, ledger)
 
 
@@ -197,7 +197,7 @@ async def test_collector_worker_killed_mid_expedition(topology: Topology) -> Non
         response = await client.post("/expedition/run", json=api.discovery("killed"))
         assert response.status_code == 202, response.text
         expedition_id = response.json()["expedition_id"]
-        await eventually(lambda: _pages_fetched(api, 3), timeout=20)
+        await eventually(lambda: _pages_fetched(api, 3), timeout=60)
         topology["worker"].kill()
         await topology["worker"].restart()
         rows = await check_expeditions(topology, [expedition_id])

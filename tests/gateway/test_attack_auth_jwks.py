@@ -92,7 +92,8 @@ async def test_a_trickling_jwks_is_cut_at_the_fetch_deadline(
         answer = await client.post(f"{url}/execute", json=ECHO, headers=bearer(token))
         took = time.monotonic() - started
     assert answer.status_code in (401, 503)
-    assert took < 8.0, f"a request waited {took:.1f} s on a trickling JWKS (fetch timeout 5 s)"
+    # The trickle lasts 20 s; the 5 s deadline, on a loaded machine, a few seconds more.
+    assert took < 15.0, f"a request waited {took:.1f} s on a trickling JWKS (fetch timeout 5 s)"
 
 
 class BombIssuer(OddIssuer):

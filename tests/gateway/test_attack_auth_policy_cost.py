@@ -23,9 +23,10 @@ def test_attack_long_upstream_tool_name_makes_a_listing_block_the_event_loop():
     hostile = Tool(
         name="evil__h_0123abcd", description="", upstream_origin=("evil", "_admi" * 400_000)
     )
-    started = time.perf_counter()
+    # This thread's CPU time: the work that would hold the loop, not waits for a core.
+    started = time.thread_time()
     policy.allows(Subject("ada"), hostile, "list")
-    took = time.perf_counter() - started
+    took = time.thread_time() - started
     assert took < 0.1, f"one policy decision took {took:.2f} s on the event loop"
 
 

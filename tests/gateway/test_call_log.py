@@ -33,7 +33,7 @@ async def receipt_of(client: httpx.AsyncClient, path: str) -> bytes:
         return answer.content if answer.status_code == 200 else None
 
     # The checkpoint covering the call is signed within the checkpoint interval (1 s).
-    found: bytes = await eventually(resolved, timeout=5.0)
+    found: bytes = await eventually(resolved, timeout=60)
     return found
 
 

@@ -51,7 +51,7 @@ async def test_interrupted_call_is_settled_once_with_its_event(
         async def announced() -> list:
             return [e for e in await published(backend) if e.payload["conclave_id"] == old]
 
-        [event] = await eventually(announced, timeout=15)
+        [event] = await eventually(announced, timeout=60)
     assert (row.conclave_id, row.status, row.error_code) == (old, "failed", "INTERRUPTED")
     assert row.completed_at is not None and "unknown" in row.error_message
     assert event.payload["status"] == "failed" and event.correlation_id == "corr-orphan"

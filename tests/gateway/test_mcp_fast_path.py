@@ -84,7 +84,7 @@ async def test_fast_path_call_is_audited_and_published(
     async def event() -> list[Any]:
         return [e for e in await published(backend) if e.payload["conclave_id"] == conclave_id]
 
-    [found] = await eventually(event, timeout=15)
+    [found] = await eventually(event, timeout=60)
     assert found.payload["args"] == {"message": "hi"}
 
 

@@ -78,7 +78,7 @@ async def test_events_wait_in_the_outbox_while_redis_is_down(
                     entries = await redis_client.xrange(redis_prefix + CHANNEL)
                     return entries if len(entries) >= 5 else None
 
-                entries = await eventually(delivered, timeout=10)
+                entries = await eventually(delivered, timeout=60)
                 assert (await client.get("/health")).status_code == 200
         event_ids = [fields["event_id"] for _, fields in entries]
         assert len(event_ids) == len(set(event_ids)) == 5  # each event once

@@ -88,7 +88,7 @@ async def test_expedition_tools_drive_the_collector(backend: Backend, tmp_path):
             result = status.json()["result"]
             return result if result["status"] in ("completed", "failed") else None
 
-        record = await eventually(finished, timeout=15)
+        record = await eventually(finished, timeout=60)
         assert record["status"] == "completed", record
         search = await client.post(
             "/execute",

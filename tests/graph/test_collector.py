@@ -47,7 +47,7 @@ async def _wait_done(client: httpx.AsyncClient, expedition_id: str) -> dict[str,
         body = (await client.get(f"/expedition/status/{expedition_id}")).json()
         return body if body["status"] in ("completed", "failed", "cancelled") else None
 
-    return await eventually(finished, timeout=20)
+    return await eventually(finished, timeout=60)
 
 
 @asynccontextmanager
@@ -74,7 +74,7 @@ async def services(
                 listing = (await api.get("/collections")).json()["collections"]
                 return any(c["name"] == "assets" and c["vectors"] == 3 for c in listing)
 
-            await eventually(indexed, timeout=10)
+            await eventually(indexed, timeout=60)
             graph = create_graph_app(
                 graph_settings(collector_url=url, **graph_overrides), platform=platform
             )

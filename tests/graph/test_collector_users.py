@@ -41,7 +41,7 @@ async def _seed_ann_assets(api: httpx.AsyncClient, data_dir: Path) -> None:
         )
         return status.json()["status"] == "completed"
 
-    await eventually(done, timeout=20)
+    await eventually(done, timeout=60)
 
 
 async def test_each_dispatch_sees_only_its_users_collections(backend: Backend, tmp_path) -> None:

@@ -61,7 +61,10 @@ async def test_entities_as_strings_and_objects_are_returned_as_objects(embedded)
 
 
 async def test_collector_down_still_answers_with_route_intent_and_degraded(embedded) -> None:
-    async with graph_app(embedded, graph_settings()) as (client, _app):
+    # A budget far past the bound: a refused connection is seen at once, not waited out, and
+    # the bound still leaves a loaded machine seconds for the rest of the dispatch.
+    settings = graph_settings(collector_timeout_seconds=30)
+    async with graph_app(embedded, settings) as (client, _app):
         started = time.perf_counter()
         response = await client.post(
             "/dispatch", json={"query": "find the bridge reports", "validated_entities": ["b1"]}
@@ -75,7 +78,7 @@ async def test_collector_down_still_answers_with_route_intent_and_degraded(embed
     assert body["degraded"] == ["collector"]
     assert "unreachable" in body["warnings"][0]
     assert body["entities"] == [{"id": "b1", "known": None}]
-    assert elapsed < 2.0
+    assert elapsed < 10
 
 
 async def test_a_silent_collector_is_cut_off_by_the_time_budget(embedded) -> None:
@@ -101,7 +104,7 @@ async def test_a_silent_collector_is_cut_off_by_the_time_budget(embedded) -> Non
         await server.wait_closed()
     assert body["degraded"] == ["collector"]
     assert "did not answer within 0.3 s" in body["warnings"][0]
-    assert elapsed < 1.5
+    assert elapsed < 10  # cut off, the silent collector never answering: slack for a slow machine
 
 
 @pytest.mark.parametrize(

@@ -48,8 +48,9 @@ from tests.hostile.conftest import AUTH, CONFIGURATIONS, hostile_app
 from tests.hostile.value_matrix import EXPECTATIONS, Case, Expect, Operation, Request, operations
 
 # How long an event committed by a case may take to reach the bus, and a canary to arrive:
-# the relay polls every 50 ms here, so this is seconds of slack for a loaded 2-core machine.
-DELIVERY_SECONDS = 3.0
+# the relay polls every 50 ms here, but a loaded 2-core machine can be many times slower, and a
+# wait for what arrives costs nothing more for being long.
+DELIVERY_SECONDS = 30.0
 
 
 @dataclass

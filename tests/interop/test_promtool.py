@@ -65,7 +65,7 @@ def _traffic(urls: dict[str, str]) -> None:
         not_png = {"file": ("fake.png", b"plain text", "image/png")}
         assert client.post(intake, files=not_png).status_code == 415
         status_url = run.json()["status_url"]
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while client.get(status_url).json()["status"] not in ("completed", "failed"):
             assert time.monotonic() < deadline
             time.sleep(0.2)

@@ -221,7 +221,7 @@ async def test_poison_event_moves_to_dlq_after_max_deliveries(make_bus: BusFacto
     async with consuming(bus, "g", handle, start="0"):
         await bus.publish([poison, fine])
         dlq = dead_letter_channel(CHANNEL)
-        await eventually(lambda: bus.read(dlq), timeout=10)
+        await eventually(lambda: bus.read(dlq), timeout=60)
         await asyncio.sleep(IDLE * 3)  # dead-lettered: it is not delivered again
     assert await bus.read(dlq) == [poison]
     assert calls.count(poison) == 2

@@ -37,7 +37,7 @@ async def received_events(bus: RedisStreamsBus, count: int, *, fail_first: bool 
 
     task = asyncio.create_task(bus.consume(CHANNEL, "g", "c1", handle, start="0"))
     try:
-        await eventually(_at_least(handled, count), timeout=10)
+        await eventually(_at_least(handled, count), timeout=60)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -181,7 +181,7 @@ async def test_an_event_is_handled_once_however_often_it_is_delivered(backend: B
             text = await metrics_text(client)
             return consumed(text, "handled") == 3 and consumed(text, "failed") == 1
 
-        await eventually(all_handled, timeout=10)
+        await eventually(all_handled, timeout=60)
     assert service.lost == ["Ada"]
     assert await greeting_names(backend.engine) == ["Ada", "Bob"]
 

@@ -127,7 +127,7 @@ async def test_two_relays_publish_each_event_exactly_once(
     ]
     try:
         await asyncio.gather(*(relay.start() for relay in relays))
-        await eventually(nothing_pending(postgres_engine), timeout=20)
+        await eventually(nothing_pending(postgres_engine), timeout=60)
     finally:
         for relay in relays:
             await relay.stop()

@@ -130,7 +130,7 @@ async def test_two_relays_on_one_table_keep_flowing_past_poison_rows(backend: Ba
         async def drained() -> bool:
             return await pending_count(backend.engine) == 0
 
-        await eventually(drained, timeout=20)
+        await eventually(drained, timeout=60)
     finally:
         for relay in relays:
             await relay.stop()

@@ -108,13 +108,18 @@ async def test_an_event_stream_left_open_after_the_answer_is_answered_at_once(
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True
 
-    async with hostile_upstream(on_call) as url, gateway(backend, tmp_path, entry(url)) as client:
+    # A call time-out far past the bound: a relay waiting for the stream's end would take it
+    # (504), and an answer sent at once takes seconds at most on a loaded machine.
+    async with (
+        hostile_upstream(on_call) as url,
+        gateway(backend, tmp_path, entry(url, timeout_seconds=30)) as client,
+    ):
         started = time.monotonic()
         answered = await ping(client)
         took = time.monotonic() - started
         release.set()
     assert answered.status_code == 200, answered.text
-    assert took < 1.5, f"an answer sent at once took {took:.1f} s"
+    assert took < 10, f"an answer sent at once took {took:.1f} s"
 
 
 # -- Finding 3: the cap applies to the whole stream, not to one message -------------------------
@@ -219,7 +224,7 @@ async def test_a_session_the_upstream_forgot_is_reopened(backend: Backend, tmp_p
             return (await ping(client)).status_code == 200
 
         try:
-            await eventually(served, timeout=8)
+            await eventually(served, timeout=60)
         except AssertionError:
             status = await _status(client, "h")
             raise AssertionError(f"never reconnected: {first.text} {status}") from None
@@ -363,7 +368,7 @@ async def test_a_trial_call_that_times_out_does_not_pause_the_upstream_for_good(
             return (await ping(client)).status_code == 200
 
         try:
-            await eventually(served, timeout=5)
+            await eventually(served, timeout=60)
         except AssertionError:
             status = await _status(client, "h")
             raise AssertionError(f"still paused: {status['circuit']}, {failures}") from None
@@ -415,7 +420,7 @@ async def test_a_lost_session_reopened_with_event_streams_stays_open(
             status = await _status(client, "h")
             return status["restarts"] >= 1 and status["state"] == "ready"
 
-        await eventually(reconnected, timeout=5)
+        await eventually(reconnected, timeout=60)
         before = await _status(client, "h")
         await asyncio.sleep(3)
         after = await _status(client, "h")

@@ -15,7 +15,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 
-from tests.conftest import Backend
+from tests.conftest import Backend, eventually
 from tests.gateway.conftest import audit_rows
 from tests.gateway.upstreams import test_upstream_credentials as creds
 from tests.gateway.upstreams.credential_mcp_server import OBJECT, CredentialServer
@@ -117,7 +117,7 @@ async def test_attack_huge_progress_value_fails_the_call_over_http(
             headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-carol"},
             timeout=30,
         )
-        bob_answer = await asyncio.wait_for(bob, 20)
+        bob_answer = await asyncio.wait_for(bob, 60)
         listed = (await client.get("/upstreams", headers=creds.bearer("tok-bob"))).json()
     [upstream] = listed["upstreams"]
     assert bob_answer.status_code == 200, bob_answer.json()  # held over HTTP: bob is fine
@@ -167,7 +167,7 @@ async def test_attack_huge_progress_value_kills_a_shared_stdio_upstream(
             ),
             headers={**HEADERS, "Accept": BOTH, "Authorization": "Bearer tok-ada"},
         )
-        bob_answer = await asyncio.wait_for(bob, 20)
+        bob_answer = await asyncio.wait_for(bob, 60)
         [upstream] = (
             await http.get(
                 url.removesuffix("/mcp") + "/upstreams",
@@ -249,9 +249,13 @@ async def test_attack_a_cancelled_upstream_call_is_audited_without_its_credentia
         slow = asyncio.create_task(
             client.post(f"{url}/mcp", content=_call(9, "creds__slow_ok", {}), headers=ada)
         )
-        await asyncio.sleep(0.8)  # the upstream has the call, with ada's credential
+
+        async def arrived() -> bool:
+            return bool(upstream.calls())
+
+        await eventually(arrived)  # the upstream has the call, with ada's credential
         assert (await client.post(f"{url}/mcp", content=cancel, headers=ada)).status_code == 202
-        answer = await asyncio.wait_for(slow, 10)
+        answer = await asyncio.wait_for(slow, 60)
         await asyncio.sleep(0.5)
     assert answer.json()["error"]["code"] == -32800
     assert upstream.calls() == [f"Bearer {creds.ADA}"]  # it was sent with ada's credential

@@ -145,7 +145,7 @@ async def test_a_session_the_upstream_ended_is_opened_again(
             again = await _call(client, "echo", message="three")
             return again if again.status_code == 200 else None
 
-        again = await eventually(answered, timeout=10)
+        again = await eventually(answered, timeout=60)
     assert first.status_code == 200
     if json_response:
         assert lost.status_code == 200 and lost.json()["result"] == "two", lost.text

@@ -168,7 +168,7 @@ async def test_one_integrator_at_a_time(postgres_engine: AsyncEngine) -> None:
 
     assert (await second.integrate()).outcome is IntegrationOutcome.BUSY
     # The held integration does not stop appends: their row is not locked until its commit.
-    assert await asyncio.wait_for(second.append([b"c"]), timeout=5) == range(2, 3)
+    assert await asyncio.wait_for(second.append([b"c"]), timeout=30) == range(2, 3)
 
     release.set()
     assert (await holding).checkpoint.size == 2  # type: ignore[union-attr]
@@ -211,7 +211,7 @@ async def test_the_integrator_loop_paces_checkpoints(log_engine: AsyncEngine) ->
         async def all_in() -> bool:
             return (await log.state()).integrated_size == appended
 
-        await eventually(all_in, timeout=5)
+        await eventually(all_in, timeout=60)
         elapsed = time.monotonic() - started
         sizes = [size for size, _ in await stored_checkpoints(log_engine, log)]
         # Woken by each append, it still makes one checkpoint per interval at most.
@@ -237,7 +237,7 @@ async def test_the_loop_finds_appends_of_other_processes_by_polling(
         async def integrated() -> bool:
             return (await log.state()).integrated_size == 1
 
-        await eventually(integrated, timeout=5)
+        await eventually(integrated, timeout=60)
     finally:
         await integrator.stop()
         await integrator.stop()  # idempotent

@@ -320,7 +320,7 @@ async def test_two_replicas_queueing_at_once_make_one_log(log_engine: AsyncEngin
         async def all_integrated() -> bool:
             return (await replicas[0].integrated_size()) == 120
 
-        await eventually(all_integrated, timeout=10)
+        await eventually(all_integrated, timeout=60)
         for integrator in integrators:
             await integrator.stop()
         stored = [data for _, data in await stored_leaves(log_engine, replicas[0])]
@@ -460,14 +460,14 @@ async def test_appends_wake_the_loop_whatever_its_schedule_without_the_poll(
             async def integrated(expected: int = 2 * (round_ + 1)) -> bool:
                 return await log.integrated_size() == expected
 
-            await eventually(integrated, timeout=3)
+            await eventually(integrated, timeout=60)
             await asyncio.sleep(0.3 * round_)  # idle a while: the schedule is not waiting
         await other.append([b"x"])
 
         async def other_integrated() -> bool:
             return await other.integrated_size() == 1
 
-        await eventually(other_integrated, timeout=3)
+        await eventually(other_integrated, timeout=60)
     finally:
         await integrator.stop()
 

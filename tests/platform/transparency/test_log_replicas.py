@@ -58,7 +58,7 @@ async def test_two_replicas_appending_at_once_make_one_log(log_engine: AsyncEngi
             async def all_integrated() -> bool:
                 return (await replicas[0].state()).integrated_size == len(appended)
 
-            await eventually(all_integrated, timeout=10)
+            await eventually(all_integrated, timeout=60)
         finally:
             for integrator in integrators:
                 await integrator.stop()
