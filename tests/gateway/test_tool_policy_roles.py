@@ -190,6 +190,37 @@ async def test_execute_and_mcp_run_a_services_call_as_the_user_it_acts_for(
     assert calls.count == 2
 
 
+async def test_an_idempotency_key_replays_only_what_the_caller_may_call_now(
+    backend: Backend, test_tools: tuple[Tool, ...], calls: Calls, tmp_path: Path
+):
+    """dave is an analyst only by his JWT's roles claim. His key's earlier answer is not handed
+    to a caller the policy refuses the tool: a service acting for dave (settings roles: none),
+    or dave's own token without the claim. Each refusal is audited as a call of its own."""
+    key = {"Idempotency-Key": "k-1"}
+    service_for_dave = {"Authorization": "Bearer tok-svc", "X-Conclave-Acting-User": "dave"}
+    async with _gateway(backend, test_tools, _catalogue(tmp_path, POLICY)) as client:
+        first = await client.post(
+            "/execute", json=COUNT, headers={**_bearer("dave", ["analyst"]), **key}
+        )
+        again = await client.post(
+            "/execute", json=COUNT, headers={**_bearer("dave", ["analyst"]), **key}
+        )
+        by_service = await client.post("/execute", json=COUNT, headers={**service_for_dave, **key})
+        no_claim = await client.post("/execute", json=COUNT, headers={**_bearer("dave", []), **key})
+    assert first.status_code == 200 and again.headers.get("Idempotent-Replayed") == "true"
+    assert again.json()["conclave_id"] == first.json()["conclave_id"]
+    for refused in (by_service, no_claim):
+        assert refused.status_code == 404 and refused.json()["code"] == "UNKNOWN_TOOL"
+        assert "Idempotent-Replayed" not in refused.headers
+    rows = await audit_rows(backend)
+    assert sorted((row.status, row.idempotency_key) for row in rows) == [
+        ("rejected", None),
+        ("rejected", None),
+        ("succeeded", "k-1"),
+    ]
+    assert calls.count == 1
+
+
 @pytest.mark.parametrize(
     "roles",
     [["analyst", 1], [["analyst"]], {"analyst": True}, ["analyst", None], 7, True],

@@ -119,6 +119,14 @@ class GatewayService:
         started = time.perf_counter()
         await self._limits.admit_user(command.user_id)
         conclave_id = new_id()
+        alias = self.registry.alias(command.tool)
+        registered = self.registry.resolve(alias.alias.canonical if alias else command.tool)
+        refusal = police_call(self.policy, command.user_id, command.roles, alias, registered)
+        if refusal is not None:
+            # Policed before any replay: a key must not answer what the caller may not call now
+            # (roles differ between a user's own token and a service acting for them). The
+            # refusal is a call of its own, audited without the key the earlier call holds.
+            command = replace(command, idempotency_key=None)
         fingerprint = request_hash(command.tool, command.args) if command.idempotency_key else None
         if command.idempotency_key:
             earlier = await replay(
@@ -126,9 +134,6 @@ class GatewayService:
             )
             if earlier is not None:
                 return earlier
-        alias = self.registry.alias(command.tool)
-        registered = self.registry.resolve(alias.alias.canonical if alias else command.tool)
-        refusal = police_call(self.policy, command.user_id, command.roles, alias, registered)
         if refusal is not None and refusal.hidden:
             alias = registered = None
         forbidden = refusal.rejection() if refusal is not None and not refusal.hidden else None
