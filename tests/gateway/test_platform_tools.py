@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from conclave.collector.app import create_app as create_collector_app
 from conclave.edge.app import create_app as create_edge_app
@@ -151,19 +152,30 @@ async def test_collector_refuses_a_gateway_that_is_no_service(backend, tmp_path)
     collector = collector_settings(
         tmp_path, run_workers=False, auth="enabled", api_tokens="tok-gw=gateway-svc,tok-ann=ann"
     )
+    gateway = test_settings(auth="enabled", api_tokens="tok-ann=ann", service_token="tok-gw")
     async with (
         Platform.open(collector, engine=backend.engine, bus=backend.bus) as platform,
         running_server(create_collector_app(collector, platform=platform)) as collector_url,
-        run_gateway(
-            backend, test_settings(collector_url=collector_url, service_token="tok-gw")
-        ) as gw,
+        run_gateway(backend, gateway.model_copy(update={"collector_url": collector_url})) as gw,
         httpx.AsyncClient(base_url=collector_url) as direct,
     ):
         run = {"expedition_type": "audit", "target_collections": ["notes"]}
-        refused = await gw.post("/execute", json={"tool": "run_expedition", "args": run})
+        refused = await gw.post(
+            "/execute",
+            json={"tool": "run_expedition", "args": run},
+            headers={"Authorization": "Bearer tok-ann"},
+        )
         assert refused.status_code == 422
         assert "ACTING_USER_FORBIDDEN" in refused.json()["detail"]
         history = await direct.get(
             "/expedition/history", headers={"Authorization": "Bearer tok-gw"}
         )
         assert history.json()["expeditions"] == []
+
+
+async def test_a_gateway_without_authentication_refuses_to_hold_a_service_token(backend):
+    """With auth off a caller names their own user; a service token would let anyone reaching
+    the gateway act as any user at the services that trust it. The gateway does not start."""
+    with pytest.raises(ValueError, match="GATEWAY_SERVICE_TOKEN is set while CONCLAVE_AUTH"):
+        async with run_gateway(backend, test_settings(auth="disabled", service_token="tok-gw")):
+            pass
