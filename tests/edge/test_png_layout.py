@@ -151,3 +151,32 @@ def test_a_png_read_from_one_opening_is_still_proven_chunk_by_chunk(tmp_path: Pa
     facts = image.extract(str(animated), "png", {})
     assert facts["frames"] == 3
     assert facts == _full_path(animated)
+
+
+def _claiming_frames(png: bytes, claimed: int) -> bytes:
+    """``png`` (an APNG) with its acTL chunk claiming ``claimed`` frames, its CRC made good."""
+    at = png.index(b"acTL") - 4
+    (length,) = struct.unpack(">I", png[at : at + 4])
+    plays = png[at + 12 : at + 16]
+    chunk = _chunk(b"acTL", struct.pack(">I", claimed) + plays)
+    return png[:at] + chunk + png[at + 12 + length :]
+
+
+def test_an_animated_png_is_described_with_the_frames_it_holds_not_those_it_claims(
+    tmp_path: Path,
+) -> None:
+    frames = [Image.new("RGB", (16, 16), (n * 90, 0, 0)) for n in range(2)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, "PNG", save_all=True, append_images=frames[1:])
+    honest = buffer.getvalue()
+    lying = _claiming_frames(honest, 2**31)
+    late_text = _before_iend(lying, _chunk(b"tEXt", b"Comment\x00late"))  # the general path
+    for name, data in {"lying.png": lying, "lying-late-text.png": late_text}.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        layout = png_layout(str(path))
+        assert layout is not None and layout.frame_controls == 2, name
+        assert image.extract(str(path), "png", {})["frames"] == 2, name
+    fewer = tmp_path / "claims-one.png"  # a claim under the fcTL count is what a player shows
+    fewer.write_bytes(_claiming_frames(honest, 1))
+    assert image.extract(str(fewer), "png", {})["frames"] == 1

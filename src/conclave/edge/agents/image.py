@@ -192,7 +192,15 @@ def _refuse_bomb(image: Image.Image, path: str) -> None:
         )
 
 
-def _describe_plain_png(path: str) -> dict[str, Any] | None:
+def _png_frames(claimed: int, png: PngLayout | None) -> int:
+    """The frames of a PNG whose ``acTL`` claims ``claimed``: no more than its ``fcTL`` chunks,
+    as a player shows them (a 2-frame file claiming 2,147,483,648 was described so)."""
+    if png is None or claimed <= 1:
+        return claimed
+    return max(1, min(claimed, png.frame_controls))
+
+
+def _describe_plain_png(path: str, png: PngLayout) -> dict[str, Any] | None:
     """Facts of a PNG whose chunk layout needs no decoding, read from one opening that Pillow's
     ``verify`` then proves (every chunk's CRC): the general path opens the file a second time
     for ``verify``, which made up half of such a parse (docs/edge.md). ``None`` when Pillow
@@ -207,8 +215,8 @@ def _describe_plain_png(path: str) -> dict[str, Any] | None:
                 "width": image.width,
                 "height": image.height,
                 "mode": image.mode,
-                # An APNG's count is read from its acTL chunk at opening: nothing is seeked.
-                "frames": int(getattr(image, "n_frames", 1)),
+                # An APNG's claim is read from its acTL chunk at opening: nothing is seeked.
+                "frames": _png_frames(int(getattr(image, "n_frames", 1)), png),
             }
             # PngImageFile.getexif decodes the whole image to look past its data; the layout
             # says nothing is there, and the base class reads what the headers held.
@@ -292,7 +300,7 @@ def describe_image(path: str, fmt: str, png: PngLayout | None = None) -> dict[st
     if fmt == "tiff":
         return describe_tiff(path, read_structure(path))
     plain = png is not None and not png.exif_needs_decoding
-    if plain and (read_once := _describe_plain_png(path)) is not None:
+    if plain and png is not None and (read_once := _describe_plain_png(path, png)) is not None:
         return read_once
     with open_checked(path, fmt) as image:
         width, height = image.size
@@ -300,6 +308,8 @@ def describe_image(path: str, fmt: str, png: PngLayout | None = None) -> dict[st
             with Image.open(path) as original:
                 width, height = original.size  # draft mode shrank the decoded copy
         frames, at_least = _frames(image, path)
+        if image.format == "PNG":
+            frames = _png_frames(frames, png)
         facts: dict[str, Any] = {
             "format": image.format,
             "width": width,

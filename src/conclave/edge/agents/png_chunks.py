@@ -37,6 +37,9 @@ class PngLayout:
     text_after_data: bool
     has_manifest_chunk: bool
     has_xmp: bool
+    frame_controls: int = 0
+    """How many ``fcTL`` chunks (an APNG's frames) the file holds: its ``acTL`` chunk only
+    claims a count, which Pillow reports as is."""
 
     @property
     def exif_needs_decoding(self) -> bool:
@@ -52,6 +55,7 @@ class PngLayout:
 def png_layout(path: str) -> PngLayout | None:
     """The layout of the PNG at ``path``, or ``None`` when its chunks do not read cleanly."""
     exif = text_after = manifest = xmp = seen_data = False
+    frames = 0
     with open(path, "rb") as stream:
         if stream.read(8) != SIGNATURE:
             return None
@@ -61,12 +65,14 @@ def png_layout(path: str) -> PngLayout | None:
                 return None  # ended without IEND
             length, kind = struct.unpack(">I4s", header)
             if kind == b"IEND":
-                return PngLayout(exif, text_after, manifest, xmp)
+                return PngLayout(exif, text_after, manifest, xmp, frames)
             start = stream.tell()
             if kind == b"IDAT":
                 seen_data = True
             elif kind == b"eXIf":
                 exif = True
+            elif kind == b"fcTL":
+                frames += 1
             elif kind == b"caBX":
                 manifest = True
             elif kind in TEXT_CHUNKS:
