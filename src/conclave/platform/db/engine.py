@@ -19,7 +19,7 @@ from conclave.platform.errors import StoreUnavailable
 from conclave.platform.jsontext import json_encoder
 
 # SQLAlchemy's default for JSON columns is json.dumps, which builds an encoder per value: a
-# governed call writes five JSON values. Built once, the same text (and errors).
+# governed call writes four or five JSON values. Built once: the same text (and errors).
 _json_column_text = json_encoder(same_errors=True)
 
 
