@@ -130,3 +130,23 @@ def test_an_encoder_refusing_non_finite_numbers_refuses_as_json_dumps_does() -> 
         with pytest.raises(ValueError) as theirs:
             json.dumps([[number]], allow_nan=False)
         assert str(ours.value) == str(theirs.value)
+
+
+def test_an_encoder_with_the_same_errors_tells_a_value_holding_itself_from_deep_nesting() -> None:
+    """Callers that answer the two differently (a tool's result) get ``json.dumps``'s errors."""
+    encode = json_encoder(separators=(",", ":"), same_errors=True)
+    holds_itself: list[Any] = [1]
+    holds_itself.append(holds_itself)
+    with pytest.raises(ValueError) as ours:
+        encode(holds_itself)
+    with pytest.raises(ValueError) as theirs:
+        json.dumps(holds_itself, separators=(",", ":"))
+    assert str(ours.value) == str(theirs.value)
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(RecursionError):
+        encode(deep)
+    assert encode({"b": [1.5, None], "a": "é"}) == json.dumps(
+        {"b": [1.5, None], "a": "é"}, separators=(",", ":")
+    )

@@ -8,18 +8,18 @@ calls write a flood of rows.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 from conclave.gateway.tools import Tool
 from conclave.platform.errors import RateLimited
+from conclave.platform.jsontext import json_encoder
 from conclave.platform.problem_types import ProblemCode
 from conclave.platform.ratelimit import Rate, RateLimiter, enforce
 
 # Made once: json.dumps builds an encoder per call when given options.
-_SIZE = json.JSONEncoder(separators=(",", ":"), default=str)
+_size_text = json_encoder(separators=(",", ":"), default=str, same_errors=True)
 _UNLIMITED: AbstractAsyncContextManager[None] = nullcontext()
 
 
@@ -44,7 +44,7 @@ class CallLimits:
 
     def args_too_large(self, args: Any) -> bool:
         """True when ``args`` serialise to more than ``max_args_bytes``."""
-        size = len(_SIZE.encode(args).encode())
+        size = len(_size_text(args).encode())
         return size > self.max_args_bytes
 
     def slot(self, tool: Tool) -> AbstractAsyncContextManager[None]:

@@ -68,7 +68,7 @@ from conclave.platform.inputs import (
     find_unsafe,
     text_problem,
 )
-from conclave.platform.jsontext import COMPACT
+from conclave.platform.jsontext import compact_text
 from conclave.platform.logs import correlation_id_var
 from conclave.platform.middleware import replay_body
 from conclave.platform.problem_types import ProblemCode
@@ -432,7 +432,7 @@ class McpEndpoint:
             answer = error.model_dump_json(by_alias=True, exclude_unset=True)
         else:
             reply = {"jsonrpc": "2.0", "id": request_id, "result": dumped}
-            answer = COMPACT.encode(reply)
+            answer = compact_text(reply)
         response = Response(answer, media_type="application/json")
         await response(request.scope, _no_more_body, send)
         return True

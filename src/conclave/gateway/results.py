@@ -15,15 +15,17 @@ which is what the cap must count (see the ``json_query`` tool's own budget).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from conclave.platform.inputs import find_unsafe
+from conclave.platform.jsontext import json_encoder
 from conclave.platform.problem_types import ProblemCode
 
-_STRICT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_strict_text = json_encoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), same_errors=True
+)
 # What the encoded text shows of the values a walk must confirm: NUL, and integers of 19 digits
 # or more (beyond 64 bits, as for inputs). Text holding the same characters is told apart by it.
 _SUSPECT = re.compile(r"\\u0000|[0-9]{19}")
@@ -41,7 +43,7 @@ class ResultProblem:
 def result_problem(result: Any, max_bytes: int) -> ResultProblem | None:
     """The reason ``result`` cannot be stored and answered as it is, or ``None``."""
     try:
-        text = _STRICT.encode(result)
+        text = _strict_text(result)
     except TypeError as exc:
         return _invalid(f"it is not JSON ({exc})")
     except ValueError as exc:

@@ -53,6 +53,7 @@ from conclave.platform.inputs import UnsafeInput, escape_text
 from conclave.platform.outbox import outbox_write
 from conclave.platform.problem_types import ProblemCode
 from conclave.platform.runtime import Platform
+from conclave.platform.shielding import shielded
 from conclave.platform.tlog.log import TransparencyLog
 
 log = logging.getLogger(__name__)
@@ -328,7 +329,8 @@ class GatewayService:
             ending = judge_result(registered, command.args, result, self._max_result_bytes)
         # The tool has finished: a cancellation landing now must not leave its row `running`
         # (nor interrupt the retries of a store blip). The row keeps what really happened.
-        with anyio.CancelScope(shield=True):
+        # (`shielded`: no scope is made for a task no anyio scope can cancel, as `/execute`'s.)
+        with shielded():
             outcome = await self._finish(
                 call, ending, upstream_credential=context.upstream_credential
             )

@@ -12,12 +12,21 @@ def utc_now() -> datetime:
 
 def rfc3339(moment: datetime) -> str:
     """Serialise an aware datetime as RFC 3339 UTC with a ``Z`` suffix (microsecond precision)."""
-    if moment.tzinfo is None:
-        # SQLite hands naive datetimes back; they were stored as UTC.
-        moment = moment.replace(tzinfo=UTC)
-    elif moment.tzinfo is not UTC:  # most moments are utc_now()'s: no conversion needed
+    # A naive datetime (SQLite hands them back) was stored as UTC: its fields are UTC's already.
+    if moment.tzinfo is not None and moment.tzinfo is not UTC:  # most are utc_now()'s
         moment = moment.astimezone(UTC)
-    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    # The text of isoformat(timespec="microseconds") with "Z" for "+00:00", formatted directly:
+    # half the cost (an f-string with the same widths costs more than isoformat), and a governed
+    # call writes three timestamps.
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (  # noqa: UP031
+        moment.year,
+        moment.month,
+        moment.day,
+        moment.hour,
+        moment.minute,
+        moment.second,
+        moment.microsecond,
+    )
 
 
 def as_utc(moment: datetime) -> datetime:

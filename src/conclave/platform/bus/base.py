@@ -13,7 +13,7 @@ from conclave.platform.clock import rfc3339, utc_now
 from conclave.platform.db.engine import is_store_down
 from conclave.platform.errors import Unavailable
 from conclave.platform.ids import new_id
-from conclave.platform.jsontext import COMPACT
+from conclave.platform.jsontext import compact_text
 from conclave.platform.logs import correlation_id_var
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class Event:
             "source": self.source,
             "emitted_at": rfc3339(self.emitted_at),
             "correlation_id": self.correlation_id or "",
-            "payload": COMPACT.encode(self.payload),
+            "payload": compact_text(self.payload),
         }
 
 

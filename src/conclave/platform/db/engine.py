@@ -16,6 +16,11 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from conclave.platform.errors import StoreUnavailable
+from conclave.platform.jsontext import json_encoder
+
+# SQLAlchemy's default for JSON columns is json.dumps, which builds an encoder per value: a
+# governed call writes four or five JSON values. Built once: the same text (and errors).
+_json_column_text = json_encoder(same_errors=True)
 
 
 def is_store_down(exc: BaseException) -> bool:
@@ -58,7 +63,9 @@ def create_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        engine = create_async_engine(
+            url, connect_args={"timeout": 30}, json_serializer=_json_column_text
+        )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     # Plan every execution of a prepared statement with its parameters: a generic plan made while
@@ -79,6 +86,7 @@ def create_engine(url: str, *, pool_size: int = 10, schema: str | None = None) -
         pool_pre_ping=False,
         pool_timeout=5,
         connect_args=connect_args,
+        json_serializer=_json_column_text,
     )
 
 

@@ -62,7 +62,40 @@ def optional_json_sha256(value: Any) -> str | None:
 def json_sha256(value: Any) -> str:
     """SHA-256 (hex) of the canonical JSON of ``value`` as a JSON column keeps it
     (:func:`stored_form`): the hash of a row's value is the same before and after storing it."""
-    return sha256_hex(canonical_json(stored_form(value)))
+    if _stored_as_it_is(value, _LOOK_AT_MOST) < 0:
+        value = stored_form(value)
+    return sha256_hex(canonical_json(value))
+
+
+# Values storing leaves as they are: text, numbers, true, false, null, and lists and objects of
+# them, the objects with text keys (a key ``2`` is read back as ``"2"``, which sorts otherwise).
+# Anything else (a tuple, an enum, a value written as its ``str``) makes the round trip. Looking
+# is cheaper than the round trip only for small values, as most arguments and results are.
+_AS_STORED = frozenset({str, int, float, bool, type(None)})
+_LOOK_AT_MOST = 64
+
+
+def _stored_as_it_is(value: Any, budget: int) -> int:
+    """``budget`` less the values looked at in ``value``; below zero when ``value`` may change
+    by storing it or holds more than ``budget`` values."""
+    kind = type(value)
+    if kind in _AS_STORED:
+        return budget - 1
+    if kind is dict:
+        budget -= 1
+        for key, item in value.items():
+            if type(key) is not str or budget < 0:
+                return -1
+            budget = _stored_as_it_is(item, budget)
+        return budget
+    if kind is list:
+        budget -= 1
+        for item in value:
+            if budget < 0:
+                return -1
+            budget = _stored_as_it_is(item, budget)
+        return budget
+    return -1
 
 
 def owner_reads(owner_field: str) -> Callable[[Principal, bytes], bool]:
