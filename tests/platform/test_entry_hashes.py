@@ -34,6 +34,10 @@ VALUES: list[Any] = [
     {"set": {3}},  # not JSON: written as its str
     {"many": list(range(500)), "keys": {str(i): i for i in range(200)}},
     [[[[[[[[[[{"deep": {2: "x"}}]]]]]]]]]],
+    # A surrogate pair held as two code points: storing joins it into one character, which sorts
+    # after U+E000 (outside attack), and may then equal another key.
+    {"\ud800\udc00": 1, "\ue000": 2},
+    {"\ud800\udc00": 1, "\U00010000": 2},
 ]
 
 

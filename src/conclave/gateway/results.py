@@ -15,17 +15,19 @@ which is what the cap must count (see the ``json_query`` tool's own budget).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from conclave.platform.inputs import find_unsafe
-from conclave.platform.jsontext import json_encoder
 from conclave.platform.problem_types import ProblemCode
 
-_strict_text = json_encoder(
-    ensure_ascii=False, allow_nan=False, separators=(",", ":"), same_errors=True
-)
+# The standard encoder, not a prebuilt one: a tool's result is the one foreign value encoded
+# here, and only the standard encoder notices at once that a value contains itself (the prebuilt
+# one writes it out again at every level until the recursion limit: seconds of CPU and hundreds
+# of MiB on the event loop for a result with a back-link, before the same refusal).
+_strict_text = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 # What the encoded text shows of the values a walk must confirm: NUL, and integers of 19 digits
 # or more (beyond 64 bits, as for inputs). Text holding the same characters is told apart by it.
 _SUSPECT = re.compile(r"\\u0000|[0-9]{19}")
@@ -49,6 +51,8 @@ def result_problem(result: Any, max_bytes: int) -> ResultProblem | None:
     except ValueError as exc:
         if "float" in str(exc):
             return _invalid("it holds NaN or Infinity, which JSON cannot carry")
+        if "Circular reference" in str(exc):
+            return _invalid("it contains itself (a circular reference)")
         return _invalid("it holds an integer too long to write out")
     except RecursionError:
         return _invalid("it nests too deeply to write out")

@@ -75,6 +75,12 @@ _AS_STORED = frozenset({str, int, float, bool, type(None)})
 _LOOK_AT_MOST = 64
 
 
+def _surrogates(key: str) -> bool:
+    # Storing joins a surrogate pair written as two code points into one character, which sorts
+    # elsewhere among the keys (and may then equal another key): such a key makes the round trip.
+    return any("\ud800" <= character <= "\udfff" for character in key)
+
+
 def _stored_as_it_is(value: Any, budget: int) -> int:
     """``budget`` less the values looked at in ``value``; below zero when ``value`` may change
     by storing it or holds more than ``budget`` values."""
@@ -84,7 +90,7 @@ def _stored_as_it_is(value: Any, budget: int) -> int:
     if kind is dict:
         budget -= 1
         for key, item in value.items():
-            if type(key) is not str or budget < 0:
+            if type(key) is not str or budget < 0 or (not key.isascii() and _surrogates(key)):
                 return -1
             budget = _stored_as_it_is(item, budget)
         return budget
