@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -150,3 +151,16 @@ def test_an_encoder_with_the_same_errors_tells_a_value_holding_itself_from_deep_
     assert encode({"b": [1.5, None], "a": "é"}) == json.dumps(
         {"b": [1.5, None], "a": "é"}, separators=(",", ":")
     )
+
+
+def test_an_encoder_with_the_same_errors_refuses_a_large_value_holding_itself_at_once() -> None:
+    """A tree with a parent link is refused when the encoder meets the root again, not written
+    out at every level up to the recursion limit first (seconds of CPU and hundreds of MiB)."""
+    encode = json_encoder(separators=(",", ":"), same_errors=True)
+    tree: dict[str, Any] = {"children": [{"id": n} for n in range(10_000)]}
+    tree["parent"] = tree
+    started = time.thread_time()
+    with pytest.raises(ValueError, match="Circular reference"):
+        encode(tree)
+    assert time.thread_time() - started < 0.5
+    assert encode({"tree": [1, 2]}) == '{"tree":[1,2]}'  # nothing left over from the refusal

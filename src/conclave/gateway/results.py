@@ -15,19 +15,19 @@ which is what the cap must count (see the ``json_query`` tool's own budget).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from conclave.platform.inputs import find_unsafe
+from conclave.platform.jsontext import json_encoder
 from conclave.platform.problem_types import ProblemCode
 
-# The standard encoder, not a prebuilt one: a tool's result is the one foreign value encoded
-# here, and only the standard encoder notices at once that a value contains itself (the prebuilt
-# one writes it out again at every level until the recursion limit: seconds of CPU and hundreds
-# of MiB on the event loop for a result with a back-link, before the same refusal).
-_strict_text = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+# `same_errors`: a tool's result may contain itself (a plug-in's tree with a parent link), which
+# must be refused as soon as it is met again.
+_strict_text = json_encoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), same_errors=True
+)
 # What the encoded text shows of the values a walk must confirm: NUL, and integers of 19 digits
 # or more (beyond 64 bits, as for inputs). Text holding the same characters is told apart by it.
 _SUSPECT = re.compile(r"\\u0000|[0-9]{19}")

@@ -68,12 +68,15 @@ def json_encoder(
     now.
 
     One difference: a value that contains itself raises ``RecursionError`` instead of
-    ``ValueError`` (the encoder keeps no set of the containers it is in, which would have to be
-    made anew for every call), unless ``same_errors``: then a ``RecursionError`` is answered by
-    ``json.dumps`` itself (``ValueError`` for a value that contains itself, ``RecursionError``
-    for one nested too deeply), for callers that tell the two apart. Falls back to ``json.dumps``
-    itself where the C encoder is not available or does not write the probe document exactly as
-    ``json.dumps`` does.
+    ``ValueError``, and only once it has been written out again at every level up to the
+    recursion limit (the encoder keeps no record of the containers it is in). With
+    ``same_errors`` the C encoder is made for each call with a record of its own, as
+    ``json.dumps`` does: such a value is refused with ``ValueError`` as soon as it is met again
+    (a plug-in's tree with a parent link cost seconds of CPU and hundreds of MiB before), and no
+    record is shared between threads; still cheaper than ``json.dumps``, which also builds a
+    ``JSONEncoder``. Values that come from JSON, never circular, can take the faster encoder.
+    Falls back to ``json.dumps`` itself where the C encoder is not available or does not write
+    the probe document exactly as ``json.dumps`` does.
     """
     options: dict[str, Any] = {
         "sort_keys": sort_keys,
@@ -87,33 +90,24 @@ def json_encoder(
         return slow
     settings = json.JSONEncoder(**options)
     text = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    # The C encoder's arguments after its record of containers: no indent, no skipkeys.
+    rest: tuple[Any, ...] = (settings.default, text, None, settings.key_separator)
+    rest += (settings.item_separator, sort_keys, False, allow_nan)
     try:
-        encode = _c_make_encoder(
-            None,  # no markers: see above
-            settings.default,
-            text,
-            None,  # no indent
-            settings.key_separator,
-            settings.item_separator,
-            sort_keys,
-            False,  # skipkeys
-            allow_nan,
-        )
+        encode = _c_make_encoder(None, *rest)  # no record: see above
 
         def fast(value: Any) -> str:
             return "".join(encode(value, 0))
 
-        def fast_same_errors(value: Any) -> str:
-            try:
-                return "".join(encode(value, 0))
-            except RecursionError:
-                return slow(value)
+        def checked(value: Any) -> str:
+            return "".join(_c_make_encoder({}, *rest)(value, 0))
 
-        if fast(_PROBE) != slow(_PROBE):
+        chosen = checked if same_errors else fast
+        if chosen(_PROBE) != slow(_PROBE):
             return slow
     except (TypeError, ValueError):  # another Python's encoder takes other arguments
         return slow
-    return fast_same_errors if same_errors else fast
+    return chosen
 
 
 compact_text = json_encoder(ensure_ascii=False, separators=(",", ":"), same_errors=True)
