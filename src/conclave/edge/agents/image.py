@@ -299,9 +299,10 @@ def describe_image(path: str, fmt: str, png: PngLayout | None = None) -> dict[st
     layout, when read, which spares decoding it to look for EXIF that is not there)."""
     if fmt == "tiff":
         return describe_tiff(path, read_structure(path))
-    plain = png is not None and not png.exif_needs_decoding
-    if plain and png is not None and (read_once := _describe_plain_png(path, png)) is not None:
-        return read_once
+    if png is not None and not png.exif_needs_decoding:
+        read_once = _describe_plain_png(path, png)
+        if read_once is not None:
+            return read_once
     with open_checked(path, fmt) as image:
         width, height = image.size
         if image.format == "JPEG":
