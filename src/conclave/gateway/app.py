@@ -96,14 +96,6 @@ def backend_tools(
     breakers: dict[str, CircuitBreaker] = {}
     fallbacks = {"signals_table": signals_table_fallback(platform)}
     token = settings.service_token.get_secret_value() or None
-    if token is not None and settings.auth == "disabled":
-        # With auth off a caller names their own user, and the platform tools would present that
-        # name to the other services with a credential they trust to act for anyone.
-        raise ValueError(
-            "GATEWAY_SERVICE_TOKEN is set while CONCLAVE_AUTH is disabled: anyone reaching this "
-            "gateway could act as any user at the services that trust the token. Enable "
-            "authentication, or unset the token."
-        )
     tools: list[Tool] = []
     for catalogue in catalogues:
         tools += build_tools(catalogue, settings.backend_urls(), http, breakers, fallbacks, token)

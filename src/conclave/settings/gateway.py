@@ -272,6 +272,18 @@ class GatewaySettings(CommonSettings):
         return self
 
     @model_validator(mode="after")
+    def _no_service_token_without_auth(self) -> GatewaySettings:
+        # With auth off a caller names their own user, and the platform tools would present that
+        # name to the other services with a credential they trust to act for anyone.
+        if self.auth == "disabled" and self.service_token.get_secret_value():
+            raise ValueError(
+                "GATEWAY_SERVICE_TOKEN is set while CONCLAVE_AUTH is disabled: anyone reaching "
+                "this gateway could act as any user at the services that trust the token. Enable "
+                "authentication, or unset the token."
+            )
+        return self
+
+    @model_validator(mode="after")
     def _mcp_hosts_are_allowed_hosts(self) -> GatewaySettings:
         # The setting predates the guard of every route: a deployment that set it keeps working.
         if "mcp_allowed_hosts" in self.model_fields_set:
