@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -63,6 +64,10 @@ def outbox_row(event_id: str) -> Insert:
     )  # fmt: skip
 
 
+def consumed_rows(event_id: str) -> list[Insert]:
+    return [consumed(event_id)]
+
+
 async def stored_ids(engine: AsyncEngine) -> set[str]:
     async with engine.connect() as connection:
         return set((await connection.scalars(select(consumed_events.c.event_id))).all())
@@ -92,6 +97,72 @@ async def test_a_bad_write_fails_only_its_caller(engine: AsyncEngine, writer: Ba
 
     assert isinstance(results[5], IntegrityError)
     assert [r for i, r in enumerate(results) if i != 5] == [None] * 10
+    assert await stored_ids(engine) == {"taken", *good}
+
+
+async def test_built_writes_are_made_by_the_committer_and_commit_together(
+    engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    made: list[str] = []
+    commits: list[int] = []
+    writer.after_commit(lambda committed: commits.append(1))
+
+    def build(event_id: str) -> Callable[[], list[Insert]]:
+        def writes() -> list[Insert]:
+            made.append(event_id)
+            return [consumed(event_id)]
+
+        return writes
+
+    ids = [str(uuid.uuid4()) for _ in range(40)]
+    calls = [writer.write_built(build(event_id)) for event_id in ids]
+    assert made == []  # nothing is made before the committer takes the batch
+
+    await asyncio.gather(*calls)
+
+    assert sorted(made) == sorted(ids)  # each build ran once
+    assert await stored_ids(engine) == set(ids)
+    assert len(commits) < len(ids)
+
+
+async def test_a_build_that_raises_fails_only_its_caller(
+    engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    def broken() -> list[Insert]:
+        raise ValueError("no rows for this one")
+
+    good = [str(uuid.uuid4()) for _ in range(6)]
+    calls = [writer.write_built(functools.partial(consumed_rows, event_id)) for event_id in good]
+    calls.insert(3, writer.write_built(broken))
+
+    results = await asyncio.gather(*calls, return_exceptions=True)
+
+    assert isinstance(results[3], ValueError) and str(results[3]) == "no rows for this one"
+    assert [r for i, r in enumerate(results) if i != 3] == [None] * 6
+    assert await stored_ids(engine) == set(good)
+
+
+async def test_a_built_write_in_a_batch_committed_again_in_halves_is_made_once(
+    engine: AsyncEngine, writer: BatchWriter
+) -> None:
+    await writer.write(consumed("taken"))
+    made: list[str] = []
+
+    def build(event_id: str) -> Callable[[], list[Insert]]:
+        def writes() -> list[Insert]:
+            made.append(event_id)
+            return [consumed(event_id)]
+
+        return writes
+
+    good = [str(uuid.uuid4()) for _ in range(8)]
+    calls = [writer.write_built(build(event_id)) for event_id in good]
+    calls.insert(4, writer.write_built(build("taken")))  # breaks the primary key: halves
+
+    results = await asyncio.gather(*calls, return_exceptions=True)
+
+    assert isinstance(results[4], IntegrityError)
+    assert sorted(made) == sorted([*good, "taken"])
     assert await stored_ids(engine) == {"taken", *good}
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from conclave.gateway.records import AuditRow
 from conclave.platform.clock import rfc3339
+from conclave.platform.jsontext import json_encoder
 from conclave.platform.tlog import entries
 from conclave.platform.tlog.entries import (
     canonical_json,
@@ -58,28 +59,33 @@ def call_entry(row: AuditRow) -> bytes:
     """The leaf entry of a finished call (``conclave.call/v1``). ``ValueError`` (or
     ``RecursionError``) for a row holding a value JSON cannot carry, which the audit never
     stores."""
-    return canonical_json(
+    # The keys are written in sorted order, so the encoder need not sort them (the text is
+    # canonical_json's: tests/gateway/test_call_log.py); one entry is made per governed call.
+    return _entry_text(
         {
-            "format": CALL_FORMAT,
-            "conclave_id": row.conclave_id,
-            "tool": row.tool_name,
-            "requested_tool": row.requested_tool,
-            "user_sha256": text_sha256(row.user_id),
-            "created_at": rfc3339(row.created_at),
-            "completed_at": rfc3339(row.completed_at) if row.completed_at else None,
-            "status": row.status,
-            "orthodoxy_status": row.orthodoxy_status,
-            "http_status": row.http_status,
-            "error_code": row.error_code,
             "args_sha256": json_sha256(row.args),
-            "result_sha256": optional_json_sha256(row.result),
             "canonical_args_sha256": optional_json_sha256(row.canonical_args),
-            "error_message_sha256": optional_text_sha256(row.error_message),
-            "warnings_sha256": optional_json_sha256(row.warnings),
+            "completed_at": rfc3339(row.completed_at) if row.completed_at else None,
+            "conclave_id": row.conclave_id,
             "correlation_id_sha256": optional_text_sha256(row.correlation_id),
+            "created_at": rfc3339(row.created_at),
             "duration_ms": row.duration_ms,
+            "error_code": row.error_code,
+            "error_message_sha256": optional_text_sha256(row.error_message),
+            "format": CALL_FORMAT,
+            "http_status": row.http_status,
+            "orthodoxy_status": row.orthodoxy_status,
+            "requested_tool": row.requested_tool,
+            "result_sha256": optional_json_sha256(row.result),
+            "status": row.status,
+            "tool": row.tool_name,
+            "user_sha256": text_sha256(row.user_id),
+            "warnings_sha256": optional_json_sha256(row.warnings),
         }
-    )
+    ).encode("ascii")
+
+
+_entry_text = json_encoder(separators=(",", ":"), ensure_ascii=True, default=str)
 
 
 may_read_call = entries.owner_reads("user_sha256")

@@ -20,9 +20,13 @@ SUCCEEDED, REJECTED, FAILED, TIMEOUT, RUNNING = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Outcome:
-    """A finished call as the caller sees it (also rebuilt from the audit row on replay)."""
+    """A finished call as the caller sees it (also rebuilt from the audit row on replay).
+
+    Not frozen: a frozen dataclass sets each of its fields through ``object.__setattr__``, and
+    one is made for every governed call; only the chain that made it sets its leaf hash once the
+    call's audit row committed (:meth:`GatewayService._logged`)."""
 
     conclave_id: str
     tool: str

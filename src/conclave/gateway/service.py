@@ -41,7 +41,7 @@ from conclave.gateway.tools import Tool, ToolContext, ToolExecutionError
 from conclave.gateway.validation import depth_exceeds, redact, schema_errors
 from conclave.gateway.workers import WorkerPool
 from conclave.platform.clock import utc_now
-from conclave.platform.db.batch import Insert
+from conclave.platform.db.batch import Build, Insert, Write
 from conclave.platform.errors import (
     ConclaveError,
     NotFound,
@@ -379,11 +379,10 @@ class GatewayService:
         )
         row.finish(outcome)
         # The tool has run: keep trying for a moment so a store blip does not lose its audit row.
+        written = self._finished_writes(row, prerecorded=call.prerecorded)
         for attempt in range(_FINISH_ATTEMPTS):
             try:
-                logged = self._queued_leaf(row)
-                audit = store.finish_call(row) if call.prerecorded else store.record_call(row)
-                await self._platform.writer.write(audit, outbox_write(call_event(row)), *logged)
+                await self._platform.writer.write_built(written)
                 break
             except IntegrityError:
                 if await recorded_already(self._platform.engine, row):
@@ -422,11 +421,8 @@ class GatewayService:
         row.finish(outcome)
         if errors:
             row.warnings = [f"{e['field']}: {e['message']}" for e in errors]
-        logged = self._queued_leaf(row)
         try:
-            await self._platform.writer.write(
-                store.record_call(row), outbox_write(call_event(row)), *logged
-            )
+            await self._platform.writer.write_built(self._finished_writes(row, prerecorded=False))
         except IntegrityError:
             if not await recorded_already(self._platform.engine, row):
                 return await conflicting_key(
@@ -436,6 +432,19 @@ class GatewayService:
             self._metrics.tool_label(self.policy, call.tool), REJECTED, HERETICAL, 0.0
         )
         return self._logged(row, outcome)
+
+    def _finished_writes(self, row: AuditRow, *, prerecorded: bool) -> Build:
+        """The writes of a finished call (its audit row, its event, its leaf), made when the
+        writer assembles the batch the call commits in: with the other calls' of that batch, in
+        one loop, that costs a third of the CPU it costs here (:meth:`BatchWriter.write_built`).
+        ``prerecorded``: a ``running`` row is already stored, and is finished."""
+
+        def writes() -> tuple[Write, ...]:
+            logged = self._queued_leaf(row)
+            audit = store.finish_call(row) if prerecorded else store.record_call(row)
+            return (audit, outbox_write(call_event(row)), *logged)
+
+        return writes
 
     def _queued_leaf(self, row: AuditRow) -> tuple[Insert, ...]:
         """The write that queues the finished call in the log ``calls``, committed with its
@@ -459,11 +468,8 @@ class GatewayService:
         if self._call_log is None or row.log_leaf_hash is None:
             return outcome
         self._call_log.notify_queued()
-        if outcome.errors:  # a rejection: its row keeps the errors only as warnings
-            return replace(outcome, log_leaf_hash=row.log_leaf_hash)
-        # The row holds what the outcome said (row.finish): rebuilding it is cheaper than a
-        # dataclasses.replace, once per call.
-        return row.outcome()
+        outcome.log_leaf_hash = row.log_leaf_hash
+        return outcome
 
 
 def _elapsed_ms(started: float) -> float:

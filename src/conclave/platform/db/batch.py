@@ -64,6 +64,10 @@ class UpdateAll:
 
 Write = Insert | Update | UpdateAll
 
+Build = Callable[[], Sequence[Write]]
+"""Makes a caller's writes when the committer assembles their batch (:meth:`BatchWriter.
+write_built`)."""
+
 
 @dataclass
 class _Pending:
@@ -71,6 +75,7 @@ class _Pending:
     done: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    build: Build | None = None
 
 
 def group_writes(writes: Sequence[Write]) -> list[Group]:
@@ -183,6 +188,22 @@ class BatchWriter:
         self._queue.put_nowait(pending)  # unbounded: never waits (and no coroutine to make)
         await pending.done
 
+    async def write_built(self, build: Build) -> None:
+        """Like ``write(*build())``, but ``build`` is called by the committer as it assembles the
+        batch, one caller's after another's in one loop.
+
+        Turning a record into rows (its values, its event, its log entry) costs about three times
+        the CPU when done once per request, between the other code a request runs, as when the
+        batch's records are turned one after another, where that code and its data stay in the
+        processor's caches (measured: 39 µs against 13 µs for a call's log entry). ``build`` runs
+        once, on the event loop, and must not await; what it raises is raised here, and the
+        batch commits without this caller's writes."""
+        if not self._tasks:
+            raise RuntimeError("BatchWriter.start() was not called")
+        pending = _Pending((), build=build)
+        self._queue.put_nowait(pending)
+        await pending.done
+
     async def _run(self) -> None:
         held = HeldConnection(self._engine)
         try:
@@ -209,6 +230,9 @@ class BatchWriter:
     async def _commit(
         self, batch: list[_Pending], held: HeldConnection | None = None, *, copy: bool | None = None
     ) -> None:
+        batch = _built(batch)
+        if not batch:
+            return
         copy = self._copy if copy is None else copy
         writes = [w for item in batch for w in item.writes]
         try:
@@ -252,6 +276,23 @@ class BatchWriter:
         ]
         for callback in self._after_commit:
             callback(committed)
+
+
+def _built(batch: list[_Pending]) -> list[_Pending]:
+    """``batch`` with every item's writes made (once: a batch committed again in halves keeps
+    them), less the items whose build raised, which learn it at once."""
+    ready = []
+    for item in batch:
+        build, item.build = item.build, None
+        if build is not None:
+            try:
+                item.writes = tuple(build())
+            except Exception as exc:
+                if not item.done.done():  # its caller may be gone (cancelled)
+                    item.done.set_exception(exc)
+                continue
+        ready.append(item)
+    return ready
 
 
 def _translate(exc: Exception) -> Exception:

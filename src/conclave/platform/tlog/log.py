@@ -225,7 +225,8 @@ class TransparencyLog:
         [leaf] = self._sequencer.limits.check([entry])
         hashed = leaf_hash(leaf)
         values = {"log_id": self._log_id, "leaf_hash": hashed, "data": leaf}
-        return QueuedLeaf(Insert(tlog_queue, {**values, "queued_at": self._clock()}), hashed)
+        values["queued_at"] = self._clock()
+        return QueuedLeaf(Insert(tlog_queue, values), hashed)
 
     def notify_queued(self) -> None:
         """Tell this process's integrator that queued leaves committed (it polls for other
