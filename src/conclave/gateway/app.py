@@ -27,6 +27,7 @@ from conclave.gateway.finance_api import finance_router
 from conclave.gateway.interrupted_calls import InterruptedCalls, sweeping
 from conclave.gateway.limits import CallLimits
 from conclave.gateway.mcp import MCP_PATH, McpEndpoint, McpHandlers
+from conclave.gateway.mcp_cancel_relay import CancelRelay
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.plugins import load_entry_point_tools, load_module_tools
 from conclave.gateway.policy import ToolPolicy
@@ -215,9 +216,12 @@ def create_app(
                 upstreams.serving(start_wait_seconds=settings.upstream_start_wait_seconds)
             )
             authenticator = app.state.authenticator
-            await stack.enter_async_context(
-                mcp_endpoint.serving(authenticator, McpHandlers(service))
-            )
+            handlers = McpHandlers(service)
+            relay = CancelRelay(runtime.bus, handlers.in_flight, metrics.consumed)
+            await relay.start()
+            stack.push_async_callback(relay.stop)
+            handlers.relay = relay
+            await stack.enter_async_context(mcp_endpoint.serving(authenticator, handlers))
             interrupted = InterruptedCalls(
                 registry, runtime, default_timeout=settings.tool_timeout_seconds
             )

@@ -35,6 +35,7 @@ from starlette.types import Message, Receive, Scope, Send
 from conclave import __version__
 from conclave.gateway.call_log import receipt_path
 from conclave.gateway.formats import render
+from conclave.gateway.mcp_cancel_relay import CancelRelay
 from conclave.gateway.mcp_refusals import (
     invalid_request_id,
     json_rpc_refusals,
@@ -46,6 +47,7 @@ from conclave.gateway.mcp_relay import (
     InFlightCalls,
     RequestCalls,
     cancel_on_disconnect,
+    cancelled_id,
     create_streaming_manager,
     progress_token,
     wants_event_stream,
@@ -85,6 +87,18 @@ class McpHandlers:
     def __init__(self, service: GatewayService) -> None:
         self._service = service
         self.in_flight = InFlightCalls()
+        self.relay: CancelRelay | None = None
+        """Tells the other gateway processes of a cancellation whose call does not run here
+        (set by the app once the relay runs)."""
+
+    async def cancel(self, user_id: str, message: dict[str, Any] | None) -> None:
+        """Cancel the call a ``notifications/cancelled`` of ``user_id`` names: here if it runs
+        here, else on the replica that runs it (through :attr:`relay`)."""
+        request_id = cancelled_id(message)
+        if request_id is None or self.in_flight.cancel_id(user_id, request_id):
+            return
+        if self.relay is not None:
+            await self.relay.relay(user_id, request_id)
 
     def list_tools(self, principal: Principal, version: str) -> types.ListToolsResult:
         # The entries of GET /tools?format=mcp: wire aliases for names model providers refuse,
@@ -359,8 +373,9 @@ class McpEndpoint:
                 return
             body = await request.body()
             message = _json_object(body)
-            # A notification is answered by the SDK (202) once the call it names is cancelled.
-            running.handlers.in_flight.cancel(principal.user_id, message)
+            # A notification is answered by the SDK (202) once the call it names is cancelled
+            # here, or the other replicas are told of it.
+            await running.handlers.cancel(principal.user_id, message)
             # A call holding an unsafe value is answered (and audited) by the fast path's refusal.
             streaming = wants_event_stream(request, message) and find_unsafe(message) is None
             if not streaming and await self._answer(running, request, message, principal, send):

@@ -18,10 +18,10 @@ one it names. From 2026-07-28 a client cancels by closing the request's response
 :func:`cancel_on_disconnect` watches such a request and cancels the calls it runs
 (:class:`RequestCalls`) when its client goes away, on whichever replica serves it.
 
-Limits: a notification that lands on another replica than its call finds nothing there and is
-ignored (relaying it would need the bus); JSON-RPC ids are chosen by clients and repeat across
-sessions, so a notification naming an id that two running calls of the same user share cancels
-neither.
+A notification that lands on another replica than its call finds nothing there: that replica
+relays it to the others over the bus (:mod:`conclave.gateway.mcp_cancel_relay`). JSON-RPC ids are
+chosen by clients and repeat across sessions, so a notification naming an id that two running calls
+of the same user share (on one replica) cancels neither.
 """
 
 from __future__ import annotations
@@ -94,6 +94,15 @@ async def cancel_on_disconnect(
         group.cancel_scope.cancel()
 
 
+def cancelled_id(message: dict[str, Any] | None) -> str | int | None:
+    """The JSON-RPC id a ``notifications/cancelled`` ``message`` names (None: the message is
+    no such notification, or names no usable id)."""
+    if message is None or message.get("method") != "notifications/cancelled":
+        return None
+    params = message.get("params")
+    return cancelled_request_id_from_params(params if isinstance(params, dict) else None)
+
+
 class InFlightCalls:
     """The MCP ``tools/call`` requests this process is running, by user and JSON-RPC id."""
 
@@ -125,12 +134,12 @@ class InFlightCalls:
     def cancel(self, user_id: str, message: dict[str, Any] | None) -> bool:
         """Cancel the call a ``notifications/cancelled`` ``message`` of ``user_id`` names, if it
         runs here and is the only one of that user with that id."""
-        if message is None or message.get("method") != "notifications/cancelled":
-            return False
-        params = message.get("params")
-        request_id = cancelled_request_id_from_params(params if isinstance(params, dict) else None)
-        if request_id is None:
-            return False
+        request_id = cancelled_id(message)
+        return request_id is not None and self.cancel_id(user_id, request_id)
+
+    def cancel_id(self, user_id: str, request_id: str | int) -> bool:
+        """Cancel ``user_id``'s call of JSON-RPC id ``request_id``, if it runs here and is the
+        only one of that user with that id."""
         scopes = self._running.get(_key(user_id, request_id), [])
         if len(scopes) != 1:
             return False

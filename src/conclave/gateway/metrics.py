@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from conclave.gateway.policy import ToolPolicy
 from conclave.gateway.tools import Tool
+from conclave.platform.listener import ConsumerMetrics
 from conclave.platform.metrics import ServiceMetrics
 
 UNKNOWN_TOOL_LABEL = "__unknown__"
@@ -35,6 +36,8 @@ class GatewayMetrics(ServiceMetrics):
         self.validation = self.counter(
             "validation_total", "Validation outcomes (orthodoxy status).", ["outcome"]
         )
+        self.consumed = ConsumerMetrics(self)
+        """Bus events the gateway reads (MCP cancellations relayed from other replicas)."""
 
     def tool_label(self, policy: ToolPolicy, tool: Tool | None) -> str:
         """The ``tool`` label of a call of ``tool`` (``None``: the call resolved no tool, or

@@ -454,7 +454,7 @@ class GatewayService:
             return ()
         try:
             entry = call_entry(row)
-        except (ValueError, TypeError, RecursionError):
+        except Exception:  # a plug-in's value whose str(), truth or keys raise, too
             # The audit row matters more than its leaf: the call is audited, and its row says it
             # is not in the log (verify: not_logged).
             log.error("a call's entry could not be made", extra={"conclave_id": row.conclave_id})

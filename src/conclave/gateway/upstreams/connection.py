@@ -266,8 +266,16 @@ class Upstream:
     def _lose_session(self) -> None:
         """The upstream said the session is gone (404): the supervisor opens a new one."""
         self._session_lost = True
-        self._reopen = asyncio.Event()  # calls waiting for the next session wait on this one
+        self._new_reopen()
         self._changed.set()
+
+    def _new_reopen(self) -> None:
+        # Calls waiting for the next session wait on one event, set when it is ready. Replaced
+        # only once set: a second 404 of the same lost session must not leave the calls that
+        # met the first waiting on an event nobody will set (an outside attack: they waited out
+        # their budget and failed with the new session ready).
+        if self._reopen.is_set():
+            self._reopen = asyncio.Event()
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -345,7 +353,9 @@ class Upstream:
         # The upstream no longer knew the session (it restarted, or expired it) and ran nothing:
         # once more, on the session the supervisor opens now.
         await self._reopened(session)
-        return await self._call_once(self._session, name, arguments, progress)
+        # A session lost again at once is the upstream's fault, not a moment's: an upstream that
+        # forgets every session must open the circuit, not cost each call two handshakes.
+        return await self._call_once(self._session, name, arguments, progress, retried=True)
 
     async def _reopened(self, lost: ClientSession | None) -> None:
         """Wait until a session other than ``lost`` serves the tools (503 when none does
@@ -354,6 +364,9 @@ class Upstream:
         try:
             async with asyncio.timeout(budget):
                 while self._session in (None, lost) or self.state != "ready":
+                    # A set event here belongs to a session already gone: waiting on it would
+                    # not even yield to the loop (and the time-out could never fire).
+                    self._new_reopen()
                     await self._reopen.wait()
         except TimeoutError:
             name = self.spec.name
@@ -365,6 +378,8 @@ class Upstream:
         name: str,
         arguments: dict[str, Any],
         progress: ProgressReporter | None,
+        *,
+        retried: bool = False,
     ) -> types.CallToolResult:
         if session is None:
             raise UpstreamDown(f"Upstream {self.spec.name!r} is not connected ({self.state}).")
@@ -385,7 +400,10 @@ class Upstream:
                     progress_callback=progress_callback(progress) if progress else None,
                 )
         except SessionGone:
-            self.breaker.record_neutral()  # the upstream is there, the call is made again
+            if retried:
+                self.breaker.record_failure()
+            else:
+                self.breaker.record_neutral()  # the upstream is there, the call is made again
             raise
         except MCPError as exc:
             if connection_lost(exc):

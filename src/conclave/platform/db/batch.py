@@ -182,8 +182,7 @@ class BatchWriter:
         Raises :class:`StoreUnavailable` when the store is down, or the database's own error (for
         example :class:`IntegrityError`) when these writes are wrong.
         """
-        if not self._tasks:
-            raise RuntimeError("BatchWriter.start() was not called")
+        self._check_running()
         pending = _Pending(writes)
         self._queue.put_nowait(pending)  # unbounded: never waits (and no coroutine to make)
         await pending.done
@@ -198,11 +197,16 @@ class BatchWriter:
         processor's caches (measured: 39 µs against 13 µs for a call's log entry). ``build`` runs
         once, on the event loop, and must not await; what it raises is raised here, and the
         batch commits without this caller's writes."""
-        if not self._tasks:
-            raise RuntimeError("BatchWriter.start() was not called")
+        self._check_running()
         pending = _Pending((), build=build)
         self._queue.put_nowait(pending)
         await pending.done
+
+    def _check_running(self) -> None:
+        if not self._tasks:
+            raise RuntimeError("BatchWriter.start() was not called")
+        if all(task.done() for task in self._tasks):  # a bug ended them: fail, never hang
+            raise StoreUnavailable("The group committer has stopped.")
 
     async def _run(self) -> None:
         held = HeldConnection(self._engine)
@@ -287,12 +291,23 @@ def _built(batch: list[_Pending]) -> list[_Pending]:
         if build is not None:
             try:
                 item.writes = tuple(build())
-            except Exception as exc:
+            except BaseException as exc:  # whatever a build raises is its caller's alone
                 if not item.done.done():  # its caller may be gone (cancelled)
-                    item.done.set_exception(exc)
+                    item.done.set_exception(_for_a_future(exc))
                 continue
         ready.append(item)
     return ready
+
+
+def _for_a_future(exc: BaseException) -> BaseException:
+    """``exc`` as a future can hold it: asyncio refuses ``StopIteration`` (a future's result
+    travels in one), and anything that is no ``Exception`` would end the task awaiting it as if
+    that task itself were interrupted; both reach the caller as a ``RuntimeError``."""
+    if isinstance(exc, Exception) and not isinstance(exc, StopIteration):
+        return exc
+    error = RuntimeError(f"making the writes raised {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
 
 
 def _translate(exc: Exception) -> Exception:

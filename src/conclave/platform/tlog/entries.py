@@ -62,7 +62,7 @@ def optional_json_sha256(value: Any) -> str | None:
 def json_sha256(value: Any) -> str:
     """SHA-256 (hex) of the canonical JSON of ``value`` as a JSON column keeps it
     (:func:`stored_form`): the hash of a row's value is the same before and after storing it."""
-    if not value and type(value) is list:  # most calls' warnings
+    if type(value) is list and not value:  # most calls' warnings (a subclass's truth may raise)
         return _EMPTY_LIST_SHA256
     if _stored_as_it_is(value, _LOOK_AT_MOST) < 0:
         value = stored_form(value)
