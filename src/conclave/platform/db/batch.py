@@ -205,8 +205,11 @@ class BatchWriter:
     def _check_running(self) -> None:
         if not self._tasks:
             raise RuntimeError("BatchWriter.start() was not called")
-        if all(task.done() for task in self._tasks):  # a bug ended them: fail, never hang
-            raise StoreUnavailable("The group committer has stopped.")
+        for task in self._tasks:
+            if not task.done():
+                return
+        # A bug ended every committer: fail at once rather than wait for good.
+        raise StoreUnavailable("The group committer has stopped.")
 
     async def _run(self) -> None:
         held = HeldConnection(self._engine)
