@@ -44,6 +44,7 @@ from conclave.gateway.mcp_refusals import (
 )
 from conclave.gateway.mcp_relay import (
     REQUEST_CALLS,
+    Found,
     InFlightCalls,
     RequestCalls,
     cancel_on_disconnect,
@@ -91,14 +92,15 @@ class McpHandlers:
         """Tells the other gateway processes of a cancellation whose call does not run here
         (set by the app once the relay runs)."""
 
-    async def cancel(self, user_id: str, message: dict[str, Any] | None) -> None:
+    def cancel(self, user_id: str, message: dict[str, Any] | None) -> None:
         """Cancel the call a ``notifications/cancelled`` of ``user_id`` names: here if it runs
         here, else on the replica that runs it (through :attr:`relay`)."""
         request_id = cancelled_id(message)
-        if request_id is None or self.in_flight.cancel_id(user_id, request_id):
+        if request_id is None:
             return
-        if self.relay is not None:
-            await self.relay.relay(user_id, request_id)
+        found = self.in_flight.cancel_id(user_id, request_id)
+        if found is Found.NOT_HERE and self.relay is not None:
+            self.relay.relay(user_id, request_id)
 
     def list_tools(self, principal: Principal, version: str) -> types.ListToolsResult:
         # The entries of GET /tools?format=mcp: wire aliases for names model providers refuse,
@@ -375,7 +377,7 @@ class McpEndpoint:
             message = _json_object(body)
             # A notification is answered by the SDK (202) once the call it names is cancelled
             # here, or the other replicas are told of it.
-            await running.handlers.cancel(principal.user_id, message)
+            running.handlers.cancel(principal.user_id, message)
             # A call holding an unsafe value is answered (and audited) by the fast path's refusal.
             streaming = wants_event_stream(request, message) and find_unsafe(message) is None
             if not streaming and await self._answer(running, request, message, principal, send):

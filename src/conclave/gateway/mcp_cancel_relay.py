@@ -5,25 +5,37 @@ cancels that call if it runs there.
 On the handshake-era protocol a client cancels with a request of its own, which a load balancer
 may send to another replica than the call's (the SDKs keep no affinity on a stateless server).
 Each process reads the channel through a consumer group of its own (a broadcast, dropped when the
-process stops), starting with the events published after it started; a process ignores what it
-published itself (it has looked already). Delivery is best effort: with the bus down, or a
-process that starts the call a moment after the notification passed, the call runs on to its
-end or its time-out, as it would have with a lost notification. A relayed cancellation names the
-user it came from, as the local one does: nobody cancels another user's call.
+process stops; groups of processes that were killed are dropped by the others once idle for
+:data:`IDLE_GROUP_SECONDS`), from the events published after it started; a process ignores what
+it published itself (it has looked already). A cancellation names the user it came from, as the
+local one does: nobody cancels another user's call.
+
+Best effort, and only for a few seconds: notifications are published by one background task per
+process (the request is answered at once, whatever the bus does; at most :data:`MAX_WAITING`
+wait, the rest are dropped), in batches. One older than :data:`MAX_AGE` when it would be
+published or read is dropped, and one applies only to a call that started before it was sent: a
+replica whose bus comes back late never cancels a newer call that reuses the id. A lost
+cancellation leaves the call to run to its end or its time-out, as without the relay.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from conclave.gateway.events import SOURCE
 from conclave.gateway.mcp_relay import InFlightCalls
 from conclave.platform.bus.base import Event, EventBus, EventRejected
+from conclave.platform.clock import utc_now
+from conclave.platform.inputs import find_unsafe
 from conclave.platform.listener import ConsumerMetrics, Listener
 
 log = logging.getLogger(__name__)
@@ -33,14 +45,29 @@ CHANNEL = "conclave.mcp.cancel"
 ``request_id``, ``origin``)."""
 
 GROUP_PREFIX = "gateway-cancel:"
-"""Each process reads :data:`CHANNEL` through the group ``gateway-cancel:<its consumer name>``."""
+"""Each process reads :data:`CHANNEL` through the group ``gateway-cancel:<its name>``."""
 
 MAX_ID_CHARS = 256
-"""Longest JSON-RPC id (as text) a relayed cancellation may name: ids are short in practice,
-and an event's size is the notification's, not the channel's."""
+"""Longest string JSON-RPC id a relayed cancellation may name (ids are short in practice)."""
 
+MAX_AGE = timedelta(seconds=5)
+"""How old a relayed cancellation may be, when published and when read (clocks of replicas
+agree to well within this)."""
+
+MAX_WAITING = 1000
+"""Cancellations a process holds for publishing at most; more are dropped."""
+
+IDLE_GROUP_SECONDS = 300.0
+"""A ``gateway-cancel:`` group none of whose consumers read for this long belongs to a process
+that is gone (a live one reads every second): the others drop it."""
+
+_SWEEP_SECONDS = 300.0
+_SWEEP_TIMEOUT_SECONDS = 10.0
+_PUBLISH_TIMEOUT_SECONDS = 2.0
+_BATCH = 100
+_LARGEST_INT_ID = 2**53  # JSON numbers every client and the bus's decoder keep exactly
 _MAX_USER_CHARS = 256
-_MAX_ID_BITS = 850  # about MAX_ID_CHARS decimal digits, measured without writing them out
+_QUIET_SECONDS = 60.0  # one warning per minute while the bus refuses
 
 
 class CancelRelay:
@@ -54,47 +81,96 @@ class CancelRelay:
         self._listener.subscribe(
             CHANNEL, GROUP_PREFIX + self._origin, self._on_cancel, drop_group_on_stop=True
         )
+        self._waiting: asyncio.Queue[Event] = asyncio.Queue(MAX_WAITING)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._warned_at = -_QUIET_SECONDS
 
     async def start(self) -> None:
-        """Read the other processes' cancellations until :meth:`stop`."""
+        """Read the other processes' cancellations, and publish this one's, until :meth:`stop`."""
         await self._listener.start()
+        self._tasks = [
+            asyncio.create_task(self._publish_waiting(), name="mcp-cancel-publisher"),
+            asyncio.create_task(self._sweep_idle_groups(), name="mcp-cancel-groups"),
+        ]
 
     async def stop(self) -> None:
-        """Stop reading, and drop this process's group."""
-        await self._listener.stop()
+        """Stop publishing and reading, and drop this process's group (within a few seconds:
+        a bus that does not answer leaves the group to the others' sweep)."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_PUBLISH_TIMEOUT_SECONDS):
+                await self._listener.stop()
 
-    async def relay(self, user_id: str, request_id: str | int) -> None:
-        """Ask the other processes to cancel ``user_id``'s call ``request_id`` (best effort: a
-        bus that cannot take it is logged, and the notification's answer does not change)."""
-        if _too_long(request_id):
+    def relay(self, user_id: str, request_id: str | int) -> None:
+        """Ask the other processes to cancel ``user_id``'s call ``request_id``, in the
+        background: an id no call can have (too long, unsafe, beyond ±2**53) is not relayed,
+        and one that finds :data:`MAX_WAITING` waiting is dropped."""
+        if not relayable(request_id):
             return
         payload = {"user_id": user_id, "request_id": request_id, "origin": self._origin}
-        try:
-            await self._bus.publish([Event(channel=CHANNEL, payload=payload, source=SOURCE)])
-        except Exception as exc:  # a lost notification, as without the relay
-            log.warning("an MCP cancellation could not be relayed", extra={"error": repr(exc)})
+        with contextlib.suppress(asyncio.QueueFull):
+            self._waiting.put_nowait(Event(channel=CHANNEL, payload=payload, source=SOURCE))
+
+    async def _publish_waiting(self) -> None:
+        while True:
+            batch = [await self._waiting.get()]
+            while len(batch) < _BATCH and not self._waiting.empty():
+                batch.append(self._waiting.get_nowait())
+            fresh = [event for event in batch if utc_now() - event.emitted_at <= MAX_AGE]
+            if not fresh:
+                continue
+            try:
+                async with asyncio.timeout(_PUBLISH_TIMEOUT_SECONDS):
+                    await self._bus.publish(fresh)
+            except Exception as exc:  # lost, as a notification without the relay
+                self._warn("MCP cancellations could not be relayed", exc, len(fresh))
+
+    async def _sweep_idle_groups(self) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(_SWEEP_TIMEOUT_SECONDS):
+                    await self._bus.drop_idle_groups(CHANNEL, GROUP_PREFIX, IDLE_GROUP_SECONDS)
+            except Exception as exc:
+                self._warn("idle MCP cancellation groups could not be dropped", exc, 0)
+            await asyncio.sleep(_SWEEP_SECONDS)
+
+    def _warn(self, message: str, exc: Exception, lost: int) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= _QUIET_SECONDS:
+            self._warned_at = now
+            log.warning(message, extra={"error": type(exc).__name__, "lost": lost})
 
     async def _on_cancel(self, event: Event) -> None:
         user_id, request_id, origin = _read(event.payload)
-        if origin != self._origin:
-            self._in_flight.cancel_id(user_id, request_id)
+        if origin == self._origin or abs(utc_now() - event.emitted_at) > MAX_AGE:
+            return  # looked at already here; or too old to be about a call still running
+        sent_at = event.emitted_at.timestamp()
+        self._in_flight.cancel_id(user_id, request_id, sent_at=sent_at)
 
 
-def _too_long(request_id: str | int) -> bool:
+def relayable(request_id: str | int) -> bool:
+    """Whether a JSON-RPC id can name a running call and travel on the bus as it is: a string
+    of at most :data:`MAX_ID_CHARS` characters the gateway takes (no NUL, no lone surrogate), or
+    an integer within ±2**53."""
     if isinstance(request_id, str):
-        return len(request_id) > MAX_ID_CHARS
-    return request_id.bit_length() > _MAX_ID_BITS
+        return len(request_id) <= MAX_ID_CHARS and find_unsafe(request_id) is None
+    return not isinstance(request_id, bool) and abs(request_id) <= _LARGEST_INT_ID
 
 
 def _read(payload: Mapping[str, Any]) -> tuple[str, str | int, str]:
     """The fields of a relayed cancellation; :class:`EventRejected` for an event no gateway
-    published (dead-lettered at once rather than redelivered)."""
+    publishes (dead-lettered at once rather than redelivered)."""
     user_id, request_id = payload.get("user_id"), payload.get("request_id")
     origin = payload.get("origin")
     if not isinstance(user_id, str) or not 0 < len(user_id) <= _MAX_USER_CHARS:
         raise EventRejected("a relayed MCP cancellation names no usable user")
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
-        raise EventRejected("a relayed MCP cancellation names no JSON-RPC id")
-    if _too_long(request_id) or not isinstance(origin, str):
-        raise EventRejected("a relayed MCP cancellation is malformed")
+    if not isinstance(request_id, str | int) or not relayable(request_id):
+        raise EventRejected("a relayed MCP cancellation names no usable JSON-RPC id")
+    if not isinstance(origin, str):
+        raise EventRejected("a relayed MCP cancellation names no origin")
     return user_id, request_id, origin

@@ -26,8 +26,10 @@ of the same user share (on one replica) cancels neither.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
+from enum import Enum
 from typing import Any
 
 import anyio
@@ -94,6 +96,17 @@ async def cancel_on_disconnect(
         group.cancel_scope.cancel()
 
 
+class Found(Enum):
+    """What a cancellation found in this process."""
+
+    CANCELLED = "cancelled"
+    """One call of that user and id ran here: it is cancelled."""
+    AMBIGUOUS = "ambiguous"
+    """Several calls of that user share the id here: none is cancelled (nor elsewhere)."""
+    NOT_HERE = "not here"
+    """No such call runs here (it may run on another replica)."""
+
+
 def cancelled_id(message: dict[str, Any] | None) -> str | int | None:
     """The JSON-RPC id a ``notifications/cancelled`` ``message`` names (None: the message is
     no such notification, or names no usable id)."""
@@ -108,6 +121,9 @@ class InFlightCalls:
 
     def __init__(self) -> None:
         self._running: dict[RequestKey, list[anyio.CancelScope]] = {}
+        # When each call started (wall-clock seconds): a cancellation relayed from another
+        # replica applies only to a call that was running when it was sent.
+        self._started: dict[anyio.CancelScope, float] = {}
 
     @contextmanager
     def running(
@@ -118,6 +134,7 @@ class InFlightCalls:
         key = _key(user_id, request_id)
         scope = anyio.CancelScope()
         self._running.setdefault(key, []).append(scope)
+        self._started[scope] = time.time()
         if request is not None:
             request.add(scope)
         try:
@@ -128,6 +145,7 @@ class InFlightCalls:
                 request.discard(scope)
             scopes = self._running[key]
             scopes.remove(scope)
+            del self._started[scope]
             if not scopes:
                 del self._running[key]
 
@@ -135,16 +153,25 @@ class InFlightCalls:
         """Cancel the call a ``notifications/cancelled`` ``message`` of ``user_id`` names, if it
         runs here and is the only one of that user with that id."""
         request_id = cancelled_id(message)
-        return request_id is not None and self.cancel_id(user_id, request_id)
+        found = None if request_id is None else self.cancel_id(user_id, request_id)
+        return found is Found.CANCELLED
 
-    def cancel_id(self, user_id: str, request_id: str | int) -> bool:
+    def cancel_id(
+        self, user_id: str, request_id: str | int, *, sent_at: float | None = None
+    ) -> Found:
         """Cancel ``user_id``'s call of JSON-RPC id ``request_id``, if it runs here and is the
-        only one of that user with that id."""
+        only one of that user with that id; with ``sent_at`` (wall-clock seconds, a relayed
+        cancellation's), only a call that started before then: a call that started later
+        reuses the id and is not the one its client gave up on."""
         scopes = self._running.get(_key(user_id, request_id), [])
-        if len(scopes) != 1:
-            return False
+        if not scopes:
+            return Found.NOT_HERE
+        if len(scopes) > 1:
+            return Found.AMBIGUOUS
+        if sent_at is not None and self._started[scopes[0]] >= sent_at:
+            return Found.NOT_HERE
         scopes[0].cancel()
-        return True
+        return Found.CANCELLED
 
     def __len__(self) -> int:
         return sum(len(scopes) for scopes in self._running.values())

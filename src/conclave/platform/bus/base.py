@@ -154,6 +154,13 @@ class EventBus(Protocol):
         groups of one process (a broadcast read), when that process stops."""
         ...
 
+    async def drop_idle_groups(self, channel: str, prefix: str, idle_seconds: float) -> int:
+        """Delete the consumer groups of ``channel`` whose names start with ``prefix`` and none
+        of whose consumers has read for ``idle_seconds`` (groups of one process that is gone:
+        killed before it could drop its own); how many were deleted. A group no consumer has
+        read yet is kept (its process may be starting)."""
+        ...
+
     async def consumer_lag(self, channel: str, group: str) -> int | None:
         """Entries of ``channel`` that ``group`` has not acknowledged yet (never delivered, or
         delivered and pending); ``None`` when the bus cannot tell (no such group)."""

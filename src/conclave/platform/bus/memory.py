@@ -222,6 +222,11 @@ class MemoryBus:
         self._dead_reasons.pop((dead, seq), None)
         return stream.entries.pop(seq, None) is not None
 
+    async def drop_idle_groups(self, channel: str, prefix: str, idle_seconds: float) -> int:
+        """Nothing: this bus lives in one process, and a group of it ends with its reader (a
+        stopped listener drops its own)."""
+        return 0
+
     async def drop_group(self, channel: str, group: str) -> None:
         """Forget ``group`` (its pending entries with it)."""
         stream = self._streams.get(channel)

@@ -360,6 +360,30 @@ class RedisStreamsBus:
                 backoff = min(backoff * 2, 5.0)
                 cursor = "0"
 
+    async def drop_idle_groups(self, channel: str, prefix: str, idle_seconds: float) -> int:
+        """``XINFO GROUPS``, then ``XINFO CONSUMERS`` of each group named ``prefix…``: a group
+        with consumers that all idle longer than ``idle_seconds`` is destroyed (a live consumer
+        reads every :data:`_READ_BLOCK_MS`). At most 1,000 groups are looked at per call."""
+        key = self.key(channel)
+        try:
+            groups: Any = await self._redis.xinfo_groups(key)
+            dropped = 0
+            for info in groups[:1000]:
+                name = info.get("name")
+                name = name.decode() if isinstance(name, bytes) else str(name)
+                if not name.startswith(prefix):
+                    continue
+                consumers: Any = await self._redis.xinfo_consumers(key, name)
+                idle_ms = [int(consumer.get("idle", 0)) for consumer in consumers]
+                if idle_ms and min(idle_ms) > idle_seconds * 1000:
+                    await self._redis.xgroup_destroy(key, name)
+                    dropped += 1
+            return dropped
+        except ResponseError:
+            return 0  # no such stream
+        except (RedisError, OSError) as exc:
+            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+
     async def drop_group(self, channel: str, group: str) -> None:
         """XGROUP DESTROY (a consumer still reading would create the group again)."""
         try:

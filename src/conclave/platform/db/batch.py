@@ -308,7 +308,8 @@ def _for_a_future(exc: BaseException) -> BaseException:
     that task itself were interrupted; both reach the caller as a ``RuntimeError``."""
     if isinstance(exc, Exception) and not isinstance(exc, StopIteration):
         return exc
-    error = RuntimeError(f"making the writes raised {type(exc).__name__}: {exc}")
+    # Named by its type only: its own words may be what raises (a __str__ that fails).
+    error = RuntimeError(f"making the writes raised {type(exc).__name__}")
     error.__cause__ = exc
     return error
 
