@@ -57,10 +57,28 @@ def _raising(exc: BaseException) -> Callable[[], list[Insert]]:
     return build
 
 
+class Unprintable(BaseException):
+    """A BaseException whose ``str()`` raises (a second attack: the first fix worded the
+    caller's error with it, and what it raised ended the committer)."""
+
+    def __str__(self) -> str:
+        raise ValueError("no text for this one")
+
+
+class UnprintableStop(StopIteration):
+    def __str__(self) -> str:
+        raise ValueError("no text for this one")
+
+
 @pytest.mark.parametrize(
     "raised",
-    [StopIteration("an empty iterator's next()"), Interrupted("stop")],
-    ids=["StopIteration", "BaseException"],
+    [
+        StopIteration("an empty iterator's next()"),
+        Interrupted("stop"),
+        Unprintable(),
+        UnprintableStop(),
+    ],
+    ids=["StopIteration", "BaseException", "unprintable", "unprintable-StopIteration"],
 )
 async def test_what_a_build_raises_never_stops_the_committer(
     engine: AsyncEngine, raised: BaseException
