@@ -362,8 +362,10 @@ class RedisStreamsBus:
 
     async def drop_idle_groups(self, channel: str, prefix: str, idle_seconds: float) -> int:
         """``XINFO GROUPS``, then ``XINFO CONSUMERS`` of each group named ``prefix…``: a group
-        with consumers that all idle longer than ``idle_seconds`` is destroyed (a live consumer
-        reads every :data:`_READ_BLOCK_MS`). At most 1,000 groups are looked at per call."""
+        with consumers that all idle longer than ``idle_seconds`` is destroyed. From Redis 7.2 a
+        live consumer's ``idle`` restarts at each read (every :data:`_READ_BLOCK_MS`); before,
+        only at a read that delivered something, so a live group on a silent stream may go too,
+        and its consumer makes it again at its next read. At most 1,000 groups are looked at."""
         key = self.key(channel)
         try:
             groups: Any = await self._redis.xinfo_groups(key)
