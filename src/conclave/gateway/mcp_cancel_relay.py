@@ -83,10 +83,12 @@ class CancelRelay:
         )
         self._waiting: asyncio.Queue[Event] = asyncio.Queue(MAX_WAITING)
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
         self._warned_at = -_QUIET_SECONDS
 
     async def start(self) -> None:
         """Read the other processes' cancellations, and publish this one's, until :meth:`stop`."""
+        self._stopping.clear()
         await self._listener.start()
         self._tasks = [
             asyncio.create_task(self._publish_waiting(), name="mcp-cancel-publisher"),
@@ -96,11 +98,15 @@ class CancelRelay:
     async def stop(self) -> None:
         """Stop publishing and reading, and drop this process's group (within a few seconds:
         a bus that does not answer leaves the group to the others' sweep)."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._stopping.set()
+        # Cancelled again until they end: redis-py sometimes swallows a cancellation that lands
+        # while it runs a command (the command then returns normally).
+        pending = set(self._tasks)
+        deadline = time.monotonic() + _PUBLISH_TIMEOUT_SECONDS
+        while pending and time.monotonic() < deadline:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=0.1)
         self._tasks = []
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(_PUBLISH_TIMEOUT_SECONDS):
@@ -117,7 +123,7 @@ class CancelRelay:
             self._waiting.put_nowait(Event(channel=CHANNEL, payload=payload, source=SOURCE))
 
     async def _publish_waiting(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             batch = [await self._waiting.get()]
             while len(batch) < _BATCH and not self._waiting.empty():
                 batch.append(self._waiting.get_nowait())
@@ -131,13 +137,15 @@ class CancelRelay:
                 self._warn("MCP cancellations could not be relayed", exc, len(fresh))
 
     async def _sweep_idle_groups(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 async with asyncio.timeout(_SWEEP_TIMEOUT_SECONDS):
                     await self._bus.drop_idle_groups(CHANNEL, GROUP_PREFIX, IDLE_GROUP_SECONDS)
             except Exception as exc:
                 self._warn("idle MCP cancellation groups could not be dropped", exc, 0)
-            await asyncio.sleep(_SWEEP_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_SWEEP_SECONDS):
+                    await self._stopping.wait()
 
     def _warn(self, message: str, exc: Exception, lost: int) -> None:
         now = time.monotonic()
