@@ -352,7 +352,11 @@ class Upstream:
             pass
         # The upstream no longer knew the session (it restarted, or expired it) and ran nothing:
         # once more, on the session the supervisor opens now.
-        await self._reopened(session)
+        try:
+            await self._reopened(session)
+        except UpstreamDown:
+            self.breaker.record_failure()  # forgot the session and opened no other in time
+            raise
         # A session lost again at once is the upstream's fault, not a moment's: an upstream that
         # forgets every session must open the circuit, not cost each call two handshakes.
         return await self._call_once(self._session, name, arguments, progress, retried=True)
