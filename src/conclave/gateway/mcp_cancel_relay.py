@@ -32,7 +32,7 @@ from datetime import timedelta
 from typing import Any
 
 from conclave.gateway.events import SOURCE
-from conclave.gateway.mcp_relay import InFlightCalls
+from conclave.gateway.mcp_relay import MAX_PROGRESS_TOKEN_CHARS, InFlightCalls, bounded_id
 from conclave.platform.bus.base import Event, EventBus, EventRejected
 from conclave.platform.clock import utc_now
 from conclave.platform.inputs import find_unsafe
@@ -47,7 +47,7 @@ CHANNEL = "conclave.mcp.cancel"
 GROUP_PREFIX = "gateway-cancel:"
 """Each process reads :data:`CHANNEL` through the group ``gateway-cancel:<its name>``."""
 
-MAX_ID_CHARS = 256
+MAX_ID_CHARS = MAX_PROGRESS_TOKEN_CHARS
 """Longest string JSON-RPC id a relayed cancellation may name (ids are short in practice)."""
 
 MAX_AGE = timedelta(seconds=5)
@@ -65,7 +65,6 @@ _SWEEP_SECONDS = 300.0
 _SWEEP_TIMEOUT_SECONDS = 10.0
 _PUBLISH_TIMEOUT_SECONDS = 2.0
 _BATCH = 100
-_LARGEST_INT_ID = 2**53  # JSON numbers every client and the bus's decoder keep exactly
 _MAX_USER_CHARS = 256
 _QUIET_SECONDS = 60.0  # one warning per minute while the bus refuses
 
@@ -165,9 +164,7 @@ def relayable(request_id: str | int) -> bool:
     """Whether a JSON-RPC id can name a running call and travel on the bus as it is: a string
     of at most :data:`MAX_ID_CHARS` characters the gateway takes (no NUL, no lone surrogate), or
     an integer within ±2**53."""
-    if isinstance(request_id, str):
-        return len(request_id) <= MAX_ID_CHARS and find_unsafe(request_id) is None
-    return not isinstance(request_id, bool) and abs(request_id) <= _LARGEST_INT_ID
+    return bounded_id(request_id) and find_unsafe(request_id) is None
 
 
 def _read(payload: Mapping[str, Any]) -> tuple[str, str | int, str]:

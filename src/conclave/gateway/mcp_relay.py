@@ -188,11 +188,16 @@ def progress_token(params: Any) -> str | int | None:
     notification repeats the token, so an unbounded one would turn one request into many times
     its size out; a call with any other token runs as well, answered as JSON, without progress."""
     token = progress_token_from_params(params if isinstance(params, Mapping) else None)
-    if isinstance(token, str) and len(token) > MAX_PROGRESS_TOKEN_CHARS:
-        return None
-    if isinstance(token, int) and abs(token) > _LARGEST_TOKEN:
-        return None
-    return token
+    return token if token is None or bounded_id(token) else None
+
+
+def bounded_id(value: str | int) -> bool:
+    """Whether a client's id (a progress token, a JSON-RPC id) is one the gateway carries on: a
+    string of at most :data:`MAX_PROGRESS_TOKEN_CHARS` characters, or an integer (not a bool)
+    within ±2**53, which every JSON client keeps exactly."""
+    if isinstance(value, str):
+        return len(value) <= MAX_PROGRESS_TOKEN_CHARS
+    return not isinstance(value, bool) and abs(value) <= _LARGEST_TOKEN
 
 
 def wants_event_stream(request: Request, message: dict[str, Any] | None) -> bool:
