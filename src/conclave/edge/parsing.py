@@ -9,6 +9,7 @@ could not do this: a stuck thread cannot be stopped.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -200,10 +201,9 @@ class ParserPool:
         self._context = multiprocessing.get_context("spawn")
         # Last in, first out: a started worker is handed out before an empty slot, so one that
         # was started ahead serves the first upload, and sequential uploads start only one.
-        self._idle: asyncio.LifoQueue[_Worker | None] = asyncio.LifoQueue()
+        self._idle: list[_Worker | None] = [None] * max(1, workers)  # slots start when needed
+        self._waiting: collections.deque[asyncio.Future[_Worker | None]] = collections.deque()
         self._all: set[_Worker] = set()
-        for _ in range(max(1, workers)):
-            self._idle.put_nowait(None)  # a slot; its worker starts when first needed
 
     async def _spawn(self) -> _Worker:
         worker = _Worker(self._context, self._memory)
@@ -221,44 +221,61 @@ class ParserPool:
         """Start one worker before the first upload needs it: spawning a process and importing
         the parsers takes about a second, which the first uploads after a start waited for
         (docs/benchmarks.md)."""
-        try:
-            worker = self._idle.get_nowait()
-        except asyncio.QueueEmpty:
+        if not self._idle:
             return  # every slot is in use: uploads already started the workers
+        worker = self._idle.pop()
         try:
             if worker is None:
                 worker = await self._spawn()
         except Unprocessable:
             worker = None  # the next upload tries again
         finally:
-            self._idle.put_nowait(worker)
+            self._put(worker)
 
     async def _take(self) -> _Worker | None:
         """An idle worker or slot, waited for at most ``queue_seconds``: when every worker stays
         busy (large files, or files made to be slow) the upload is refused (503) instead of
         queueing behind them for as long as they take."""
-        getter = asyncio.ensure_future(self._idle.get())
+        if self._idle:
+            return self._idle.pop()
+        waiter: asyncio.Future[_Worker | None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
         try:
-            await asyncio.wait({getter}, timeout=self._queue_seconds)
+            async with asyncio.timeout(self._queue_seconds):
+                return await waiter
+        except TimeoutError:
+            self._give_back(waiter)
+            raise Unavailable(
+                "Every parser worker is busy; try again shortly.",
+                code=ProblemCode.PARSERS_BUSY,
+                headers={"Retry-After": str(max(1, round(self._queue_seconds)))},
+            ) from None
         except asyncio.CancelledError:
-            self._give_back(getter)
+            self._give_back(waiter)
             raise
-        if getter.done():
-            return getter.result()
-        self._give_back(getter)
-        raise Unavailable(
-            "Every parser worker is busy; try again shortly.",
-            code=ProblemCode.PARSERS_BUSY,
-            headers={"Retry-After": str(max(1, round(self._queue_seconds)))},
-        )
 
-    def _give_back(self, getter: asyncio.Future[_Worker | None]) -> None:
-        # A pending get() that is cancelled takes nothing from the queue; one that already
-        # finished holds a worker that must go back, or the pool would shrink for good.
-        if getter.done() and not getter.cancelled():
-            self._idle.put_nowait(getter.result())
-        else:
-            getter.cancel()
+    def _put(self, worker: _Worker | None) -> None:
+        """Hand a freed worker (or slot) straight to the first upload waiting for one, else keep
+        it idle. Straight: the waiting upload resumes at the loop's next turn. Through an
+        ``asyncio.Queue`` read by a task of its own it took three turns, and each turn of a busy
+        service is a millisecond or more in which the worker sat idle (docs/benchmarks.md)."""
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(worker)
+                return
+        self._idle.append(worker)
+
+    def _give_back(self, waiter: asyncio.Future[_Worker | None]) -> None:
+        # A waiter handed a worker just as its wait ended (time-out or cancellation) holds a
+        # worker that must go back, or the pool would shrink for good; one still waiting leaves
+        # the line.
+        if waiter.done() and not waiter.cancelled():
+            self._put(waiter.result())
+            return
+        waiter.cancel()
+        with contextlib.suppress(ValueError):
+            self._waiting.remove(waiter)
 
     async def _retire(self, worker: _Worker) -> None:
         self._all.discard(worker)
@@ -357,8 +374,13 @@ class ParserPool:
             worker = None
             raise
         finally:
-            self._idle.put_nowait(worker)
+            self._put(worker)
         return kind, value
+
+    @property
+    def free(self) -> int:
+        """Workers and empty slots no job holds right now."""
+        return len(self._idle)
 
     def worker_pids(self) -> list[int]:
         """Process ids of the started workers (the benchmark reads their memory from /proc)."""
