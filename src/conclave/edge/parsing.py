@@ -202,20 +202,47 @@ class ParserPool:
         # Last in, first out: a started worker is handed out before an empty slot, so one that
         # was started ahead serves the first upload, and sequential uploads start only one.
         self._idle: list[_Worker | None] = [None] * max(1, workers)  # slots start when needed
-        self._waiting: collections.deque[asyncio.Future[_Worker | None]] = collections.deque()
+        # The uploads waiting for a worker, first come first served; a dict so that one leaving
+        # the line (its request went away) costs the same however long the line is.
+        self._waiting: collections.OrderedDict[asyncio.Future[_Worker | None], None] = (
+            collections.OrderedDict()
+        )
         self._all: set[_Worker] = set()
+        self._closed = False
 
     async def _spawn(self) -> _Worker:
+        self._refuse_if_closed()
         worker = _Worker(self._context, self._memory)
         self._all.add(worker)
         try:
             await worker.receive(_STARTUP_TIMEOUT_SECONDS)
         except (TimeoutError, EOFError, OSError) as exc:
             await self._retire(worker)
+            self._refuse_if_closed()  # stopped by close() while it started
             raise Unprocessable(
                 "No parser worker could be started.", code=ProblemCode.PARSER_FAILED
             ) from exc
+        except BaseException:
+            # Cancelled while it starts (the upload's request went away): its slot goes back
+            # empty, so the process must not outlive this call, or the pool would grow by one.
+            self._drop(worker)
+            raise
         return worker
+
+    def _drop(self, worker: _Worker) -> None:
+        """Stop ``worker`` at once (nobody reads its pipe any more) and forget it; the process
+        is reaped when the next one starts."""
+        self._all.discard(worker)
+        worker.process.kill()
+        worker.connection.close()
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise Unavailable(
+                "The service is stopping; try again shortly.",
+                code=ProblemCode.UNAVAILABLE,
+                headers={"Retry-After": "1"},
+            )
 
     async def prestart(self) -> None:
         """Start one worker before the first upload needs it: spawning a process and importing
@@ -227,8 +254,8 @@ class ParserPool:
         try:
             if worker is None:
                 worker = await self._spawn()
-        except Unprocessable:
-            worker = None  # the next upload tries again
+        except (Unprocessable, Unavailable):
+            worker = None  # the next upload tries again (or the pool closed meanwhile)
         finally:
             self._put(worker)
 
@@ -236,10 +263,11 @@ class ParserPool:
         """An idle worker or slot, waited for at most ``queue_seconds``: when every worker stays
         busy (large files, or files made to be slow) the upload is refused (503) instead of
         queueing behind them for as long as they take."""
+        self._refuse_if_closed()
         if self._idle:
             return self._idle.pop()
         waiter: asyncio.Future[_Worker | None] = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
+        self._waiting[waiter] = None
         try:
             async with asyncio.timeout(self._queue_seconds):
                 return await waiter
@@ -259,8 +287,12 @@ class ParserPool:
         it idle. Straight: the waiting upload resumes at the loop's next turn. Through an
         ``asyncio.Queue`` read by a task of its own it took three turns, and each turn of a busy
         service is a millisecond or more in which the worker sat idle (docs/benchmarks.md)."""
+        if self._closed:
+            if worker is not None:
+                self._drop(worker)
+            return
         while self._waiting:
-            waiter = self._waiting.popleft()
+            waiter, _ = self._waiting.popitem(last=False)
             if not waiter.done():
                 waiter.set_result(worker)
                 return
@@ -274,8 +306,7 @@ class ParserPool:
             self._put(waiter.result())
             return
         waiter.cancel()
-        with contextlib.suppress(ValueError):
-            self._waiting.remove(waiter)
+        self._waiting.pop(waiter, None)
 
     async def _retire(self, worker: _Worker) -> None:
         self._all.discard(worker)
@@ -347,7 +378,10 @@ class ParserPool:
         replaced), 503 ``PARSERS_BUSY`` when no worker frees up in time."""
         worker = await self._take()
         try:
-            if worker is None or not worker.process.is_alive():
+            if worker is not None and not worker.process.is_alive():
+                self._drop(worker)  # killed from outside while it was idle
+                worker = None
+            if worker is None:
                 worker = await self._spawn()
             worker.connection.send(job)
             kind, value = await worker.receive(time_limit or self._timeout)
@@ -357,20 +391,21 @@ class ParserPool:
             worker = None
             raise Unprocessable(timed_out, code=ProblemCode.PARSE_TIMEOUT) from None
         except (EOFError, OSError, BrokenPipeError):
-            # The worker died under this file (native crash or killed for memory).
+            # The worker died under this file (native crash or killed for memory), or the
+            # service stopped it (then the file is not to blame).
             if worker is not None:
                 await self._retire(worker)
             worker = None
+            self._refuse_if_closed()
             raise Unprocessable(
                 "The file crashed its parser.", code=ProblemCode.CORRUPT_MEDIA
             ) from None
         except asyncio.CancelledError:
             # The request went away mid-job: the worker is still working, or its answer is
-            # still in the pipe (a thread may be reading it). Reused, it would hand that answer
-            # to the next job; it is replaced instead.
+            # still in the pipe. Reused, it would hand that answer to the next job; it is
+            # replaced instead.
             if worker is not None:
-                worker.process.kill()
-                self._all.discard(worker)
+                self._drop(worker)
             worker = None
             raise
         finally:
@@ -387,7 +422,21 @@ class ParserPool:
         return [worker.process.pid for worker in self._all if worker.process.pid is not None]
 
     async def close(self) -> None:
-        """Stop every worker."""
+        """Stop every worker. Uploads waiting for one are refused (503 ``UNAVAILABLE``), a parse
+        under way ends as its worker does (503 too), and no worker starts afterwards."""
+        self._closed = True
+        while self._waiting:
+            waiter, _ = self._waiting.popitem(last=False)
+            if not waiter.done():
+                waiter.set_result(None)  # it then finds the pool closed
+        idle = [worker for worker in self._idle if worker is not None]
+        self._idle.clear()
+        # A worker in use is only killed: the parse reading its pipe meets the end of the file
+        # and retires it. Closing a pipe such a read watches would leave the read waiting out
+        # its time limit (the event loop forgets a closed descriptor without a word).
         for worker in list(self._all):
+            if worker not in idle:
+                worker.process.kill()
+        for worker in idle:
             with contextlib.suppress(Exception):
                 await self._retire(worker)
