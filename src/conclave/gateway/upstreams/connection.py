@@ -4,9 +4,15 @@
 streamable HTTP client or :mod:`.stdio`), runs the ``initialize`` handshake within the connect
 time-out, lists the tools, then waits for ``notifications/tools/list_changed`` (debounced: a storm
 of them costs one listing per debounce interval), the refresh period, or the end of the
-connection (the process exited, a listing failed). Then it connects again after a backoff that
-doubles up to a minute and is reset by a connection that worked. Its last known tools stay
-listed while it reconnects; their calls answer 503 ``UPSTREAM_UNAVAILABLE`` meanwhile.
+connection (the process exited, a listing failed, the upstream ended the session). Then it
+connects again after a backoff that doubles up to a minute and is reset by a connection that
+worked. Its last known tools stay listed while it reconnects; their calls answer 503
+``UPSTREAM_UNAVAILABLE`` meanwhile.
+
+Each connection lives in a task of its own (:meth:`Upstream._serve`: the SDK's transport holds a
+task group, whose scope must be left by the task that entered it), so that a session the upstream
+ended can be handed over at once and closed later, when its calls have ended
+(:mod:`.open_session`).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.upstreams.config import McpServerSpec
 from conclave.gateway.upstreams.inbound import GuardedReadStream
+from conclave.gateway.upstreams.open_session import OpenSession
 from conclave.gateway.upstreams.redaction import NO_SECRETS, Scrubber
 from conclave.gateway.upstreams.stdio import StdioProcess, stdio_transport
 from conclave.platform.clock import utc_now
@@ -50,6 +57,8 @@ log = logging.getLogger(__name__)
 
 _CLIENT = types.Implementation(name="conclave-gateway", version=__version__)
 _MAX_BACKOFF_SECONDS = 60.0
+_CLOSE_GRACE_SECONDS = 1.0  # past the time-out, for its calls to time out by themselves
+_SESSION_ENDED = "the upstream ended the session"
 _PROCESS_POLL_SECONDS = 0.5
 
 
@@ -70,6 +79,11 @@ Listing = Callable[["Upstream", list[types.Tool], list[str]], Awaitable[None]]
 
 class ConnectionEnded(Exception):
     """The connection to the upstream is gone (its process exited)."""
+
+
+class SessionLost(ConnectionEnded):
+    """The upstream ended the session (a 404 on it): the next one is opened at once, this one
+    is closed when its calls in flight have ended."""
 
 
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
@@ -108,12 +122,10 @@ class Upstream:
         self._policy = policy
         self._limits = limits
         self._on_listing = on_listing
-        self._session: ClientSession | None = None
-        self._direct: DirectCalls | None = None
-        """Calls without progress on an HTTP session answered with JSON (:mod:`.direct_calls`)."""
-        self._session_lost = False
+        self._current: OpenSession | None = None
+        """The session new calls go to (``None`` while there is none)."""
         self._reopen = asyncio.Event()
-        """Set once a session serves the tools; a new one when the upstream ends a session."""
+        """Set once a session is open; a new one when the upstream ends a session."""
         self._changed = asyncio.Event()
         self.service_headers: dict[str, str] = {}
         """The service credential's header (HTTP upstreams with one): on the shared session,
@@ -127,54 +139,97 @@ class Upstream:
     async def run(self) -> None:
         """Keep the upstream connected until cancelled."""
         backoff = self._limits.first_backoff_seconds
-        while True:
-            try:
-                async with self._connected() as session:
-                    self._session = session
-                    await self._refresh(session)
-                    # Ready once its tools are served: `/upstreams` never says ready with the
-                    # first listing still on its way.
-                    self.state = "ready"
-                    self.ready.set()
-                    self._reopen.set()
+        held: set[asyncio.Task[None]] = set()  # the connections still open, lost ones included
+        try:
+            while True:
+                opened = OpenSession()
+                served = asyncio.create_task(
+                    self._serve(opened), name=f"upstream {self.spec.name} connection"
+                )
+                held.add(served)
+                served.add_done_callback(held.discard)
+                served.add_done_callback(_retrieved)
+                await asyncio.wait({served, opened.handed_over}, return_when="FIRST_COMPLETED")
+                # Whatever broke, the supervisor carries on.
+                if opened.handed_over.done():
+                    failure: BaseException | None = SessionLost(_SESSION_ENDED)
+                else:
+                    failure = served.exception()
+                    if self._current is not None and self._current.lost:
+                        self._current = None  # no session replaces it: calls answer 503 at once
+                if failure is not None:
+                    self.last_error = describe(failure, self.scrubber)
+                    log.warning(
+                        "upstream connection ended: %s", self.last_error, extra=self._extra()
+                    )
+                if self.state == "ready":  # a connection that worked resets the backoff
                     backoff = self._limits.first_backoff_seconds
-                    await self._watch(session)
-            except Exception as exc:  # whatever broke, the supervisor carries on
-                self.last_error = describe(exc, self.scrubber)
-                log.warning("upstream connection ended: %s", self.last_error, extra=self._extra())
-            finally:
-                self._session = None
-            self.state = "restarting"
-            self.ready.set()
-            self.restarts += 1
-            await asyncio.sleep(backoff * random.uniform(0.8, 1.0))
-            backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
+                self.state = "restarting"
+                self.ready.set()
+                self.restarts += 1
+                await asyncio.sleep(backoff * random.uniform(0.8, 1.0))
+                backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
+        finally:
+            for task in held:
+                task.cancel()
+            if held:
+                await asyncio.wait(held)
+
+    async def _serve(self, opened: OpenSession) -> None:
+        """One connection: opened, its tools listed, watched until it ends. A session the
+        upstream ended is handed over at once and closed once its calls have ended."""
+        try:
+            async with self._connected(opened) as session:
+                opened.session = session
+                # Calls that met a 404 are made again on it now, not after its listing: a big
+                # catalogue may take longer to list than they wait (an outside attack: such a
+                # call failed 503 and counted as a breaker failure).
+                self._current = opened
+                self._reopen.set()
+                self._changed.clear()  # this listing covers what changed before
+                await self._refresh(session)
+                # Ready once its tools are served: `/upstreams` never says ready with the first
+                # listing still on its way.
+                self.state = "ready"
+                self.ready.set()
+                try:
+                    await self._watch(opened)
+                except SessionLost:
+                    # It stays the current session until the next one opens: calls meeting it
+                    # wait for that one, as those that met its 404 do.
+                    opened.handed_over.set_result(None)
+                    # Past the time-out, each of its calls has timed out by itself.
+                    await opened.drained(self.spec.timeout_seconds + _CLOSE_GRACE_SECONDS)
+                opened.closing = True
+        finally:
+            opened.closing = True
+            if self._current is opened:
+                self._current = None
 
     @asynccontextmanager
-    async def _connected(self) -> AsyncIterator[ClientSession]:
+    async def _connected(self, opened: OpenSession) -> AsyncIterator[ClientSession]:
         spec = self.spec
         self.process = StdioProcess()
         if spec.transport == "http":
             headers = {**spec.headers, **self.service_headers}
             first: list[httpx2.Response] = []  # the answer to `initialize`
-            current = True
-            self._session_lost = False
 
             def seen(answer: httpx2.Response) -> None:
                 if not first and not answer.is_redirect:  # a redirect the SDK followed
                     first.append(answer)
-                elif current and _session_gone(answer):
-                    self._lose_session()  # the SDK would go on with a session that is gone
+                elif not opened.closing and _session_gone(answer):
+                    # The SDK would go on with a session that is gone. Once closing, its
+                    # closing DELETE may be answered 404: no matter.
+                    self._lose_session(opened)
 
             async with self.http_session(headers, self._on_message, seen) as session:
-                self._direct = self._direct_calls(session, headers, first)
+                opened.direct = self._direct_calls(opened, session, headers, first)
                 try:
                     yield session
                 finally:
-                    current = False  # its closing DELETE may be answered 404: no matter
-                    direct, self._direct = self._direct, None
-                    if direct is not None:
-                        await direct.aclose()
+                    opened.closing = True
+                    if opened.direct is not None:
+                        await opened.direct.aclose()
             return
         async with AsyncExitStack() as stack:
             streams = await stack.enter_async_context(
@@ -238,7 +293,11 @@ class Upstream:
             yield session
 
     def _direct_calls(
-        self, session: ClientSession, headers: dict[str, str], first: list[httpx2.Response]
+        self,
+        opened: OpenSession,
+        session: ClientSession,
+        headers: dict[str, str],
+        first: list[httpx2.Response],
     ) -> DirectCalls | None:
         """Direct calls on this session when the upstream answered ``initialize`` with JSON."""
         answer = first[0] if first else None
@@ -260,12 +319,14 @@ class Upstream:
             timeout_seconds=self.spec.timeout_seconds,
             connect_timeout_seconds=self.spec.connect_timeout_seconds,
             max_answer_bytes=self._limits.max_message_bytes,
-            on_session_lost=self._lose_session,
+            on_session_lost=lambda: self._lose_session(opened),
         )
 
-    def _lose_session(self) -> None:
+    def _lose_session(self, opened: OpenSession) -> None:
         """The upstream said the session is gone (404): the supervisor opens a new one."""
-        self._session_lost = True
+        if opened.lost:
+            return
+        opened.lost = True
         self._new_reopen()
         self._changed.set()
 
@@ -281,7 +342,7 @@ class Upstream:
         if isinstance(message, types.ToolListChangedNotification):
             self._changed.set()
 
-    async def _watch(self, session: ClientSession) -> None:
+    async def _watch(self, opened: OpenSession) -> None:
         """Refresh on ``list_changed`` (debounced) and on the period, until the connection ends.
         It looks at the process twice a second (a dead one fails its calls at once anyway: the
         SDK's session sees its output end)."""
@@ -293,15 +354,16 @@ class Upstream:
                     await self._changed.wait()
             if self.process.returncode is not None:
                 raise ConnectionEnded(f"the process exited (code {self.process.returncode})")
-            if self._session_lost:
-                raise ConnectionEnded("the upstream ended the session")
+            if opened.lost:
+                raise SessionLost(_SESSION_ENDED)
             due = period is not None and time.monotonic() - listed >= period
             if not (self._changed.is_set() or due):
                 continue
             # Debounce: notifications arriving meanwhile are folded into this one listing.
             await asyncio.sleep(self._limits.debounce_seconds)
             self._changed.clear()
-            await self._refresh(session)
+            assert opened.session is not None
+            await self._refresh(opened.session)
             listed = time.monotonic()
 
     async def _refresh(self, session: ClientSession) -> None:
@@ -345,29 +407,30 @@ class Upstream:
         ``progress``, the call carries a progress token and the upstream's progress reports for
         it go there. Cancelled, the SDK's session sends the upstream ``notifications/cancelled``
         for it before the cancellation goes on."""
-        session = self._session
-        try:
-            return await self._call_once(session, name, arguments, progress)
-        except SessionGone:
-            pass
+        opened = self._current
+        if opened is None or not opened.lost:
+            try:
+                return await self._call_once(opened, name, arguments, progress)
+            except SessionGone:
+                pass
         # The upstream no longer knew the session (it restarted, or expired it) and ran nothing:
         # once more, on the session the supervisor opens now.
         try:
-            await self._reopened(session)
+            await self._reopened(opened)
         except UpstreamDown:
-            self.breaker.record_failure()  # forgot the session and opened no other in time
+            self._charge(opened)  # forgot the session and opened no other in time
             raise
         # A session lost again at once is the upstream's fault, not a moment's: an upstream that
         # forgets every session must open the circuit, not cost each call two handshakes.
-        return await self._call_once(self._session, name, arguments, progress, retried=True)
+        return await self._call_once(self._current, name, arguments, progress, retried=True)
 
-    async def _reopened(self, lost: ClientSession | None) -> None:
-        """Wait until a session other than ``lost`` serves the tools (503 when none does
-        within a backoff and a handshake)."""
+    async def _reopened(self, lost: OpenSession | None) -> None:
+        """Wait until a session other than ``lost`` is open (503 when none is within a backoff
+        and a handshake). Its listing is not waited for."""
         budget = self._limits.first_backoff_seconds + self.spec.connect_timeout_seconds
         try:
             async with asyncio.timeout(budget):
-                while self._session in (None, lost) or self.state != "ready":
+                while self._current in (None, lost):
                     # A set event here belongs to a session already gone: waiting on it would
                     # not even yield to the loop (and the time-out could never fire).
                     self._new_reopen()
@@ -376,42 +439,47 @@ class Upstream:
             name = self.spec.name
             raise UpstreamDown(f"Upstream {name!r} ended its session; none is open yet.") from None
 
+    def _charge(self, lost: OpenSession | None) -> None:
+        """A breaker failure for a lost session that was not replaced by a working one: one per
+        session, however many calls were waiting on it (an outside attack: five calls meeting
+        one slow restart opened the circuit)."""
+        if lost is None or not lost.charged:
+            if lost is not None:
+                lost.charged = True
+            self.breaker.record_failure()
+        else:
+            self.breaker.record_neutral()
+
     async def _call_once(
         self,
-        session: ClientSession | None,
+        opened: OpenSession | None,
         name: str,
         arguments: dict[str, Any],
         progress: ProgressReporter | None,
         *,
         retried: bool = False,
     ) -> types.CallToolResult:
-        if session is None:
+        if opened is None or opened.session is None:
             raise UpstreamDown(f"Upstream {self.spec.name!r} is not connected ({self.state}).")
         if not self.breaker.allow():
             raise UpstreamDown(f"Upstream {self.spec.name!r} is failing; calls are paused.")
         started = time.monotonic()
-        direct = self._direct
+        direct = opened.direct
         try:
-            if direct is not None and progress is None:
-                result = await direct.call(name, arguments)
-            else:
-                result = await session.send_request(
-                    types.CallToolRequest(
-                        params=types.CallToolRequestParams(name=name, arguments=arguments)
-                    ),
-                    types.CallToolResult,
-                    request_read_timeout_seconds=self.spec.timeout_seconds,
-                    progress_callback=progress_callback(progress) if progress else None,
-                )
+            with opened.calling():
+                if direct is not None and progress is None:
+                    result = await direct.call(name, arguments)
+                else:
+                    result = await self._sdk_call(opened, name, arguments, progress)
         except SessionGone:
             if retried:
-                self.breaker.record_failure()
+                self._charge(opened)
             else:
                 self.breaker.record_neutral()  # the upstream is there, the call is made again
             raise
         except MCPError as exc:
             if connection_lost(exc):
-                self.breaker.record_failure()
+                self._lost_connection(opened)
             elif exc.error.code != types.REQUEST_TIMEOUT:
                 self.breaker.record_success()  # it answered, whatever it thought of the call
             else:
@@ -431,11 +499,45 @@ class Upstream:
             self.breaker.record_neutral()
             raise
         except Exception:
-            self.breaker.record_failure()
+            self._lost_connection(opened)
             raise
         self.breaker.record_success()
         log.debug("upstream call", extra={**self._extra(), "seconds": time.monotonic() - started})
         return result
+
+    async def _sdk_call(
+        self,
+        opened: OpenSession,
+        name: str,
+        arguments: dict[str, Any],
+        progress: ProgressReporter | None,
+    ) -> types.CallToolResult:
+        assert opened.session is not None
+        try:
+            return await opened.session.send_request(
+                types.CallToolRequest(
+                    params=types.CallToolRequestParams(name=name, arguments=arguments)
+                ),
+                types.CallToolResult,
+                request_read_timeout_seconds=self.spec.timeout_seconds,
+                progress_callback=progress_callback(progress) if progress else None,
+            )
+        except MCPError as exc:
+            # The SDK's words for a 404 on the session ("Session terminated"), as the user
+            # sessions read them: the response hook saw the 404 before the SDK answered the call.
+            if opened.lost and exc.error.code == types.INVALID_REQUEST:
+                raise SessionGone(types.CONNECTION_CLOSED, _SESSION_ENDED) from exc
+            raise
+
+    def _lost_connection(self, opened: OpenSession) -> None:
+        # A call cut because the gateway closes its session (the supervisor stops, or a lost
+        # session's calls outlived the time-out) says nothing of the upstream (an outside
+        # attack: the calls in flight on a session the upstream ended were cut and each
+        # counted as a failure, which opened the circuit).
+        if opened.closing:
+            self.breaker.record_neutral()
+        else:
+            self.breaker.record_failure()
 
     def status(self) -> dict[str, Any]:
         """What ``GET /upstreams`` shows: never a header, an environment value or a URL secret."""
@@ -454,6 +556,13 @@ class Upstream:
 
     def _extra(self) -> dict[str, str]:
         return {"upstream": self.spec.name}
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    # A lost session's connection ends after the supervisor moved on: its failure (its close
+    # failed) is logged by nobody else, and must not be left unretrieved.
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.debug("upstream connection closed: %s", type(exc).__name__)
 
 
 def _session_gone(answer: httpx2.Response) -> bool:

@@ -1,0 +1,58 @@
+"""One session the supervisor opened with an upstream, and the calls in flight on it.
+
+A session the upstream ended (a 404 on it) takes no new call from then on, while the supervisor
+opens the next one, but it is not closed under the calls already sent on it: the upstream answers
+those it accepted. It is closed once the last of them has ended, or after the upstream's time-out
+(by then each of them has timed out itself). A call cut by that close is cut by the gateway, not
+by the upstream: it says nothing of the upstream's health.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from mcp.client.session import ClientSession
+
+if TYPE_CHECKING:
+    from conclave.gateway.upstreams.direct_calls import DirectCalls
+
+
+class OpenSession:
+    """A session of the shared connection to an upstream (SDK session, direct calls on it)."""
+
+    def __init__(self) -> None:
+        self.session: ClientSession | None = None
+        self.direct: DirectCalls | None = None
+        """Calls without progress on an HTTP session answered with JSON (:mod:`.direct_calls`)."""
+        self.lost = False
+        """The upstream ended the session (a 404 on it): it takes no new call."""
+        self.closing = False
+        """The gateway is closing it: what fails on it now is the gateway's doing."""
+        self.charged = False
+        """Its loss was counted as a breaker failure already (at most one per lost session)."""
+        self.handed_over: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        """Done once it was lost and the supervisor may open the next one."""
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """Count a call in flight on this session while the block runs."""
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def drained(self, timeout_seconds: float) -> None:
+        """Return once no call is in flight on it, or after ``timeout_seconds``."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_seconds):
+                while self._in_flight:
+                    await self._idle.wait()
