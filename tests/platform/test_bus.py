@@ -22,6 +22,7 @@ from conclave.platform.bus.envelope import MalformedEntry, event_from_entry
 from conclave.platform.bus.factory import BusOptions, create_bus
 from conclave.platform.bus.memory import MemoryBus
 from conclave.platform.bus.redis_streams import RedisStreamsBus
+from conclave.platform.clock import utc_now
 from conclave.platform.errors import BusUnavailable, StoreUnavailable
 from conclave.platform.logs import correlation_id_var
 from tests.conftest import REDIS_URL, eventually
@@ -237,6 +238,38 @@ async def test_streams_are_trimmed_to_about_maxlen(make_bus: BusFactory) -> None
     # Redis trims approximately, whole radix-tree nodes (100 entries by default) at a time.
     assert 10 <= len(kept) <= 200
     assert kept == events[-len(kept) :]
+
+
+async def test_a_channel_is_trimmed_to_the_entries_added_since_a_time(bus: EventBus) -> None:
+    old = [event(n) for n in range(250)]
+    await bus.publish(old)
+    await asyncio.sleep(0.05)  # Redis dates an entry by its id, in milliseconds
+    cutoff = utc_now()
+    await asyncio.sleep(0.05)
+    new = [event(n) for n in range(250, 260)]
+    await bus.publish(new)
+    await bus.trim_before(CHANNEL, cutoff)
+    await bus.trim_before("nothing.here", cutoff)  # no stream: nothing to do
+    kept = await bus.read(CHANNEL, count=1000)
+    # Approximately on Redis: older entries sharing a radix-tree node (100) with newer ones stay.
+    assert kept[-len(new) :] == new
+    assert len(kept) <= len(new) + 100
+
+
+async def test_the_groups_of_a_channel_are_named(bus: EventBus) -> None:
+    assert await bus.group_names(CHANNEL, "reader:") == []
+    received: list[Event] = []
+
+    async def handle(e: Event) -> None:
+        received.append(e)
+
+    async with consuming(bus, "reader:one", handle), consuming(bus, "other", handle):
+        await until_listening(bus, received)
+        await eventually(lambda: _named(bus, ["reader:one"]))
+
+
+async def _named(bus: EventBus, names: list[str]) -> bool:
+    return sorted(await bus.group_names(CHANNEL, "reader:")) == names
 
 
 async def test_unreachable_redis_raises_bus_unavailable() -> None:

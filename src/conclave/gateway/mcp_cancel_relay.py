@@ -16,6 +16,13 @@ wait, the rest are dropped), in batches. One older than :data:`MAX_AGE` when it 
 published or read is dropped, and one applies only to a call that started before it was sent: a
 replica whose bus comes back late never cancels a newer call that reuses the id. A lost
 cancellation leaves the call to run to its end or its time-out, as without the relay.
+
+Nothing is kept for longer than it can be used: a process publishes only while another one reads
+the channel (a group of another process exists: looked at once every :data:`READERS_SECONDS`, so
+a replica that just started may miss the cancellations of its first second; a single process, as
+in embedded mode, publishes nothing), and, while it publishes, deletes the channel's entries older
+than :data:`MAX_AGE` every :data:`TRIM_SECONDS` (an outside attack: every cancellation was kept
+up to the bus's ``maxlen``, 100,000 entries of up to a few hundred bytes each).
 """
 
 from __future__ import annotations
@@ -57,6 +64,12 @@ agree to well within this)."""
 MAX_WAITING = 1000
 """Cancellations a process holds for publishing at most; more are dropped."""
 
+READERS_SECONDS = 1.0
+"""How long a process trusts what it saw of the other readers of :data:`CHANNEL`."""
+
+TRIM_SECONDS = 1.0
+"""How often a process that published trims :data:`CHANNEL` to :data:`MAX_AGE`."""
+
 IDLE_GROUP_SECONDS = 300.0
 """A ``gateway-cancel:`` group none of whose consumers read for this long belongs to a process
 that is gone (a live one reads every second): the others drop it."""
@@ -84,6 +97,11 @@ class CancelRelay:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._warned_at = -_QUIET_SECONDS
+        self._readers_seen_at = -READERS_SECONDS
+        self._others_read = False
+        self._published_at = -_QUIET_SECONDS
+        """When this process last published (monotonic): it trims the channel until that is
+        older than :data:`MAX_AGE`."""
 
     async def start(self) -> None:
         """Read the other processes' cancellations, and publish this one's, until :meth:`stop`."""
@@ -92,6 +110,7 @@ class CancelRelay:
         self._tasks = [
             asyncio.create_task(self._publish_waiting(), name="mcp-cancel-publisher"),
             asyncio.create_task(self._sweep_idle_groups(), name="mcp-cancel-groups"),
+            asyncio.create_task(self._trim_old(), name="mcp-cancel-trim"),
         ]
 
     async def stop(self) -> None:
@@ -131,9 +150,34 @@ class CancelRelay:
                 continue
             try:
                 async with asyncio.timeout(_PUBLISH_TIMEOUT_SECONDS):
+                    if not await self._read_by_others():
+                        continue  # nobody would read them
+                    self._published_at = time.monotonic()
                     await self._bus.publish(fresh)
             except Exception as exc:  # lost, as a notification without the relay
                 self._warn("MCP cancellations could not be relayed", exc, len(fresh))
+
+    async def _read_by_others(self) -> bool:
+        now = time.monotonic()
+        if now - self._readers_seen_at >= READERS_SECONDS:
+            groups = await self._bus.group_names(CHANNEL, GROUP_PREFIX)
+            self._others_read = any(group != GROUP_PREFIX + self._origin for group in groups)
+            self._readers_seen_at = now
+        return self._others_read
+
+    async def _trim_old(self) -> None:
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(TRIM_SECONDS):
+                    await self._stopping.wait()
+            since = time.monotonic() - self._published_at
+            if since > MAX_AGE.total_seconds() + 2 * TRIM_SECONDS:
+                continue  # what it published is gone already
+            try:
+                async with asyncio.timeout(_PUBLISH_TIMEOUT_SECONDS):
+                    await self._bus.trim_before(CHANNEL, utc_now() - MAX_AGE)
+            except Exception as exc:  # trimmed at the next turn, or at the bus's maxlen
+                self._warn("relayed MCP cancellations could not be trimmed", exc, 0)
 
     async def _sweep_idle_groups(self) -> None:
         while not self._stopping.is_set():

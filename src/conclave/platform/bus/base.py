@@ -149,6 +149,19 @@ class EventBus(Protocol):
         """The newest ``count`` events of ``channel``, oldest first (diagnostics and tests)."""
         ...
 
+    async def trim_before(self, channel: str, before: datetime) -> None:
+        """Delete the entries of ``channel`` added before ``before``, for a channel whose events
+        are worthless after a while (its own bound, well under ``maxlen``). Approximately, as
+        ``maxlen``: Redis keeps the older entries that share a radix-tree node with newer ones
+        (``MINID ~``, by the time Redis added them); the in-process bus deletes every entry
+        emitted before it."""
+        ...
+
+    async def group_names(self, channel: str, prefix: str) -> list[str]:
+        """The names of the consumer groups of ``channel`` that start with ``prefix`` (at most
+        1,000): who reads a broadcast channel now."""
+        ...
+
     async def drop_group(self, channel: str, group: str) -> None:
         """Delete the consumer group ``group`` of ``channel`` (nothing if there is none). For
         groups of one process (a broadcast read), when that process stops."""

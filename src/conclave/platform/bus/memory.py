@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from conclave.platform.bus.base import (
     Delivered,
@@ -221,6 +222,26 @@ class MemoryBus:
             return False
         self._dead_reasons.pop((dead, seq), None)
         return stream.entries.pop(seq, None) is not None
+
+    async def trim_before(self, channel: str, before: datetime) -> None:
+        """Delete the entries of ``channel`` emitted before ``before`` (from the oldest on, up
+        to the first newer one)."""
+        stream = self._streams.get(channel)
+        if stream is None:
+            return
+        entries = stream.entries
+        while entries:
+            oldest = next(iter(entries))
+            if entries[oldest].emitted_at >= before:
+                break
+            del entries[oldest]
+
+    async def group_names(self, channel: str, prefix: str) -> list[str]:
+        """The groups of ``channel`` named ``prefix…``."""
+        stream = self._streams.get(channel)
+        if stream is None:
+            return []
+        return [name for name in stream.groups if name.startswith(prefix)][:1000]
 
     async def drop_idle_groups(self, channel: str, prefix: str, idle_seconds: float) -> int:
         """Nothing: this bus lives in one process, and a group of it ends with its reader (a

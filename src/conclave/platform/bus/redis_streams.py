@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
@@ -385,6 +386,30 @@ class RedisStreamsBus:
             return 0  # no such stream
         except (RedisError, OSError) as exc:
             raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+
+    async def trim_before(self, channel: str, before: datetime) -> None:
+        """``XTRIM MINID ~``: the entry ids Redis gave carry the time it added them."""
+        minid = f"{max(0, int(before.timestamp() * 1000))}-0"
+        try:
+            await self._redis.xtrim(self.key(channel), minid=minid, approximate=True)
+        except (RedisError, OSError) as exc:
+            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+
+    async def group_names(self, channel: str, prefix: str) -> list[str]:
+        """``XINFO GROUPS``, the names starting with ``prefix``."""
+        try:
+            groups: Any = await self._redis.xinfo_groups(self.key(channel))
+        except ResponseError:
+            return []  # no such stream
+        except (RedisError, OSError) as exc:
+            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
+        names = []
+        for info in groups[:1000]:
+            name = info.get("name")
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            if name.startswith(prefix):
+                names.append(name)
+        return names
 
     async def drop_group(self, channel: str, group: str) -> None:
         """XGROUP DESTROY (a consumer still reading would create the group again)."""
