@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from conclave.gateway.app import create_app
 from conclave.gateway.upstreams.credentials import new_key_text
-from tests.conftest import Backend, open_platform, serve_app, test_settings  # noqa: F401
+from tests.conftest import Backend, eventually, open_platform, serve_app, test_settings  # noqa: F401
 from tests.gateway.conftest import audit_rows
 from tests.gateway.upstream_fixtures import ALLOW_LOOPBACK, catalogue
 from tests.gateway.upstreams.credential_mcp_server import CredentialServer
@@ -97,9 +97,14 @@ class EchoServer(CredentialServer):
         listed.tools.append(types.Tool(name="leak_json", description="x", input_schema=obj))
         listed.tools.append(types.Tool(name="leak_encoded", description="x", input_schema=obj))
         listed.tools.append(types.Tool(name="structured", description="x", input_schema=obj))
+        listed.tools.append(types.Tool(name="slow", description="x", input_schema=obj))
         return listed
 
     async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name == "slow":  # two seconds, then who called
+            self.slow_calls = getattr(self, "slow_calls", 0) + 1
+            await asyncio.sleep(2)
+            return await super()._call(ctx, params)
         if params.name == "leak_json":
             header = self._header(ctx)
             text = json.dumps({"you_sent": {"authorization": header}})
@@ -370,6 +375,30 @@ async def test_a_user_session_the_upstream_forgot_is_replaced_and_the_call_succe
     # The upstream did not run the call sent on the forgotten session: it is sent again on a
     # new one, so not even the first call after the restart fails.
     assert [code for code, _ in codes] == [200] * 4, codes
+
+
+async def test_a_users_calls_in_flight_finish_when_their_forgotten_session_is_replaced(
+    backend: Backend, tmp_path: Path
+):
+    """Ada's slow call runs on her session when the upstream forgets it (it runs on the calls
+    it accepted); her next call meets the 404. Replacing the session closed the old one at once,
+    cutting the slow call (502 ``UPSTREAM_CONNECTION_LOST``): the old session is closed once
+    its calls have ended."""
+    async with gateway(backend, tmp_path) as (client, upstream):
+        assert (await register(client, "tok-ada", "ada-token-0001")).status_code == 204
+        assert (await execute(client, "tok-ada", "whoami")).status_code == 200
+        slow = asyncio.create_task(execute(client, "tok-ada", "slow"))
+
+        async def running() -> bool:
+            return getattr(upstream, "slow_calls", 0) == 1
+
+        await eventually(running)
+        upstream.restart()
+        after = await execute(client, "tok-ada", "whoami")
+        slow_answer = await slow
+    seen = [(a.status_code, a.text[:200]) for a in (after, slow_answer)]
+    assert [a.status_code for a in (after, slow_answer)] == [200, 200], seen
+    assert after.json()["result"] == slow_answer.json()["result"], seen  # Ada's credential
 
 
 # --- 8. closed sessions are not counted: one user holds any number of upstream connections ---

@@ -7,7 +7,8 @@ of that user's: opened at their first call, kept for the next ones, closed after
 ``GATEWAY_UPSTREAM_MAX_USER_SESSIONS`` are open (the least recently used idle one first), or when
 the user's credential changes. A session the upstream no longer knows (HTTP 404 to its
 ``Mcp-Session-Id``: the upstream restarted) is replaced at once and the call sent again on the new
-one (the upstream did not run it).
+one (the upstream did not run it); the old one is closed once the calls still in flight on it have
+ended (the upstream answers those it accepted), or after the upstream's time-out.
 
 Sessions being closed (the SDK's teardown, a ``DELETE`` to the upstream) count towards the bound
 until their task ends, and their teardown is cut after a few seconds (at once when room is needed),
@@ -73,6 +74,8 @@ class _UserSession:
         self.refused = False
         self.forgotten = False
         self.in_flight = 0
+        self.draining = False
+        """Closed once its last call in flight ends (it was forgotten)."""
         self.last_used = time.monotonic()
         self.stop = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -133,7 +136,7 @@ class UserSessions:
                     raise
                 # The upstream forgot the session (it restarted) and did not run the call:
                 # a new session, and the call once more.
-                self._close(user_id, entry)
+                self._close(user_id, entry, after_calls=True)
         raise AssertionError("unreachable")
 
     async def _call_on(
@@ -169,7 +172,9 @@ class UserSessions:
                 if entry.refused:
                     self._close(user_id, entry)
                     raise CredentialRefused() from exc
-                if exc.error.code == types.CONNECTION_CLOSED or entry.forgotten:
+                if entry.forgotten:
+                    self._close(user_id, entry, after_calls=True)
+                elif exc.error.code == types.CONNECTION_CLOSED:
                     self._close(user_id, entry)
                 raise
             except asyncio.CancelledError:
@@ -180,6 +185,8 @@ class UserSessions:
         finally:
             entry.in_flight -= 1
             entry.last_used = time.monotonic()
+            if entry.draining and entry.in_flight == 0:
+                entry.stop.set()
 
     def forget(self, user_id: str) -> None:
         """Close ``user_id``'s session (their credential was replaced or deleted), and make
@@ -220,7 +227,7 @@ class UserSessions:
         if entry is not None and (
             entry.header_value != header_value or entry.stop.is_set() or entry.forgotten
         ):
-            self._close(user_id, entry)
+            self._close(user_id, entry, after_calls=entry.forgotten)
             entry = None
         if entry is None:
             self._make_room()
@@ -250,16 +257,26 @@ class UserSessions:
                 )
             self._close(idle[0], self._sessions[idle[0]])
 
-    def _close(self, user_id: str, entry: _UserSession) -> None:
-        entry.stop.set()
+    def _close(self, user_id: str, entry: _UserSession, *, after_calls: bool = False) -> None:
+        """Close ``entry``; ``after_calls``: once the calls in flight on it have ended (a session
+        the upstream forgot: it answers the calls it accepted; an outside attack: one call's
+        404 cut the same user's other calls), within the upstream's time-out."""
         if self._sessions.get(user_id) is entry:
             del self._sessions[user_id]
+        loop = asyncio.get_running_loop()
+        stop_in = 0.0
+        if after_calls and entry.in_flight and not entry.stop.is_set():
+            entry.draining = True
+            stop_in = self._upstream.spec.timeout_seconds + 1  # its calls time out by then
+            loop.call_later(stop_in, entry.stop.set)
+        else:
+            entry.stop.set()
         task = entry.task
         if task is not None and not task.done() and task not in self._closing:
-            self._closing[task] = None
+            self._closing[task] = None  # it counts towards the bound until it ends
             task.add_done_callback(self._ended)
             # The teardown (the SDK's DELETE) may hang on a slow upstream: it is cut short.
-            asyncio.get_running_loop().call_later(_STOP_SECONDS, task.cancel)
+            loop.call_later(stop_in + _STOP_SECONDS, task.cancel)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._closing.pop(task, None)
