@@ -17,7 +17,8 @@ from tests.gateway.upstreams.json_mcp_server import JsonServer, read_body
 class ForgetfulServer(JsonServer):
     """``forget_all``: every session is answered 404 on ``tools/call`` (an upstream that loses
     each session at once); ``forgotten``: the sessions answered so (an upstream that restarted);
-    ``slow_list_seconds``: ``tools/list`` takes that long (the supervisor is busy listing)."""
+    ``slow_list_seconds``: ``tools/list`` takes that long (the supervisor is busy listing);
+    ``refuse_initialize``: ``initialize`` is answered 503 (no new session opens)."""
 
     def __init__(self) -> None:
         super().__init__(json_response=True)
@@ -25,6 +26,7 @@ class ForgetfulServer(JsonServer):
         self.forget_all = False
         self.answered_404 = 0
         self.slow_list_seconds = 0.0
+        self.refuse_initialize = False
         self.listing = asyncio.Event()
         """Set when a slow ``tools/list`` starts (the gateway's supervisor is busy listing)."""
 
@@ -43,6 +45,10 @@ class ForgetfulServer(JsonServer):
         session = (headers.get(b"mcp-session-id") or b"").decode() or None
         message = json.loads(body)
         forgotten = self.forget_all or session in self.forgotten
+        if message.get("method") == "initialize" and self.refuse_initialize:
+            await send({"type": "http.response.start", "status": 503, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
         if message.get("method") == "tools/call" and session is not None and forgotten:
             self.requests.append(("tools/call", message.get("id"), session, None))
             self.answered_404 += 1
