@@ -59,6 +59,7 @@ _CLIENT = types.Implementation(name="conclave-gateway", version=__version__)
 _MAX_BACKOFF_SECONDS = 60.0
 _CLOSE_GRACE_SECONDS = 1.0  # past the time-out, for its calls to time out by themselves
 _SESSION_ENDED = "the upstream ended the session"
+_SDK_SESSION_GONE = (types.INVALID_REQUEST, "Session terminated")  # the SDK's words for the 404
 _PROCESS_POLL_SECONDS = 0.5
 
 
@@ -525,7 +526,8 @@ class Upstream:
         except MCPError as exc:
             # The SDK's words for a 404 on the session ("Session terminated"), as the user
             # sessions read them: the response hook saw the 404 before the SDK answered the call.
-            if opened.lost and exc.error.code == types.INVALID_REQUEST:
+            error = exc.error
+            if opened.lost and (error.code, error.message) == _SDK_SESSION_GONE:
                 raise SessionGone(types.CONNECTION_CLOSED, _SESSION_ENDED) from exc
             raise
 
