@@ -59,7 +59,6 @@ _CLIENT = types.Implementation(name="conclave-gateway", version=__version__)
 _MAX_BACKOFF_SECONDS = 60.0
 _CLOSE_GRACE_SECONDS = 1.0  # past the time-out, for its calls to time out by themselves
 _SESSION_ENDED = "the upstream ended the session"
-_SDK_SESSION_GONE = (types.INVALID_REQUEST, "Session terminated")  # the SDK's words for the 404
 _PROCESS_POLL_SECONDS = 0.5
 
 
@@ -524,10 +523,10 @@ class Upstream:
                 progress_callback=progress_callback(progress) if progress else None,
             )
         except MCPError as exc:
-            # The SDK's words for a 404 on the session ("Session terminated"), as the user
-            # sessions read them: the response hook saw the 404 before the SDK answered the call.
-            error = exc.error
-            if opened.lost and (error.code, error.message) == _SDK_SESSION_GONE:
+            # The SDK's words for a 404 on the session (-32600, "Session terminated" or the text
+            # of the 404's JSON-RPC error), as the user sessions read them: the response hook saw
+            # the 404 before the SDK answered the call.
+            if opened.lost and exc.error.code == types.INVALID_REQUEST:
                 raise SessionGone(types.CONNECTION_CLOSED, _SESSION_ENDED) from exc
             raise
 
