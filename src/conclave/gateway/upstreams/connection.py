@@ -154,7 +154,11 @@ class Upstream:
                 if opened.handed_over.done():
                     failure: BaseException | None = SessionLost(_SESSION_ENDED)
                 else:
-                    failure = served.exception()
+                    failure = (
+                        ConnectionEnded("the connection was cancelled")
+                        if served.cancelled()
+                        else served.exception()
+                    )
                     if self._current is not None and self._current.lost:
                         self._current = None  # no session replaces it: calls answer 503 at once
                 if failure is not None:
@@ -246,7 +250,10 @@ class Upstream:
             )
             with anyio.fail_after(spec.connect_timeout_seconds):
                 await session.initialize()
-            yield session
+            try:
+                yield session
+            finally:
+                opened.closing = True
 
     @asynccontextmanager
     async def http_session(
@@ -531,10 +538,10 @@ class Upstream:
             raise
 
     def _lost_connection(self, opened: OpenSession) -> None:
-        # A call cut because the gateway closes its session (the supervisor stops, or a lost
-        # session's calls outlived the time-out) says nothing of the upstream (an outside
-        # attack: the calls in flight on a session the upstream ended were cut and each
-        # counted as a failure, which opened the circuit).
+        # A call cut because the gateway closes its connection (the supervisor stops or
+        # reconnects, a lost session's calls outlived the time-out) says nothing more of the
+        # upstream (an outside attack: the calls in flight on a session the upstream ended were
+        # cut and each counted as a failure, which opened the circuit).
         if opened.closing:
             self.breaker.record_neutral()
         else:
