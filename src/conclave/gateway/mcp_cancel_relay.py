@@ -175,7 +175,7 @@ class CancelRelay:
                 continue  # what it published is gone already
             try:
                 async with asyncio.timeout(_PUBLISH_TIMEOUT_SECONDS):
-                    await self._bus.trim_before(CHANNEL, utc_now() - MAX_AGE)
+                    await self._bus.trim_older_than(CHANNEL, MAX_AGE)
             except Exception as exc:  # trimmed at the next turn, or at the bus's maxlen
                 self._warn("relayed MCP cancellations could not be trimmed", exc, 0)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -149,12 +149,13 @@ class EventBus(Protocol):
         """The newest ``count`` events of ``channel``, oldest first (diagnostics and tests)."""
         ...
 
-    async def trim_before(self, channel: str, before: datetime) -> None:
-        """Delete the entries of ``channel`` added before ``before``, for a channel whose events
-        are worthless after a while (its own bound, well under ``maxlen``). Approximately, as
-        ``maxlen``: Redis keeps the older entries that share a radix-tree node with newer ones
-        (``MINID ~``, by the time Redis added them); the in-process bus deletes every entry
-        emitted before it."""
+    async def trim_older_than(self, channel: str, age: timedelta) -> None:
+        """Delete the entries of ``channel`` added more than ``age`` ago by the bus's own clock,
+        for a channel whose events are worthless after a while (its own bound, well under
+        ``maxlen``). By the bus's clock, never the caller's: a process whose clock runs ahead
+        would otherwise delete what was just published. Approximately, as ``maxlen``: Redis
+        keeps the older entries that share a radix-tree node with newer ones (``MINID ~``, by
+        Redis's ``TIME``); the in-process bus deletes every entry emitted earlier."""
         ...
 
     async def group_names(self, channel: str, prefix: str) -> list[str]:

@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import timedelta
 
 from conclave.platform.bus.base import (
     Delivered,
@@ -24,6 +24,7 @@ from conclave.platform.bus.dead_letters import (
     dead_letter_of,
 )
 from conclave.platform.bus.entry import DEFAULT_MAX_EVENT_BYTES, PublishRefused, encode_entries
+from conclave.platform.clock import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -223,12 +224,13 @@ class MemoryBus:
         self._dead_reasons.pop((dead, seq), None)
         return stream.entries.pop(seq, None) is not None
 
-    async def trim_before(self, channel: str, before: datetime) -> None:
-        """Delete the entries of ``channel`` emitted before ``before`` (from the oldest on, up
-        to the first newer one)."""
+    async def trim_older_than(self, channel: str, age: timedelta) -> None:
+        """Delete the entries of ``channel`` emitted more than ``age`` ago (from the oldest on,
+        up to the first newer one); the process's clock is this bus's."""
         stream = self._streams.get(channel)
         if stream is None:
             return
+        before = utc_now() - age
         entries = stream.entries
         while entries:
             oldest = next(iter(entries))

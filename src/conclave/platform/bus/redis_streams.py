@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import timedelta
 from typing import Any
 
 from redis.asyncio import Redis
@@ -387,10 +387,13 @@ class RedisStreamsBus:
         except (RedisError, OSError) as exc:
             raise BusUnavailable("The bus (Redis) is not reachable.") from exc
 
-    async def trim_before(self, channel: str, before: datetime) -> None:
-        """``XTRIM MINID ~``: the entry ids Redis gave carry the time it added them."""
-        minid = f"{max(0, int(before.timestamp() * 1000))}-0"
+    async def trim_older_than(self, channel: str, age: timedelta) -> None:
+        """``XTRIM MINID ~`` from Redis's ``TIME``: the entry ids Redis gave carry the time (its
+        own) it added them."""
         try:
+            seconds, microseconds = await self._redis.time()
+            now_ms = int(seconds) * 1000 + int(microseconds) // 1000
+            minid = f"{max(0, now_ms - int(age.total_seconds() * 1000))}-0"
             await self._redis.xtrim(self.key(channel), minid=minid, approximate=True)
         except (RedisError, OSError) as exc:
             raise BusUnavailable("The bus (Redis) is not reachable.") from exc
