@@ -17,7 +17,7 @@ import uvloop
 from conclave.edge.agents.base import clean
 from conclave.edge.guardrails import sanitize_filename
 from conclave.edge.parsing import ParserPool, answer_bytes, receive_message
-from conclave.platform.errors import Unavailable, Unprocessable
+from conclave.platform.errors import Unprocessable
 from tests.conftest import Backend, eventually
 from tests.edge import samples
 from tests.edge.conftest import edge_app, edge_settings, form
@@ -234,64 +234,6 @@ async def test_a_cancelled_parse_does_not_hand_its_answer_to_the_next_upload(tmp
             await parsing
         facts = await pool.parse("geo", str(small), "geojson", {})
         assert facts["feature_count"] == 2  # its own answer, not the slow file's
-    finally:
-        await pool.close()
-
-
-def _all_busy(pool: ParserPool):
-    async def check() -> bool:
-        return pool.free == 0
-
-    return check
-
-
-async def test_uploads_that_stop_waiting_for_a_worker_leave_it_to_the_next_in_line(
-    tmp_path,
-) -> None:
-    """A freed worker goes straight to the first upload still waiting: uploads that gave up
-    (their request went away, or their wait ran out) neither take it nor keep their place."""
-    slow = tmp_path / "slow.geojson"
-    _slow_geojson(slow, 200_000)
-    small = tmp_path / "small.geojson"
-    small.write_bytes(samples.geojson())
-    pool = ParserPool(1, timeout=30, memory_bytes=2 * 1024**3, queue_seconds=60)
-    try:
-        await pool.prestart()
-        busy = asyncio.create_task(pool.parse("geo", str(slow), "geojson", {}))
-        await eventually(_all_busy(pool))
-        line = [pool.parse("geo", str(small), "geojson", {}) for _ in range(50)]
-        gone = [asyncio.create_task(parse) for parse in line]
-        waiting = asyncio.create_task(pool.parse("geo", str(small), "geojson", {}))
-        await asyncio.sleep(0.05)  # all of them in line behind the slow file
-        for task in gone:
-            task.cancel()
-        facts = await waiting
-        assert facts["feature_count"] == 2  # its own file's answer
-        assert (await busy)["feature_count"] == 200_001
-        assert all(task.cancelled() for task in gone)
-        assert pool.free == 1  # the one worker is back, idle
-        assert len(pool._all) == 1  # and nobody started another
-    finally:
-        await pool.close()
-
-
-async def test_an_upload_whose_wait_ran_out_hands_on_a_worker_it_was_given(tmp_path) -> None:
-    slow = tmp_path / "slow.geojson"
-    _slow_geojson(slow, 200_000)
-    small = tmp_path / "small.geojson"
-    small.write_bytes(samples.geojson())
-    pool = ParserPool(1, timeout=30, memory_bytes=2 * 1024**3, queue_seconds=0.1)
-    try:
-        await pool.prestart()
-        busy = asyncio.create_task(pool.parse("geo", str(slow), "geojson", {}))
-        await eventually(_all_busy(pool))
-        with pytest.raises(Unavailable) as refused:
-            await pool.parse("geo", str(small), "geojson", {})
-        assert refused.value.code == "PARSERS_BUSY"
-        await busy
-        assert pool.free == 1
-        facts = await pool.parse("geo", str(small), "geojson", {})
-        assert facts["feature_count"] == 2
     finally:
         await pool.close()
 

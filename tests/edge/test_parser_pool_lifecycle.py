@@ -1,6 +1,7 @@
-"""The parser pool keeps exactly its number of workers through what an outside attack tried on it:
-uploads that go away while their worker starts, workers killed from outside, a service stopping
-while uploads parse and wait, and tens of thousands of waiting uploads leaving the line at once."""
+"""The parser pool hands a freed worker to the first upload still waiting, and keeps exactly its
+number of workers through what an outside attack tried on it: uploads that go away while their
+worker starts, workers killed from outside, a service stopping while uploads parse and wait, and
+tens of thousands of waiting uploads leaving the line at once."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -28,6 +31,58 @@ def _geojson(path, features: int) -> None:
     path.write_text(
         '{"type":"FeatureCollection","features":[' + point * features + point[:-1] + "]}"
     )
+
+
+@asynccontextmanager
+async def _one_busy_worker(
+    tmp_path, *, queue_seconds: float, features: int = 200_000, timeout: float = 30
+) -> AsyncIterator[tuple[ParserPool, asyncio.Task, str]]:
+    """A pool of one worker, busy parsing a slow file: the pool, that parse, and a small file's
+    path."""
+    slow = tmp_path / "slow.geojson"
+    _geojson(slow, features)
+    small = tmp_path / "small.geojson"
+    small.write_bytes(samples.geojson())
+    pool = ParserPool(1, timeout=timeout, memory_bytes=_MEMORY, queue_seconds=queue_seconds)
+    try:
+        await pool.prestart()
+        busy = asyncio.create_task(pool.parse("geo", str(slow), "geojson", {}))
+
+        async def taken() -> bool:
+            return pool.free == 0
+
+        await eventually(taken)
+        yield pool, busy, str(small)
+    finally:
+        await pool.close()
+
+
+async def test_uploads_that_stop_waiting_leave_the_worker_to_the_next_in_line(tmp_path) -> None:
+    """Uploads that gave up (their request went away) neither take the freed worker nor keep
+    their place."""
+    async with _one_busy_worker(tmp_path, queue_seconds=60) as (pool, busy, small):
+        gone = [asyncio.create_task(pool.parse("geo", small, "geojson", {})) for _ in range(50)]
+        waiting = asyncio.create_task(pool.parse("geo", small, "geojson", {}))
+        await asyncio.sleep(0.05)  # all of them in line behind the slow file
+        for task in gone:
+            task.cancel()
+        facts = await waiting
+        assert facts["feature_count"] == 2  # its own file's answer
+        assert (await busy)["feature_count"] == 200_001
+        assert all(task.cancelled() for task in gone)
+        assert pool.free == 1  # the one worker is back, idle
+        assert len(pool._all) == 1  # and nobody started another
+
+
+async def test_an_upload_whose_wait_ran_out_hands_on_a_worker_it_was_given(tmp_path) -> None:
+    async with _one_busy_worker(tmp_path, queue_seconds=0.1) as (pool, busy, small):
+        with pytest.raises(Unavailable) as refused:
+            await pool.parse("geo", small, "geojson", {})
+        assert refused.value.code == "PARSERS_BUSY"
+        await busy
+        assert pool.free == 1
+        facts = await pool.parse("geo", small, "geojson", {})
+        assert facts["feature_count"] == 2
 
 
 async def test_an_upload_cancelled_while_its_worker_starts_leaves_no_process(tmp_path) -> None:
@@ -70,33 +125,23 @@ async def test_a_worker_killed_while_idle_is_replaced_and_forgotten(tmp_path) ->
 
 
 async def test_closing_the_pool_ends_parses_and_waits_and_starts_nothing_after(tmp_path) -> None:
-    slow = tmp_path / "slow.geojson"
-    _geojson(slow, 400_000)
-    small = tmp_path / "small.geojson"
-    small.write_bytes(samples.geojson())
-    pool = ParserPool(1, timeout=20, memory_bytes=_MEMORY, queue_seconds=60)
-    await pool.prestart()
-    busy = asyncio.create_task(pool.parse("geo", str(slow), "geojson", {}))
-
-    async def taken() -> bool:
-        return pool.free == 0
-
-    await eventually(taken)
-    waiting = [asyncio.create_task(pool.parse("geo", str(small), "geojson", {})) for _ in range(3)]
-    await asyncio.sleep(0.1)
-    await pool.close()
-    closed = time.monotonic()
-    results = await asyncio.wait_for(asyncio.gather(busy, *waiting, return_exceptions=True), 60)
-    # Far below the parse's 20 s time limit: the parse under way read its worker's end of file.
-    assert time.monotonic() - closed < 10
-    for result in results:  # the service is stopping: 503, not the file's fault (422)
-        assert isinstance(result, Unavailable), result
-        assert result.code == "UNAVAILABLE"
-        assert result.headers == {"Retry-After": "1"}
-    await asyncio.sleep(0.5)
-    assert _live(pool) == []  # nothing started after close()
-    with pytest.raises(Unavailable):
-        await pool.parse("geo", str(small), "geojson", {})
+    busy_pool = _one_busy_worker(tmp_path, queue_seconds=60, features=400_000, timeout=20)
+    async with busy_pool as (pool, busy, small):
+        waiting = [asyncio.create_task(pool.parse("geo", small, "geojson", {})) for _ in range(3)]
+        await asyncio.sleep(0.1)
+        await pool.close()
+        closed = time.monotonic()
+        results = await asyncio.wait_for(asyncio.gather(busy, *waiting, return_exceptions=True), 60)
+        # Far below the parse's 20 s time limit: the parse under way read its worker's end of file.
+        assert time.monotonic() - closed < 10
+        for result in results:  # the service is stopping: 503, not the file's fault (422)
+            assert isinstance(result, Unavailable), result
+            assert result.code == "UNAVAILABLE"
+            assert result.headers == {"Retry-After": "1"}
+        await asyncio.sleep(0.5)
+        assert _live(pool) == []  # nothing started after close()
+        with pytest.raises(Unavailable):
+            await pool.parse("geo", small, "geojson", {})
 
 
 async def test_many_waiting_uploads_leave_the_line_without_freezing_the_loop() -> None:
