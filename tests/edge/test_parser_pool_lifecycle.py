@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from conclave.edge.parsing import ParserPool
-from conclave.platform.errors import Unavailable
+from conclave.platform.errors import Unavailable, Unprocessable
 from tests.conftest import eventually
 from tests.edge import samples
 
@@ -160,3 +161,24 @@ async def test_many_waiting_uploads_leave_the_line_without_freezing_the_loop() -
     assert took < 5, f"30,000 waiting uploads took {took:.1f} s to leave the line"
     pool._put(held)
     assert pool.free == 1
+
+
+async def test_a_worker_that_cannot_be_started_is_not_blamed_on_the_file(tmp_path) -> None:
+    """Out of file descriptors (or memory), no worker starts: 422 PARSER_FAILED, as for a
+    worker that does not start in time, not CORRUPT_MEDIA (the file crashed its parser)."""
+    small = tmp_path / "small.geojson"
+    small.write_bytes(samples.geojson())
+    pool = ParserPool(1, timeout=30, memory_bytes=_MEMORY)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        # No descriptor left for the worker's pipe.
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")), hard))
+        with pytest.raises(Unprocessable) as refused:
+            await pool.parse("geo", str(small), "geojson", {})
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert refused.value.code == "PARSER_FAILED"
+    assert pool.free == 1  # its slot is back: the next upload starts a worker
+    facts = await pool.parse("geo", str(small), "geojson", {})
+    assert facts["feature_count"] == 2
+    await pool.close()

@@ -212,7 +212,12 @@ class ParserPool:
 
     async def _spawn(self) -> _Worker:
         self._refuse_if_closed()
-        worker = _Worker(self._context, self._memory)
+        try:
+            worker = _Worker(self._context, self._memory)
+        except OSError as exc:  # no pipe or process to be had (file descriptors, memory)
+            raise Unprocessable(
+                "No parser worker could be started.", code=ProblemCode.PARSER_FAILED
+            ) from exc
         self._all.add(worker)
         try:
             await worker.receive(_STARTUP_TIMEOUT_SECONDS)
