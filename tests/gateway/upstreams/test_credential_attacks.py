@@ -372,9 +372,10 @@ async def test_a_user_session_the_upstream_forgot_is_replaced_and_the_call_succe
         upstream.restart()
         after = [await execute(client, "tok-ada", "whoami") for _ in range(4)]
     codes = [(a.status_code, a.json().get("code")) for a in after]
-    # The upstream did not run the call sent on the forgotten session: it is sent again on a
-    # new one, so not even the first call after the restart fails.
-    assert [code for code, _ in codes] == [200] * 4, codes
+    # The first call after the restart meets the 404 and fails (the SDK words it as it words the
+    # upstream's own -32600: the gateway cannot know the upstream did not run it, so it is not
+    # sent twice); the session is replaced and every later call works.
+    assert codes == [(502, "UPSTREAM_FAILED")] + [(200, None)] * 3, codes
 
 
 async def test_a_users_calls_in_flight_finish_when_their_forgotten_session_is_replaced(
@@ -394,9 +395,11 @@ async def test_a_users_calls_in_flight_finish_when_their_forgotten_session_is_re
 
         await eventually(running)
         upstream.restart()
+        lost = await execute(client, "tok-ada", "whoami")  # meets the 404: not sent again
         after = await execute(client, "tok-ada", "whoami")
         slow_answer = await slow
-    seen = [(a.status_code, a.text[:200]) for a in (after, slow_answer)]
+    seen = [(a.status_code, a.text[:200]) for a in (lost, after, slow_answer)]
+    assert (lost.status_code, lost.json()["code"]) == (502, "UPSTREAM_FAILED"), seen
     assert [a.status_code for a in (after, slow_answer)] == [200, 200], seen
     assert after.json()["result"] == slow_answer.json()["result"], seen  # Ada's credential
 

@@ -519,23 +519,20 @@ class Upstream:
         arguments: dict[str, Any],
         progress: ProgressReporter | None,
     ) -> types.CallToolResult:
+        # Never made again, even when it fails on a session answered 404: the SDK words a 404
+        # to this very request (-32600) as it words the upstream's own -32600, and the 404 may
+        # have answered another request while the upstream ran this one (an outside attack: a
+        # call the upstream had run and answered -32600 was sent again, and ran twice). The
+        # SDK picks the request's id itself, so the 404 cannot be tied to the call.
         assert opened.session is not None
-        try:
-            return await opened.session.send_request(
-                types.CallToolRequest(
-                    params=types.CallToolRequestParams(name=name, arguments=arguments)
-                ),
-                types.CallToolResult,
-                request_read_timeout_seconds=self.spec.timeout_seconds,
-                progress_callback=progress_callback(progress) if progress else None,
-            )
-        except MCPError as exc:
-            # The SDK's words for a 404 on the session (-32600, "Session terminated" or the text
-            # of the 404's JSON-RPC error), as the user sessions read them: the response hook saw
-            # the 404 before the SDK answered the call.
-            if opened.lost and exc.error.code == types.INVALID_REQUEST:
-                raise SessionGone(types.CONNECTION_CLOSED, _SESSION_ENDED) from exc
-            raise
+        return await opened.session.send_request(
+            types.CallToolRequest(
+                params=types.CallToolRequestParams(name=name, arguments=arguments)
+            ),
+            types.CallToolResult,
+            request_read_timeout_seconds=self.spec.timeout_seconds,
+            progress_callback=progress_callback(progress) if progress else None,
+        )
 
     def _lost_connection(self, opened: OpenSession) -> None:
         # A call cut because the gateway closes its connection (the supervisor stops or

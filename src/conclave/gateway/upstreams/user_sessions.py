@@ -6,9 +6,11 @@ of that user's: opened at their first call, kept for the next ones, closed after
 ``GATEWAY_UPSTREAM_USER_SESSION_IDLE_SECONDS`` without a call, or when more than
 ``GATEWAY_UPSTREAM_MAX_USER_SESSIONS`` are open (the least recently used idle one first), or when
 the user's credential changes. A session the upstream no longer knows (HTTP 404 to its
-``Mcp-Session-Id``: the upstream restarted) is replaced at once and the call sent again on the new
-one (the upstream did not run it); the old one is closed once the calls still in flight on it have
-ended (the upstream answers those it accepted), or after the upstream's time-out.
+``Mcp-Session-Id``: the upstream restarted) is replaced by the user's next call; the call that met
+the 404 fails and is not sent again (the SDK words that 404 as it words the upstream's own -32600:
+the gateway cannot know the upstream did not run it); the old one is closed once the calls still
+in flight on it have ended (the upstream answers those it accepted), or after the upstream's
+time-out.
 
 Sessions being closed (the SDK's teardown, a ``DELETE`` to the upstream) count towards the bound
 until their task ends, and their teardown is cut after a few seconds (at once when room is needed),
@@ -127,17 +129,12 @@ class UserSessions:
         """``tools/call`` on ``user_id``'s session (opened with ``header_value`` if need be);
         ``progress`` as in :meth:`Upstream.call`. :class:`CredentialChanged` when
         ``generation`` is no longer the user's."""
-        for attempt in range(2):
-            entry = self._entry(user_id, credential, header_value, generation)
-            try:
-                return await self._call_on(user_id, entry, name, arguments, progress)
-            except MCPError as exc:
-                if not (entry.forgotten and exc.error.code == types.INVALID_REQUEST) or attempt:
-                    raise
-                # The upstream forgot the session (it restarted) and did not run the call:
-                # a new session, and the call once more.
-                self._close(user_id, entry, after_calls=True)
-        raise AssertionError("unreachable")
+        # A call that fails on a session the upstream forgot is not made again: the SDK words a
+        # 404 to it as it words the upstream's own -32600, and the 404 may have answered another
+        # call while the upstream ran this one (it would run twice). The next call opens a new
+        # session.
+        entry = self._entry(user_id, credential, header_value, generation)
+        return await self._call_on(user_id, entry, name, arguments, progress)
 
     async def _call_on(
         self,
