@@ -191,12 +191,12 @@ class Upstream:
                 self._current = opened
                 self._reopen.set()
                 self._changed.clear()  # this listing covers what changed before
-                await self._refresh(session)
-                # Ready once its tools are served: `/upstreams` never says ready with the first
-                # listing still on its way.
-                self.state = "ready"
-                self.ready.set()
                 try:
+                    await self._list(opened)
+                    # Ready once its tools are served: `/upstreams` never says ready with the
+                    # first listing still on its way.
+                    self.state = "ready"
+                    self.ready.set()
                     await self._watch(opened)
                 except SessionLost:
                     # It stays the current session until the next one opens: calls meeting it
@@ -369,9 +369,21 @@ class Upstream:
             # Debounce: notifications arriving meanwhile are folded into this one listing.
             await asyncio.sleep(self._limits.debounce_seconds)
             self._changed.clear()
-            assert opened.session is not None
-            await self._refresh(opened.session)
+            await self._list(opened)
             listed = time.monotonic()
+
+    async def _list(self, opened: OpenSession) -> None:
+        """The session's listing; a failure on a session the upstream ended is its loss
+        (:class:`SessionLost`), whichever request met the 404 first: the session is handed over
+        and its calls in flight are let finish (an outside attack: a listing that met the 404
+        raised the SDK's "Session terminated", which closed the connection under them)."""
+        assert opened.session is not None
+        try:
+            await self._refresh(opened.session)
+        except Exception as exc:
+            if opened.lost:
+                raise SessionLost(_SESSION_ENDED) from exc
+            raise
 
     async def _refresh(self, session: ClientSession) -> None:
         """``tools/list`` through every page, within the bounds; hands the listing on."""
