@@ -207,7 +207,11 @@ class Upstream:
                 opened.closing = True
         finally:
             opened.closing = True
-            if self._current is opened:
+            # A lost session stays the current one until the supervisor installs the next (or
+            # gives that one up): calls meeting it wait for the new session instead of finding
+            # none (an outside attack: with no call in flight on it, it was dropped at once and
+            # calls made during the backoff and handshake failed 503).
+            if self._current is opened and not opened.lost:
                 self._current = None
 
     @asynccontextmanager
