@@ -105,8 +105,8 @@ class UserSessions:
         self._max = max_sessions
         self._idle = idle_seconds
         self._sessions: OrderedDict[str, _UserSession] = OrderedDict()
-        self._closing: dict[asyncio.Task[None], None] = {}
-        """Tasks of sessions closed but not ended yet, oldest first."""
+        self._closing: dict[asyncio.Task[None], _UserSession] = {}
+        """Tasks of sessions closed but not ended yet, oldest first, and their sessions."""
         self._generations: dict[str, int] = {}
 
     def __len__(self) -> int:
@@ -238,13 +238,16 @@ class UserSessions:
         return entry
 
     def _make_room(self) -> None:
-        """Room for one more session: open and closing ones count. The oldest closing one is
-        cut short first, then the least recently used idle one is closed (and cut short)."""
+        """Room for one more session: open and closing ones count. The oldest teardown is cut
+        short first, then the least recently used idle session is closed (and cut short). A
+        closed session still draining calls in flight (one the upstream forgot) is busy, as an
+        open one with a call in flight: it is never cut for room (an outside attack: another
+        user's first call cut the calls running on it, 502, with an idle session to close)."""
         while len(self._sessions) + len(self._closing) >= self._max:
-            if self._closing:
-                oldest = next(iter(self._closing))
-                del self._closing[oldest]
-                oldest.cancel()
+            ending = [task for task, held in self._closing.items() if not _draining(held)]
+            if ending:
+                del self._closing[ending[0]]
+                ending[0].cancel()
                 continue
             idle = [uid for uid, held in self._sessions.items() if held.in_flight == 0]
             if not idle:
@@ -270,7 +273,7 @@ class UserSessions:
             entry.stop.set()
         task = entry.task
         if task is not None and not task.done() and task not in self._closing:
-            self._closing[task] = None  # it counts towards the bound until it ends
+            self._closing[task] = entry  # it counts towards the bound until it ends
             task.add_done_callback(self._ended)
             # The teardown (the SDK's DELETE) may hang on a slow upstream: it is cut short.
             loop.call_later(stop_in + _STOP_SECONDS, task.cancel)
@@ -306,3 +309,8 @@ class UserSessions:
 
     def _extra(self) -> dict[str, str]:
         return {"upstream": self._upstream.spec.name}
+
+
+def _draining(entry: _UserSession) -> bool:
+    """A closed session kept open for its calls in flight (its teardown has not begun)."""
+    return entry.draining and entry.in_flight > 0 and not entry.stop.is_set()
