@@ -36,6 +36,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
+from pydantic_core import from_json
 
 from conclave import __version__
 from conclave.gateway.backends.breaker import CircuitBreaker
@@ -225,7 +226,7 @@ class Upstream:
             def seen(answer: httpx2.Response) -> None:
                 if not first and not answer.is_redirect:  # a redirect the SDK followed
                     first.append(answer)
-                elif not opened.closing and _session_gone(answer):
+                elif not opened.closing and session_gone(answer):
                     # The SDK would go on with a session that is gone. Once closing, its
                     # closing DELETE may be answered 404: no matter.
                     self._lose_session(opened)
@@ -281,6 +282,11 @@ class Upstream:
             if on_response is not None:
 
                 async def seen(response: httpx2.Response) -> None:
+                    if _session_refused(response) and _json_typed(response):
+                        # Read (capped, as every answer; the SDK reads it again from memory) to
+                        # tell the upstream's own error for this request from a lost session.
+                        with contextlib.suppress(httpx2.StreamError):
+                            await response.aread()
                     on_response(response)
 
                 client.event_hooks["response"].append(seen)
@@ -586,13 +592,41 @@ def _retrieved(task: asyncio.Task[None]) -> None:
         log.debug("upstream connection closed: %s", type(exc).__name__)
 
 
-def _session_gone(answer: httpx2.Response) -> bool:
-    """A request on a session answered 404: the upstream no longer knows the session."""
+def _session_refused(answer: httpx2.Response) -> bool:
+    """A request on a session answered 404."""
     request = answer.request
     return (
         answer.status_code == 404
         and request.method == "POST"
         and "mcp-session-id" in request.headers
+    )
+
+
+def _json_typed(answer: httpx2.Response) -> bool:
+    return answer.headers.get("content-type", "").lower().startswith("application/json")
+
+
+def session_gone(answer: httpx2.Response) -> bool:
+    """A request on a session answered 404, and not with a JSON-RPC error naming that request's
+    own id (a tool's "no such item": the upstream's answer to it, an outside attack opened the
+    circuit for everyone with five of them): the upstream no longer knows the session (the MCP
+    SDK's server answers an unknown session with id null, "Session not found")."""
+    return _session_refused(answer) and not _answers_its_request(answer)
+
+
+def _answers_its_request(answer: httpx2.Response) -> bool:
+    try:
+        sent = from_json(answer.request.content)
+        given = from_json(answer.content) if _json_typed(answer) else None
+    except (httpx2.RequestNotRead, httpx2.ResponseNotRead, ValueError):
+        return False
+    request_id = sent.get("id") if isinstance(sent, dict) else None
+    return (
+        isinstance(request_id, (str, int))
+        and isinstance(given, dict)
+        and isinstance(given.get("error"), dict)
+        and type(given.get("id")) is type(request_id)
+        and given.get("id") == request_id
     )
 
 

@@ -136,7 +136,12 @@ class DirectCalls:
         if 300 <= status < 400:
             raise MCPError(types.INVALID_REQUEST, f"redirect ({status}) not followed")
         if status >= 400:
-            if status == 404 and self._has_session:  # the call is lost with the session
+            if status == 404 and self._has_session:
+                if content_type.startswith("application/json"):
+                    own = await self._own_error(response, request_id)
+                    if own is not None:  # the upstream's answer to this call (a tool's 404)
+                        return own
+                # The call is lost with the session (the upstream ran nothing).
                 if not self._http.closed:  # a newer session may be open already
                     self._on_session_lost()
                 raise SessionGone(types.CONNECTION_CLOSED, "the upstream ended the session")
@@ -161,6 +166,25 @@ class DirectCalls:
             # The SDK's session would leave the call waiting for its time-out.
             raise MCPError(types.INVALID_REQUEST, "the upstream answered another request's id")
         return message
+
+    async def _own_error(
+        self, response: aiohttp.ClientResponse, request_id: str
+    ) -> dict[str, Any] | None:
+        """A 404's body when it is a JSON-RPC error naming this request's id: the upstream
+        answered the call (a tool's "no such item"), it did not lose the session (the MCP SDK's
+        server answers an unknown session with id null). Read within the cap and the call's
+        time-out, as any answer."""
+        try:
+            parsed = _json(await self._read(response))
+        except MCPError:
+            return None
+        if (
+            isinstance(parsed, dict)
+            and isinstance(parsed.get("error"), dict)
+            and parsed.get("id") == request_id
+        ):
+            return {"error": parsed["error"]}
+        return None
 
     async def _from_event_stream(
         self, response: aiohttp.ClientResponse, request_id: str

@@ -47,6 +47,7 @@ from conclave.gateway.upstreams.connection import (
     UpstreamDown,
     describe,
     progress_callback,
+    session_gone,
 )
 from conclave.gateway.upstreams.redaction import Scrubber
 
@@ -54,7 +55,6 @@ log = logging.getLogger(__name__)
 
 _STOP_SECONDS = 3.0
 _REFUSED = frozenset({401, 403})
-_FORGOTTEN = 404  # the streamable HTTP transport's answer to a session id it does not know
 
 
 class CredentialRefused(Exception):
@@ -85,11 +85,7 @@ class _UserSession:
     def saw(self, response: httpx2.Response) -> None:
         if response.status_code in _REFUSED:
             self.refused = True
-        elif (
-            response.status_code == _FORGOTTEN
-            and response.request.method == "POST"
-            and "mcp-session-id" in response.request.headers
-        ):
+        elif session_gone(response):
             # What the SDK words "Session terminated": the upstream does not know the session.
             self.forgotten = True
 
