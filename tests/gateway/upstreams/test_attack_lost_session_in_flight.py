@@ -15,8 +15,11 @@ from pathlib import Path
 import httpx
 
 from tests.conftest import Backend, eventually
-from tests.gateway.upstreams.session_404_server import ForgetfulServer
-from tests.gateway.upstreams.test_attack_session_404 import _call, _upstream, forgetful_upstream
+from tests.gateway.upstreams.session_404_server import (
+    ForgetfulServer,
+    upstream_status,
+)
+from tests.gateway.upstreams.test_attack_session_404 import _call, forgetful_upstream
 
 
 def _answers(answers: list[httpx.Response]) -> list[tuple[int, object]]:
@@ -42,7 +45,7 @@ async def test_calls_in_flight_on_a_lost_session_finish_and_the_circuit_stays_cl
         server.forgotten.add(session)
         retried = await _call(client, "after")
         answers = await asyncio.gather(*slow)
-        status = await _upstream(client)
+        status = await upstream_status(client)
     # Before: (503, "Upstream 'json' is failing; calls are paused.") for "after", the circuit
     # open, and (502, UPSTREAM_CONNECTION_LOST) for each slow call: opened by the gateway itself.
     assert _answers([retried]) == [(200, "after")], (_answers([retried]), status)
@@ -66,6 +69,6 @@ async def test_calls_meeting_one_restart_together_are_all_made_again(
         assert first.status_code == 200, first.text
         server.forgotten.add(server.calls()[0][2])  # the upstream restarted
         answers = await asyncio.gather(*(_call(client, f"m{n}") for n in range(5)))
-        status = await _upstream(client)
+        status = await upstream_status(client)
     assert _answers(answers) == [(200, f"m{n}") for n in range(5)], _answers(answers)
     assert status["circuit"] == "closed", status

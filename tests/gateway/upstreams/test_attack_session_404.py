@@ -13,7 +13,11 @@ import httpx
 
 from tests.conftest import Backend, eventually
 from tests.gateway.upstream_fixtures import gateway
-from tests.gateway.upstreams.session_404_server import ForgetfulServer
+from tests.gateway.upstreams.session_404_server import (
+    ForgetfulServer,
+    upstream_ready,
+    upstream_status,
+)
 from tests.httpserver import running_server
 
 
@@ -25,16 +29,8 @@ async def forgetful_upstream(
     async with running_server(server) as base:
         spec = {"name": "json", "transport": "http", "url": f"{base}/mcp", **entry}
         async with gateway(backend, tmp_path, spec) as client:
-            await eventually(lambda: _ready(client))
+            await eventually(lambda: upstream_ready(client))
             yield client, server
-
-
-async def _upstream(client: httpx.AsyncClient) -> dict[str, Any]:
-    return (await client.get("/upstreams")).json()["upstreams"][0]
-
-
-async def _ready(client: httpx.AsyncClient) -> bool:
-    return (await _upstream(client))["state"] == "ready"
 
 
 async def _call(client: httpx.AsyncClient, message: str) -> httpx.Response:
@@ -90,10 +86,10 @@ async def test_an_upstream_that_404s_every_session_opens_the_circuit(
         server.forget_all = True
         codes = []
         for n in range(6):
-            await eventually(lambda: _ready(client), timeout=20)
+            await eventually(lambda: upstream_ready(client), timeout=20)
             answer = await _call(client, f"m{n}")
             codes.append((answer.status_code, answer.json().get("code")))
-        status = await _upstream(client)
+        status = await upstream_status(client)
         initializes = sum(1 for request in server.requests if request[0] == "initialize")
     assert all(code[0] >= 500 for code in codes), codes
     assert status["circuit"] == "open", (status, codes, initializes, server.answered_404)

@@ -14,12 +14,8 @@ import asyncio
 from pathlib import Path
 
 from tests.conftest import Backend, eventually
-from tests.gateway.upstreams.test_attack_session_404 import (
-    _call,
-    _ready,
-    _upstream,
-    forgetful_upstream,
-)
+from tests.gateway.upstreams.session_404_server import upstream_ready, upstream_status
+from tests.gateway.upstreams.test_attack_session_404 import _call, forgetful_upstream
 
 
 async def test_a_call_meeting_a_restart_is_answered_while_the_new_session_lists_its_tools(
@@ -34,8 +30,8 @@ async def test_a_call_meeting_a_restart_is_answered_while_the_new_session_lists_
         server.forgotten.add(server.calls()[0][2])  # the upstream restarted...
         server.slow_list_seconds = 2.5  # ...and lists its tools in 2.5 s (its time-out: 30 s)
         answer = await _call(client, "one")
-        await eventually(lambda: _ready(client))
-        status = await _upstream(client)
+        await eventually(lambda: upstream_ready(client))
+        status = await upstream_status(client)
     seen = (answer.status_code, answer.json(), status)
     # Before: (503, "Upstream 'json' ended its session; none is open yet."), a breaker failure.
     assert (answer.status_code, answer.json().get("result")) == (200, "one"), seen
@@ -57,9 +53,9 @@ async def test_calls_waiting_for_a_session_that_does_not_open_count_as_one_failu
         server.refuse_initialize = True
         server.forgotten.add(server.calls()[0][2])
         answers = await asyncio.gather(*(_call(client, f"m{n}") for n in range(5)))
-        status = await _upstream(client)
+        status = await upstream_status(client)
         server.refuse_initialize = False
-        await eventually(lambda: _ready(client), timeout=60)
+        await eventually(lambda: upstream_ready(client), timeout=60)
         later = await _call(client, "later")
     waited = "Upstream 'json' ended its session; none is open yet."
     assert [(a.status_code, a.json().get("code"), a.json().get("detail")) for a in answers] == [

@@ -17,54 +17,32 @@ session: a 404 for an unknown session carries no such id (the SDK's server: ``id
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import httpx
-import mcp_types as types
-from starlette.types import Receive, Scope, Send
+from starlette.types import Send
 
-from conclave.platform.middleware import replay_body
 from tests.conftest import Backend, eventually
 from tests.gateway.upstream_fixtures import gateway
-from tests.gateway.upstreams.json_mcp_server import OBJECT, read_body
-from tests.gateway.upstreams.session_404_server import ForgetfulServer
+from tests.gateway.upstreams.session_404_server import (
+    ToolServer,
+    gateway_mcp_session,
+    send_rpc_error,
+    upstream_ready,
+    upstream_status,
+)
 from tests.httpserver import running_server
 
 
-class LookupServer(ForgetfulServer):
+class LookupServer(ToolServer):
     """``lookup``: an item that does not exist is answered HTTP 404 with the JSON-RPC error of
     the request (its id, -32602 "no such item")."""
 
-    async def _list(self, ctx: Any, params: Any) -> Any:
-        listed = await super()._list(ctx, params)
-        listed.tools.append(types.Tool(name="lookup", description="lookup", input_schema=OBJECT))
-        return listed
+    tool = "lookup"
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            body = await read_body(receive)
-            message = json.loads(body)
-            params = message.get("params") or {}
-            if message.get("method") == "tools/call" and params.get("name") == "lookup":
-                self.requests.append(("tools/call", message.get("id"), None, None))
-                error = {"code": -32602, "message": "no such item"}
-                answer = {"jsonrpc": "2.0", "id": message["id"], "error": error}
-                headers = [(b"content-type", b"application/json")]
-                await send({"type": "http.response.start", "status": 404, "headers": headers})
-                await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
-                return
-            receive = replay_body(body, receive)
-        await super().__call__(scope, receive, send)
-
-
-async def _upstream(client: httpx.AsyncClient) -> dict:
-    return (await client.get("/upstreams")).json()["upstreams"][0]
-
-
-async def _ready(client: httpx.AsyncClient) -> bool:
-    return (await _upstream(client))["state"] == "ready"
+    async def on_call(self, message: dict[str, Any], send: Send) -> None:
+        self.requests.append(("tools/call", message.get("id"), None, None))
+        await send_rpc_error(send, message, -32602, "no such item", status=404)
 
 
 async def test_a_tools_own_404_error_does_not_open_the_circuit(backend: Backend, tmp_path: Path):
@@ -72,16 +50,16 @@ async def test_a_tools_own_404_error_does_not_open_the_circuit(backend: Backend,
     async with running_server(server) as base:
         spec = {"name": "json", "transport": "http", "url": f"{base}/mcp"}
         async with gateway(backend, tmp_path, spec) as client:
-            await eventually(lambda: _ready(client))
+            await eventually(lambda: upstream_ready(client))
             # One user looks up five items that do not exist.
             lookups = []
             for n in range(5):
-                await eventually(lambda: _ready(client), timeout=20)
+                await eventually(lambda: upstream_ready(client), timeout=20)
                 lookups.append(
                     await client.post("/execute", json={"tool": "json__lookup", "args": {"id": n}})
                 )
-            await eventually(lambda: _ready(client), timeout=20)
-            status = await _upstream(client)
+            await eventually(lambda: upstream_ready(client), timeout=20)
+            status = await upstream_status(client)
             # Any other user, any other tool of that upstream.
             other = await client.post(
                 "/execute", json={"tool": "json__echo", "args": {"message": "hi"}}
@@ -111,8 +89,8 @@ async def test_a_tools_own_404_error_on_the_sdk_path_keeps_the_session(
     async with running_server(server) as base:
         spec = {"name": "json", "transport": "http", "url": f"{base}/mcp"}
         async with gateway(backend, tmp_path, spec) as client:
-            await eventually(lambda: _ready(client))
-            headers = await _mcp_session(client)
+            await eventually(lambda: upstream_ready(client))
+            headers = await gateway_mcp_session(client)
             answers = []
             for n in range(5):
                 call = {
@@ -126,7 +104,7 @@ async def test_a_tools_own_404_error_on_the_sdk_path_keeps_the_session(
                     },
                 }
                 answers.append(await client.post("/mcp", headers=headers, json=call))
-            status = await _upstream(client)
+            status = await upstream_status(client)
             other = await client.post(
                 "/execute", json={"tool": "json__echo", "args": {"message": "hi"}}
             )
@@ -137,27 +115,3 @@ async def test_a_tools_own_404_error_on_the_sdk_path_keeps_the_session(
     assert (status["circuit"], status["restarts"]) == ("closed", 0), status
     assert (other.status_code, other.json().get("result")) == (200, "hi"), other.text
     assert initializes == 1, initializes
-
-
-async def _mcp_session(client: httpx.AsyncClient) -> dict[str, str]:
-    headers = {
-        "accept": "application/json, text/event-stream",
-        "content-type": "application/json",
-        "mcp-protocol-version": "2025-06-18",
-    }
-    init = {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    }
-    opened = await client.post(
-        "/mcp",
-        headers=headers,
-        json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
-    )
-    if "mcp-session-id" in opened.headers:
-        headers["mcp-session-id"] = opened.headers["mcp-session-id"]
-    await client.post(
-        "/mcp", headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
-    )
-    return headers
