@@ -284,9 +284,13 @@ class Upstream:
                 async def seen(response: httpx2.Response) -> None:
                     if _session_refused(response) and _json_typed(response):
                         # Read (capped, as every answer; the SDK reads it again from memory) to
-                        # tell the upstream's own error for this request from a lost session.
-                        with contextlib.suppress(httpx2.StreamError):
-                            await response.aread()
+                        # tell the upstream's own error for this request from a lost session;
+                        # within the connect time-out, and a body that cannot be read is the
+                        # session's loss (an outside attack: a read error escaped the hook and
+                        # ended the SDK's writer, and the session was never marked lost).
+                        with contextlib.suppress(httpx2.HTTPError, TimeoutError):
+                            async with asyncio.timeout(spec.connect_timeout_seconds):
+                                await response.aread()
                     on_response(response)
 
                 client.event_hooks["response"].append(seen)
@@ -443,7 +447,10 @@ class Upstream:
             except SessionGone:
                 pass
         # The upstream no longer knew the session (it restarted, or expired it) and ran nothing:
-        # once more, on the session the supervisor opens now.
+        # once more, on the session the supervisor opens now; at once 503 while the circuit is
+        # open (an outside attack: calls waited for a session they would not be let use).
+        if self.breaker.state == "open":
+            raise UpstreamDown(f"Upstream {self.spec.name!r} is failing; calls are paused.")
         try:
             await self._reopened(opened)
         except UpstreamDown:
@@ -621,12 +628,33 @@ def _answers_its_request(answer: httpx2.Response) -> bool:
     except (httpx2.RequestNotRead, httpx2.ResponseNotRead, ValueError):
         return False
     request_id = sent.get("id") if isinstance(sent, dict) else None
+    return isinstance(given, dict) and answers_request(given, request_id)
+
+
+SESSION_NOT_FOUND = -32001
+"""The code the TypeScript MCP SDK's server answers an unknown session with (HTTP 404)."""
+
+
+def answers_request(message: dict[str, Any], request_id: object) -> bool:
+    """Whether a 404's JSON-RPC ``message`` is the upstream's own error for the request
+    ``request_id`` (a tool's "no such item") rather than its word that the session is gone.
+    An unknown session is answered with id null by the MCP SDKs' servers, but a server that
+    reads the request first may name its id: an error with the TypeScript SDK's code for it
+    (-32001), or that speaks of a session, is the session's loss whatever its id (an outside
+    attack: such a 404 was taken for the tool's answer, and the lost session was never
+    replaced)."""
+    error = message.get("error")
+    if not isinstance(error, dict) or error.get("code") == SESSION_NOT_FOUND:
+        return False
+    text = error.get("message")
+    if isinstance(text, str) and "session" in text.lower():
+        return False
+    given = message.get("id")
     return (
-        isinstance(request_id, (str, int))
-        and isinstance(given, dict)
-        and isinstance(given.get("error"), dict)
-        and type(given.get("id")) is type(request_id)
-        and given.get("id") == request_id
+        isinstance(request_id, str | int)
+        and not isinstance(request_id, bool)
+        and type(given) is type(request_id)
+        and given == request_id
     )
 
 

@@ -40,7 +40,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic_core import from_json
 
-from conclave.gateway.upstreams.connection import SessionGone, UpstreamRpcError
+from conclave.gateway.upstreams.connection import SessionGone, UpstreamRpcError, answers_request
 from conclave.gateway.upstreams.event_stream import EventTooLarge, message_events
 from conclave.platform.egress import EgressPolicy
 from conclave.platform.egress_aiohttp import guarded_aiohttp_session
@@ -178,11 +178,7 @@ class DirectCalls:
             parsed = _json(await self._read(response))
         except MCPError:
             return None
-        if (
-            isinstance(parsed, dict)
-            and isinstance(parsed.get("error"), dict)
-            and parsed.get("id") == request_id
-        ):
+        if isinstance(parsed, dict) and answers_request(parsed, request_id):
             return {"error": parsed["error"]}
         return None
 
