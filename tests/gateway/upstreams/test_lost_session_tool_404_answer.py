@@ -6,7 +6,7 @@ when a tool of that upstream answers HTTP 404 with its own JSON-RPC error.
 A server may answer a JSON-RPC error at a non-2xx status (the MCP SDK's client reads it so, its
 own comment: "404 for METHOD_NOT_FOUND"; a REST bridge answers "no such item" so). The gateway
 takes *any* 404 to a POST carrying the session id for "the upstream ended the session"
-(``DirectCalls._answer`` before it reads the body; ``_session_gone`` in the SDK path's response
+(``DirectCalls._answer`` before it reads the body; ``session_gone`` in the SDK path's response
 hook): it drops the shared session, opens a new one, sends the call again, meets the 404 again and
 charges a breaker failure (``_charge``). Five such calls of one user, with arguments of their
 choosing, cost the upstream ten new sessions and open the circuit: every tool of the upstream

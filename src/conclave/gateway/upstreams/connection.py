@@ -36,7 +36,6 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
-from pydantic_core import from_json
 
 from conclave import __version__
 from conclave.gateway.backends.breaker import CircuitBreaker
@@ -45,6 +44,7 @@ from conclave.gateway.upstreams.config import McpServerSpec
 from conclave.gateway.upstreams.inbound import GuardedReadStream
 from conclave.gateway.upstreams.open_session import OpenSession
 from conclave.gateway.upstreams.redaction import NO_SECRETS, Scrubber
+from conclave.gateway.upstreams.session_answers import json_typed, session_gone, session_refused
 from conclave.gateway.upstreams.stdio import StdioProcess, stdio_transport
 from conclave.platform.clock import utc_now
 from conclave.platform.egress import EgressPolicy
@@ -282,7 +282,7 @@ class Upstream:
             if on_response is not None:
 
                 async def seen(response: httpx2.Response) -> None:
-                    if _session_refused(response) and _json_typed(response):
+                    if session_refused(response) and json_typed(response):
                         # Read (capped, as every answer; the SDK reads it again from memory) to
                         # tell the upstream's own error for this request from a lost session;
                         # within the connect time-out, and a body that cannot be read is the
@@ -597,65 +597,6 @@ def _retrieved(task: asyncio.Task[None]) -> None:
     # failed) is logged by nobody else, and must not be left unretrieved.
     if not task.cancelled() and (exc := task.exception()) is not None:
         log.debug("upstream connection closed: %s", type(exc).__name__)
-
-
-def _session_refused(answer: httpx2.Response) -> bool:
-    """A request on a session answered 404."""
-    request = answer.request
-    return (
-        answer.status_code == 404
-        and request.method == "POST"
-        and "mcp-session-id" in request.headers
-    )
-
-
-def _json_typed(answer: httpx2.Response) -> bool:
-    return answer.headers.get("content-type", "").lower().startswith("application/json")
-
-
-def session_gone(answer: httpx2.Response) -> bool:
-    """A request on a session answered 404, and not with a JSON-RPC error naming that request's
-    own id (a tool's "no such item": the upstream's answer to it, an outside attack opened the
-    circuit for everyone with five of them): the upstream no longer knows the session (the MCP
-    SDK's server answers an unknown session with id null, "Session not found")."""
-    return _session_refused(answer) and not _answers_its_request(answer)
-
-
-def _answers_its_request(answer: httpx2.Response) -> bool:
-    try:
-        sent = from_json(answer.request.content)
-        given = from_json(answer.content) if _json_typed(answer) else None
-    except (httpx2.RequestNotRead, httpx2.ResponseNotRead, ValueError):
-        return False
-    request_id = sent.get("id") if isinstance(sent, dict) else None
-    return isinstance(given, dict) and answers_request(given, request_id)
-
-
-SESSION_NOT_FOUND = -32001
-"""The code the TypeScript MCP SDK's server answers an unknown session with (HTTP 404)."""
-
-
-def answers_request(message: dict[str, Any], request_id: object) -> bool:
-    """Whether a 404's JSON-RPC ``message`` is the upstream's own error for the request
-    ``request_id`` (a tool's "no such item") rather than its word that the session is gone.
-    An unknown session is answered with id null by the MCP SDKs' servers, but a server that
-    reads the request first may name its id: an error with the TypeScript SDK's code for it
-    (-32001), or that speaks of a session, is the session's loss whatever its id (an outside
-    attack: such a 404 was taken for the tool's answer, and the lost session was never
-    replaced)."""
-    error = message.get("error")
-    if not isinstance(error, dict) or error.get("code") == SESSION_NOT_FOUND:
-        return False
-    text = error.get("message")
-    if isinstance(text, str) and "session" in text.lower():
-        return False
-    given = message.get("id")
-    return (
-        isinstance(request_id, str | int)
-        and not isinstance(request_id, bool)
-        and type(given) is type(request_id)
-        and given == request_id
-    )
 
 
 def progress_callback(report: ProgressReporter) -> ProgressFnT:

@@ -47,9 +47,9 @@ from conclave.gateway.upstreams.connection import (
     UpstreamDown,
     describe,
     progress_callback,
-    session_gone,
 )
 from conclave.gateway.upstreams.redaction import Scrubber
+from conclave.gateway.upstreams.session_answers import session_gone
 
 log = logging.getLogger(__name__)
 
