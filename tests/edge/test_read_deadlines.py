@@ -16,6 +16,7 @@ import pytest
 import uvicorn
 
 from conclave.edge.app import create_app
+from conclave.edge.blobs import SMALL_PART_BYTES
 from conclave.platform.runtime import Platform
 from conclave.platform.serving import server_config
 from conclave.settings import EdgeSettings
@@ -160,10 +161,10 @@ async def test_a_slow_body_gets_408_and_its_temporary_file_is_removed(
 ) -> None:
     async with served(embedded, _settings(tmp_path)) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(_upload_head(1_000_000))
+        # Past the size a part is held in memory: the edge holds a temporary file for it.
+        writer.write(_upload_head(1_000_000) + b"x" * (SMALL_PART_BYTES + 1))
         await writer.drain()
         started = time.monotonic()
-        # The file part has begun: the edge holds a temporary file for it.
         await eventually(lambda: _async(_temp_files(tmp_path)))
         if pace == "dripped":  # one byte every 0.1 s: never idle, far below the minimum rate
             sending = asyncio.create_task(_drip(writer, b"x" * 100_000, 0.1))

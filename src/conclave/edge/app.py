@@ -34,7 +34,7 @@ def create_app(settings: EdgeSettings, *, platform: Platform | None = None) -> F
 
     @asynccontextmanager
     async def setup(app: FastAPI, runtime: Platform) -> AsyncIterator[None]:
-        blobs.open()
+        await asyncio.to_thread(blobs.open)  # reads every blob folder
         async with AsyncExitStack() as stack:
             app.state.tlogs = PublishedLogs()
             pack_log = None

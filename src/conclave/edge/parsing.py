@@ -48,12 +48,35 @@ def _worker_main(connection: Connection, memory_bytes: int) -> None:
             return
         if job == "thumbnail":
             outcome = make_thumbnail(*arguments)
+        elif job == "parse bytes":
+            outcome = _parsed_bytes(*arguments)
         else:
             media_type, path, fmt, metadata, placing = arguments
             outcome = run_agent(media_type, path, fmt, metadata)
             if placing is not None and outcome[0] == "ok":
                 outcome = _placed(path, placing, outcome)
         connection.send_bytes(answer_bytes(outcome))
+
+
+def _parsed_bytes(
+    media_type: str, path: str, fmt: str, metadata: dict[str, Any], data: bytes, fsync: bool
+) -> tuple[str, Any]:
+    """A small file the service held in memory: written to ``path`` (beside its blob) and parsed
+    there; deleted again unless the outcome is ``ok`` (the service then makes it the blob)."""
+    from conclave.edge.agents.registry import run_agent
+    from conclave.edge.blobs import write_beside
+
+    try:
+        write_beside(Path(path), data, fsync=fsync)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return "unstored", f"{type(exc).__name__}: {exc.strerror or exc}"
+    outcome = run_agent(media_type, path, fmt, metadata)
+    if outcome[0] != "ok":
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return outcome
 
 
 def answer_bytes(outcome: tuple[str, Any]) -> bytes:
@@ -165,6 +188,26 @@ def _decoded(payload: bytes) -> Any:
         return json.loads(payload)
     except (ValueError, RecursionError):
         raise OSError("a parser worker's answer is not JSON") from None
+
+
+def _summary(kind: str, value: Any) -> dict[str, Any]:
+    """A parse job's summary; its other outcomes as the upload's error."""
+    if kind == "unstored":
+        log.error("the blob store refused a parsed file: %s", value)
+        raise Unavailable(
+            "The blob store could not store the file; nothing was stored.",
+            code=ProblemCode.STORE_UNAVAILABLE,
+        )
+    if kind == "mismatch":
+        raise UnsupportedMediaType(value, code=ProblemCode.UNSUPPORTED_MEDIA_TYPE)
+    if kind == "unavailable":
+        # The service loaded the plug-in and the worker could not (its log says why): not
+        # the file's fault, and not something the uploader can fix.
+        log.error("media type plug-in missing in a parser worker: %s", value)
+        raise Unprocessable(value, code=ProblemCode.PARSER_FAILED)
+    if kind != "ok":
+        raise Unprocessable(value, code=ProblemCode.CORRUPT_MEDIA)
+    return value  # type: ignore[no-any-return]
 
 
 class _Worker:
@@ -340,22 +383,36 @@ class ParserPool:
             time_limit,
             timed_out="Parsing the file took longer than allowed.",
         )
-        if kind == "unstored":
-            log.error("the blob store refused a parsed file: %s", value)
-            raise Unavailable(
-                "The blob store could not store the file; nothing was stored.",
-                code=ProblemCode.STORE_UNAVAILABLE,
+        return _summary(kind, value)
+
+    async def parse_bytes(
+        self,
+        media_type: str,
+        data: bytes,
+        path: Path,
+        fmt: str,
+        metadata: dict[str, Any],
+        *,
+        time_limit: float | None = None,
+        fsync: bool = True,
+    ) -> dict[str, Any]:
+        """:meth:`parse` for a small file held in memory: the worker writes ``data`` to ``path``
+        (a new name beside its blob, :meth:`conclave.edge.blobs.BlobStore.beside`) and parses
+        it there. On a summary the file stays for the caller to make it the blob; on any other
+        outcome it is gone. The bytes go through the worker's pipe in one send, which a local
+        socket's default buffer takes whole (:data:`conclave.edge.blobs.SMALL_PART_BYTES`)."""
+        try:
+            kind, value = await self._run(
+                ("parse bytes", (media_type, str(path), fmt, metadata, data, fsync)),
+                time_limit,
+                timed_out="Parsing the file took longer than allowed.",
             )
-        if kind == "mismatch":
-            raise UnsupportedMediaType(value, code=ProblemCode.UNSUPPORTED_MEDIA_TYPE)
-        if kind == "unavailable":
-            # The service loaded the plug-in and the worker could not (its log says why): not
-            # the file's fault, and not something the uploader can fix.
-            log.error("media type plug-in missing in a parser worker: %s", value)
-            raise Unprocessable(value, code=ProblemCode.PARSER_FAILED)
-        if kind != "ok":
-            raise Unprocessable(value, code=ProblemCode.CORRUPT_MEDIA)
-        return value  # type: ignore[no-any-return]
+        except BaseException:
+            # The worker died or was stopped, maybe before it could delete what it wrote.
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        return _summary(kind, value)
 
     async def thumbnail(
         self, path: str, fmt: str, target: Path, *, time_limit: float | None = None
