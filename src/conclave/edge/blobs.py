@@ -250,11 +250,13 @@ class BlobStore:
     """Blobs under ``root/sha256/ab/cd/<sha256>``; temporary parts under ``root/tmp``, or beside
     their blob (``.<id>.part``) while a parser worker writes and parses a small one."""
 
-    def __init__(self, root: Path, *, fsync: bool = True) -> None:
+    def __init__(
+        self, root: Path, *, fsync: bool = True, memory_bytes: int = MEMORY_PARTS_BYTES
+    ) -> None:
         self.root = root
         self._fsync = fsync
         self._tmp = root / "tmp"
-        self._memory = MemoryBudget(MEMORY_PARTS_BYTES)
+        self._memory = MemoryBudget(memory_bytes)
 
     def open(self) -> None:
         """Create the folders and drop temporary files older than a day (crashed uploads, and
@@ -286,6 +288,12 @@ class BlobStore:
     def path_for(self, sha256: str) -> Path:
         """Where the blob with this digest lives."""
         return self.root / "sha256" / sha256[:2] / sha256[2:4] / sha256
+
+    @property
+    def memory_free(self) -> int:
+        """Bytes the parts held in memory may still take (:data:`MEMORY_PARTS_BYTES` when none
+        is held)."""
+        return self._memory.free
 
     @property
     def fsync(self) -> bool:
