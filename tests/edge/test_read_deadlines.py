@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from fastapi import FastAPI
 
 from conclave.edge.app import create_app
 from conclave.edge.blobs import SMALL_PART_BYTES
@@ -53,6 +54,15 @@ def _settings(data_dir: Path) -> EdgeSettings:
 @asynccontextmanager
 async def served(backend: Backend, settings: EdgeSettings) -> AsyncIterator[int]:
     """The edge app on a real socket, configured as the CLI serves it; yields the port."""
+    async with served_app(backend, settings) as (port, _app):
+        yield port
+
+
+@asynccontextmanager
+async def served_app(
+    backend: Backend, settings: EdgeSettings
+) -> AsyncIterator[tuple[int, FastAPI]]:
+    """:func:`served`, yielding the app too."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -68,7 +78,7 @@ async def served(backend: Backend, settings: EdgeSettings) -> AsyncIterator[int]
 
         await eventually(started)
         try:
-            yield port
+            yield port, app
         finally:
             server.should_exit = True
             await task

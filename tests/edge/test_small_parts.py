@@ -5,20 +5,32 @@ its parse's outcome."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import hashlib
 import os
+import shutil
 import stat
 import time
+import warnings
 from pathlib import Path
 
+import httpx
 import pytest
 
-from conclave.edge.blobs import MEMORY_PARTS_BYTES, SMALL_PART_BYTES, BlobStore
+from conclave.edge.blobs import (
+    MEMORY_PARTS_BYTES,
+    SMALL_PART_BYTES,
+    BlobStore,
+    MemoryBudget,
+    TempBlob,
+)
 from conclave.edge.parsing import ParserPool
-from conclave.platform.errors import Unprocessable
-from tests.conftest import Backend
+from conclave.platform.errors import Unavailable, Unprocessable
+from tests.conftest import Backend, eventually
 from tests.edge import samples
 from tests.edge.conftest import edge_app, edge_settings, form
+from tests.edge.test_read_deadlines import served_app
 
 
 def _leftovers(root: Path) -> list[Path]:
@@ -143,3 +155,123 @@ def test_stale_files_beside_blobs_are_swept_at_start(tmp_path: Path) -> None:
     os.utime(blob, (two_days_ago, two_days_ago))
     BlobStore(tmp_path).open()
     assert sorted(path.name for path in folder.iterdir()) == sorted([fresh.name, blob.name])
+
+
+async def test_a_store_refusing_a_temporary_file_is_503_for_several_or_large_files(
+    backend: Backend, tmp_path: Path
+) -> None:
+    # Found by an outside attack: a part written to disk in the parse loop (several files) or as
+    # it grew past the size held in memory met an OSError nothing turned into a 503. The store
+    # is made to refuse by a plain file where its tmp folder must be (root ignores permissions).
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, app):
+        blobs = app.state.edge.blobs
+        shutil.rmtree(blobs.root / "tmp")
+        (blobs.root / "tmp").write_bytes(b"not a folder")
+        photos = [(f"photo-{n}.jpg", samples.jpeg_with_gps(latitude=10.0 + n)) for n in range(2)]
+        report = b"Field report: " + b"x" * (SMALL_PART_BYTES + 1000)
+        for route, files in (("image", photos), ("document", [("r.txt", report)])):
+            response = await client.post(f"/api/edge-intake/{route}", **form(files))
+            assert response.status_code == 503, response.text
+            assert response.json()["code"] == "STORE_UNAVAILABLE"
+        assert blobs.memory_free == MEMORY_PARTS_BYTES
+        assert _leftovers(blobs.root) == [blobs.root / "tmp"]  # the plain file put there
+        pipeline = (await client.get("/api/edge-intake/pipeline")).json()
+        assert pipeline["total_events"] == 0
+
+
+@pytest.mark.parametrize("grows", [False, True])
+def test_a_part_that_cannot_be_written_out_is_503_and_closes_its_file(grows: bool) -> None:
+    # /dev/full: the open succeeds, every write fails with ENOSPC (a full disk).
+    part = TempBlob(Path("/dev/full"), 10**9, budget=MemoryBudget(MEMORY_PARTS_BYTES))
+    part.write(b"x" * 100_000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(Unavailable) as refused:
+            if grows:
+                part.write(b"x" * 100_000)  # past the size held in memory
+            else:
+                part.on_disk()  # a part of a multi-file upload, before its parse
+        del part
+        gc.collect()
+    assert refused.value.code == "STORE_UNAVAILABLE"
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+async def test_refusals_and_broken_bodies_give_the_memory_back(
+    backend: Backend, tmp_path: Path
+) -> None:
+    settings = edge_settings(tmp_path, max_upload_bytes={"document": 1000})
+    report = b"Field report: all quiet."
+    async with edge_app(backend, settings) as (client, app):
+        url = "/api/edge-intake/document"
+        refused = [
+            form(("r.txt", b"x" * 5000)),  # 413
+            form(("r.txt", b"")),  # empty
+            form([("a.txt", report), ("b.txt", report + b"!")]),  # two files
+            form(("r.txt", report), metadata="{not json"),
+            form([("a.txt", report)] * 40),  # too many files
+        ]
+        statuses = [(await client.post(url, **kwargs)).status_code for kwargs in refused]
+        assert statuses == [413, 422, 200, 422, 413]
+        for body in (
+            b'--b\r\nContent-Disposition: form-data; name="file"; filename="a"\r\n\r\nabc',
+            b"garbage",
+        ):
+            headers = {"Content-Type": "multipart/form-data; boundary=b"}
+            response = await client.post(url, content=body, headers=headers)
+            assert response.status_code == 400, response.text
+        assert app.state.edge.blobs.memory_free == MEMORY_PARTS_BYTES
+        assert _leftovers(app.state.edge.blobs.root) == []
+
+
+async def test_identical_small_uploads_at_once_share_one_intact_blob(
+    backend: Backend, tmp_path: Path
+) -> None:
+    content = samples.jpeg_with_gps()
+    settings = edge_settings(tmp_path, parser_workers=2, fsync_blobs=True)
+    async with edge_app(backend, settings) as (client, app):
+        responses = await asyncio.gather(
+            *(client.post("/api/edge-intake/image", **form(("p.jpg", content))) for _ in range(12))
+        )
+        assert [r.status_code for r in responses] == [200] * 12, [r.text for r in responses]
+        blobs = app.state.edge.blobs
+        assert blobs.path_for(hashlib.sha256(content).hexdigest()).read_bytes() == content
+        assert _leftovers(blobs.root) == []
+        assert blobs.memory_free == MEMORY_PARTS_BYTES
+
+
+async def test_parts_of_dropped_and_timed_out_bodies_give_the_memory_back(
+    backend: Backend, tmp_path: Path
+) -> None:
+    settings = edge_settings(
+        tmp_path, body_idle_timeout_seconds=0.5, body_timeout_seconds=1.0,
+        body_min_bytes_per_second=2000,
+    )  # fmt: skip
+    head = (
+        b"POST /api/edge-intake/document HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: multipart/form-data; boundary=bb\r\nContent-Length: 100000\r\n\r\n"
+        b'--bb\r\nContent-Disposition: form-data; name="file"; filename="r.txt"\r\n\r\n'
+    )
+    async with served_app(backend, settings) as (port, app):
+        blobs = app.state.edge.blobs
+        connections = []
+        for _ in range(150):  # more parts than the memory budget has room for
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(head + b"Field report: " + b"y" * 1000)
+            await writer.drain()
+            connections.append((reader, writer))
+        await eventually(lambda: _async(blobs.memory_free == 0))
+        for _reader, writer in connections[::2]:
+            writer.close()  # gone mid-part; the others meet the body deadline (408)
+        await eventually(lambda: _async(blobs.memory_free == MEMORY_PARTS_BYTES), timeout=10)
+        await eventually(lambda: _async(_leftovers(blobs.root) == []), timeout=10)
+        for _reader, writer in connections[1::2]:
+            writer.close()
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            fine = await client.post("/api/edge-intake/document", **form(("r.txt", b"Fine.")))
+            assert fine.status_code == 200, fine.text
+        assert blobs.memory_free == MEMORY_PARTS_BYTES
+
+
+async def _async(value: bool) -> bool:
+    return value

@@ -36,9 +36,10 @@ SMALL_PART_BYTES = 128 * 1024
 """A file part up to this size is held in memory while it arrives, not written to a temporary
 file: the parser worker writes a single such file straight into its blob's folder. Creating,
 writing and deleting a temporary file was a fifth of the service's event loop for 64 KiB uploads,
-and a rename across folders costs the kernel more than one within a folder (docs/benchmarks.md).
-Below the 208 KiB a local socket buffers by default, so handing the bytes to a worker never
-blocks the event loop."""
+and a rename across folders costs the kernel more than one within a folder (docs/edge.md). Below
+the 208 KiB a local socket buffers by default: with little metadata the bytes are handed to a
+worker without waiting for it, with the most (64 KiB) the send waits for the idle worker to read
+the rest (under a millisecond measured)."""
 MEMORY_PARTS_BYTES = 16 * 1024 * 1024
 """The most memory all the parts held in memory may take at once (128 parts of the largest
 size); past it a part is written to a temporary file from its first byte, as larger ones are."""
@@ -62,7 +63,8 @@ class MemoryBudget:
 
 class TempBlob:
     """A file part being received: hashed and measured as it arrives, and kept in memory while it
-    is small (with a ``budget`` that granted it room), else written to a temporary file."""
+    is small (with a ``budget`` that granted it room), else written to a temporary file. A store
+    that refuses the file (full, read-only, not a folder) is 503 ``STORE_UNAVAILABLE``."""
 
     def __init__(
         self,
@@ -81,8 +83,10 @@ class TempBlob:
         self._written_back = 0
         self._budget = budget if budget is not None and budget.take(SMALL_PART_BYTES) else None
         self._buffer: bytearray | None = bytearray() if self._budget is not None else None
-        self._file: BinaryIO | None = None if self._budget is not None else path.open("wb")
-        self._on_disk = self._file is not None
+        self._file: BinaryIO | None = None
+        self._on_disk = False
+        if self._buffer is None:
+            self._open()
 
     def write(self, data: bytes) -> None:
         """Append ``data``; 413 once the file passes its type's limit."""
@@ -99,17 +103,32 @@ class TempBlob:
         if self._buffer is not None and self.size <= SMALL_PART_BYTES:
             self._buffer += data
             return
-        self._file = self._file or self._spill()
-        self._file.write(data)
-        if self._write_back and self.size - self._written_back >= _WRITEBACK_BYTES:
-            self._start_write_back()
+        file = self._file or self._spill()
+        try:
+            file.write(data)
+            if self._write_back and self.size - self._written_back >= _WRITEBACK_BYTES:
+                self._start_write_back(file)
+        except OSError as error:
+            raise _unavailable(error) from None
+
+    def _open(self) -> BinaryIO:
+        try:
+            self._file = self.path.open("wb")
+        except OSError as error:
+            raise _unavailable(error) from None
+        self._on_disk = True
+        return self._file
 
     def _spill(self) -> BinaryIO:
         """Move what is held in memory to the temporary file, and the part's room back."""
-        file = self.path.open("wb")
-        self._on_disk = True
+        file = self._open()
         if self._buffer is not None:
-            file.write(self._buffer)
+            try:
+                file.write(self._buffer)
+            except OSError as error:
+                with contextlib.suppress(OSError):
+                    file.close()  # closes the descriptor even when the flush fails
+                raise _unavailable(error) from None
             self._buffer = None
         self._release()
         return file
@@ -119,13 +138,12 @@ class TempBlob:
             self._budget.give(SMALL_PART_BYTES)
             self._budget = None
 
-    def _start_write_back(self) -> None:
+    def _start_write_back(self, file: BinaryIO) -> None:
         # POSIX_FADV_DONTNEED makes Linux start writing the range's dirty pages back without
         # waiting for them (and drop the pages already clean): durable sooner, fsync cheaper.
-        assert self._file is not None
-        self._file.flush()
+        file.flush()
         length = self.size - self._written_back
-        os.posix_fadvise(self._file.fileno(), self._written_back, length, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(file.fileno(), self._written_back, length, os.POSIX_FADV_DONTNEED)
         self._written_back = self.size
 
     @property
@@ -139,19 +157,24 @@ class TempBlob:
         return bytes(self._buffer) if self._buffer is not None else None
 
     def on_disk(self) -> Path:
-        """``path``, written from memory first if the part was held there."""
+        """``path``, written from memory first if the part was held there, and closed."""
         if not self._on_disk:
-            self._spill().close()
+            self._spill()
+        self.close()
         return self.path
 
     def close(self) -> None:
-        """Close the file (idempotent)."""
+        """Close the file (idempotent): its last bytes reach the page cache here."""
         if self._file is not None:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as error:
+                raise _unavailable(error) from None
 
     def discard(self) -> None:
         """Close and delete the temporary file, and give back the part's room in memory."""
-        self.close()
+        with contextlib.suppress(Unavailable):
+            self.close()
         self._buffer = None
         self._release()
         if self._on_disk:
@@ -304,12 +327,7 @@ class BlobStore:
         """Move a verified temporary blob to its content address (once per content); 503
         ``STORE_UNAVAILABLE`` when the folder refuses it (full, read-only, not a folder)."""
         target = self.path_for(temp.sha256)
-        try:
-            source = temp.on_disk()
-        except OSError as error:
-            raise _unavailable(error) from None
-        temp.close()
-        await self.place(source, target)
+        await self.place(temp.on_disk(), target)
         return target
 
     async def place(self, source: Path, target: Path) -> None:
@@ -319,6 +337,12 @@ class BlobStore:
             await asyncio.to_thread(_place_or_drop, source, target, self._fsync)
         except OSError as error:
             raise _unavailable(error) from None
+        except asyncio.CancelledError:
+            # Stopped before the thread ran it (a busy pool): nothing else deletes the file. A
+            # placement already under way still ends whole, or meets the missing file and stops.
+            with contextlib.suppress(OSError):
+                os.unlink(source)
+            raise
 
     async def digest(self, sha256: str) -> tuple[str, int] | None:
         """Re-hash a stored blob: its actual digest and size, ``None`` when it is missing."""

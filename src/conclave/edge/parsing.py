@@ -399,8 +399,8 @@ class ParserPool:
         """:meth:`parse` for a small file held in memory: the worker writes ``data`` to ``path``
         (a new name beside its blob, :meth:`conclave.edge.blobs.BlobStore.beside`) and parses
         it there. On a summary the file stays for the caller to make it the blob; on any other
-        outcome it is gone. The bytes go through the worker's pipe in one send, which a local
-        socket's default buffer takes whole (:data:`conclave.edge.blobs.SMALL_PART_BYTES`)."""
+        outcome it is gone. The bytes go through the worker's pipe in one send, which the idle
+        worker reads at once (:data:`conclave.edge.blobs.SMALL_PART_BYTES`)."""
         try:
             kind, value = await self._run(
                 ("parse bytes", (media_type, str(path), fmt, metadata, data, fsync)),
