@@ -16,7 +16,8 @@ import uvloop
 
 from conclave.edge.agents.base import clean
 from conclave.edge.guardrails import sanitize_filename
-from conclave.edge.parsing import ParserPool, answer_bytes, receive_message
+from conclave.edge.parser_worker import answer_bytes
+from conclave.edge.parsing import ParserPool, receive_message
 from conclave.platform.errors import Unprocessable
 from tests.conftest import Backend, eventually
 from tests.edge import samples
