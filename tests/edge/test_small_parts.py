@@ -13,6 +13,7 @@ import shutil
 import stat
 import time
 import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -25,6 +26,7 @@ from conclave.edge.blobs import (
     MemoryBudget,
     TempBlob,
 )
+from conclave.edge.multipart import FilePart, Upload
 from conclave.edge.parsing import ParserPool
 from conclave.platform.errors import Unavailable, Unprocessable
 from tests.conftest import Backend, eventually
@@ -275,3 +277,49 @@ async def test_parts_of_dropped_and_timed_out_bodies_give_the_memory_back(
 
 async def _async(value: bool) -> bool:
     return value
+
+
+def test_discarding_parts_never_raises_and_gives_the_memory_back(tmp_path: Path) -> None:
+    # Found by a second outside attack: a temporary file that could not be deleted (the store
+    # turned read-only, or its tmp is no longer a folder) raised out of the upload's clean-up:
+    # a committed upload was answered 500, and the parts after it kept their room for good.
+    store = BlobStore(tmp_path, fsync=False)
+    store.open()
+    on_disk, held = store.new_temp(10 * SMALL_PART_BYTES), store.new_temp(SMALL_PART_BYTES)
+    on_disk.write(os.urandom(SMALL_PART_BYTES + 1))
+    held.write(b"tile")
+    shutil.rmtree(tmp_path / "tmp")
+    (tmp_path / "tmp").write_bytes(b"not a folder")  # deleting tmp/<id>.part: NotADirectoryError
+    upload = Upload(files=[FilePart("a", "", on_disk), FilePart("b", "", held)])
+    upload.discard()
+    assert store.memory_free == MEMORY_PARTS_BYTES
+
+
+async def test_an_upload_that_meets_a_broken_store_on_its_way_out_keeps_its_answer(
+    backend: Backend, tmp_path: Path
+) -> None:
+    # A part on disk (past the size held in memory), then the store's tmp stops being a folder
+    # and the body ends early: the answer is the body's fault (400), not a 500 from clean-up.
+    report = b"Field report: " + b"x" * (SMALL_PART_BYTES + 1000)
+    boundary = "bb"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="r.txt"\r\n\r\n'
+    ).encode()
+    async with edge_app(backend, edge_settings(tmp_path)) as (client, app):
+        blobs = app.state.edge.blobs
+
+        async def body() -> AsyncIterator[bytes]:
+            yield head + report
+            await eventually(lambda: _async(any((blobs.root / "tmp").glob("*.part"))))
+            shutil.rmtree(blobs.root / "tmp")
+            (blobs.root / "tmp").write_bytes(b"not a folder")
+            yield b"\r\n--" + boundary.encode() + b"\r\nContent-Disposition: form-data; "
+
+        response = await client.post(
+            "/api/edge-intake/document",
+            content=body(),
+            headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+        )
+        assert response.status_code == 400, response.text
+        assert response.json()["code"] == "TRUNCATED_UPLOAD"
+        assert blobs.memory_free == MEMORY_PARTS_BYTES

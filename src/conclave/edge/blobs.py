@@ -172,14 +172,23 @@ class TempBlob:
                 raise _unavailable(error) from None
 
     def discard(self) -> None:
-        """Close and delete the temporary file, and give back the part's room in memory."""
+        """Close and delete the temporary file, and give back the part's room in memory. Never
+        raises: it runs on every way out of an upload, whose answer (maybe its committed
+        packs') must not turn into a 500 because a store turned read-only meanwhile; a file
+        left behind goes with the next start's sweep."""
         with contextlib.suppress(Unavailable):
             self.close()
         self._buffer = None
         self._release()
         if self._on_disk:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 self.path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                log.warning(
+                    "a temporary file could not be deleted: %s: %s", type(error).__name__, error
+                )
 
 
 def place_blob(source: Path, target: Path, *, fsync: bool) -> None:
