@@ -44,7 +44,12 @@ from conclave.gateway.upstreams.config import McpServerSpec
 from conclave.gateway.upstreams.inbound import GuardedReadStream
 from conclave.gateway.upstreams.open_session import OpenSession
 from conclave.gateway.upstreams.redaction import NO_SECRETS, Scrubber
-from conclave.gateway.upstreams.session_answers import json_typed, session_gone, session_refused
+from conclave.gateway.upstreams.session_answers import (
+    connection_lost,
+    json_typed,
+    session_gone,
+    session_refused,
+)
 from conclave.gateway.upstreams.stdio import StdioProcess, stdio_transport
 from conclave.platform.clock import utc_now
 from conclave.platform.egress import EgressPolicy
@@ -606,16 +611,6 @@ def progress_callback(report: ProgressReporter) -> ProgressFnT:
         report(progress, total, message)
 
     return forward
-
-
-class UpstreamRpcError(MCPError):
-    """A JSON-RPC error the upstream itself sent (the direct path's): its code is the
-    upstream's, even one the SDK also uses for its own failures (-32000, connection closed)."""
-
-
-def connection_lost(exc: MCPError) -> bool:
-    """Whether ``exc`` says the connection broke (not an error the upstream answered)."""
-    return exc.error.code == types.CONNECTION_CLOSED and not isinstance(exc, UpstreamRpcError)
 
 
 class SessionGone(MCPError):

@@ -40,9 +40,9 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic_core import from_json
 
-from conclave.gateway.upstreams.connection import SessionGone, UpstreamRpcError
+from conclave.gateway.upstreams.connection import SessionGone
 from conclave.gateway.upstreams.event_stream import EventTooLarge, message_events
-from conclave.gateway.upstreams.session_answers import answers_request
+from conclave.gateway.upstreams.session_answers import UpstreamRpcError, answers_request
 from conclave.platform.egress import EgressPolicy
 from conclave.platform.egress_aiohttp import guarded_aiohttp_session
 from conclave.platform.egress_mcp import ANSWER_TOO_LARGE

@@ -1,13 +1,15 @@
 """What an upstream's HTTP 404 to a request on its session means: the session is gone (the
 upstream restarted or expired it, and ran nothing), or it is the upstream's own answer to that
-request (a tool's "no such item"). One rule for the direct path, the SDK's path and users' own
-sessions."""
+request (a tool's "no such item"); and whether an error with the SDK's code for a broken
+connection is one. One rule for the direct path, the SDK's path and users' own sessions."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import httpx2
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
 from pydantic_core import from_json
 
 
@@ -69,3 +71,30 @@ def answers_request(message: dict[str, Any], request_id: object) -> bool:
         and type(given) is type(request_id)
         and given == request_id
     )
+
+
+class UpstreamRpcError(MCPError):
+    """A JSON-RPC error the upstream itself sent (the direct path's): its code is the
+    upstream's, even one the SDK also uses for its own failures (-32000, connection closed)."""
+
+
+_SDK_CLOSED = "Connection closed"
+"""How the MCP SDK words the error it makes for a call whose connection ended (its session and
+dispatcher); its streamable HTTP client words a broken event stream ``SSE stream failed: ...``."""
+
+
+def connection_lost(exc: MCPError) -> bool:
+    """Whether ``exc`` says the connection broke (not an error the upstream answered).
+
+    The SDK makes such errors with code -32000, which JSON-RPC leaves to servers and upstreams
+    use for their own failures. The direct path raises what the upstream sent as
+    :class:`UpstreamRpcError`; on the SDK's path only the SDK's own wording, without data, is a
+    broken connection: an upstream's "-32000 Server error: bad argument", which one user's
+    arguments can cause, had each call counted as a breaker failure, and five of them paused
+    the upstream for everyone (docs/gateway.md). An upstream answering exactly the SDK's words
+    is still taken for a broken connection."""
+    error = exc.error
+    if error.code != types.CONNECTION_CLOSED or isinstance(exc, UpstreamRpcError):
+        return False
+    sdk_words = error.message == _SDK_CLOSED or error.message.startswith("SSE stream failed:")
+    return sdk_words and error.data is None

@@ -49,7 +49,7 @@ from conclave.gateway.upstreams.connection import (
     progress_callback,
 )
 from conclave.gateway.upstreams.redaction import Scrubber
-from conclave.gateway.upstreams.session_answers import session_gone
+from conclave.gateway.upstreams.session_answers import connection_lost, session_gone
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class UserSessions:
                     raise CredentialRefused() from exc
                 if entry.forgotten:
                     self._close(user_id, entry, after_calls=True)
-                elif exc.error.code == types.CONNECTION_CLOSED:
+                elif connection_lost(exc):
                     self._close(user_id, entry)
                 raise
             except asyncio.CancelledError:
