@@ -11,6 +11,7 @@ direct path told the two apart already). Only the SDK's own wording is a broken 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,150 @@ async def test_a_tools_own_server_error_on_the_sdk_path_does_not_open_the_circui
     assert (other.status_code, other.json().get("result")) == (200, "hi"), other.text
     initializes = sum(1 for request in server.requests if request[0] == "initialize")
     assert initializes == 1, initializes
+
+
+# -- From an outside attack on the first version (which knew only two of the SDK's wordings): a
+# -- dead stream must still open the circuit, on both paths, and a too-large answer must not. --
+
+
+class CutStreamServer(ToolServer):
+    """``check``: answers 200 ``text/event-stream`` and ends the stream with no event (an
+    upstream whose worker died after the headers: the call can never be answered)."""
+
+    tool = "check"
+
+    async def on_call(self, message: dict[str, Any], send: Send) -> None:
+        self.requests.append(("tools/call", message.get("id"), None, None))
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class HugeEventServer(ToolServer):
+    """``check``: the tool's answer is one SSE event over the gateway's per-event cap (what a
+    user's arguments make e.g. a file reader or generator answer)."""
+
+    tool = "check"
+
+    async def on_call(self, message: dict[str, Any], send: Send) -> None:
+        self.requests.append(("tools/call", message.get("id"), None, None))
+        result = {"content": [{"type": "text", "text": "x" * 100_000}], "isError": False}
+        body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        event = f"event: message\ndata: {body}\n\n".encode()
+        await send({"type": "http.response.body", "body": event, "more_body": False})
+
+
+async def _six_calls(client: Any, *, progress: bool) -> tuple[list[Any], dict[str, Any]]:
+    await eventually(lambda: upstream_ready(client))
+    headers = await gateway_mcp_session(client)
+    answers = []
+    for n in range(6):
+        params: dict[str, Any] = {"name": "json__check", "arguments": {"id": n}}
+        if progress:
+            params["_meta"] = {"progressToken": f"p{n}"}  # the SDK's path
+        call = {"jsonrpc": "2.0", "id": n + 2, "method": "tools/call", "params": params}
+        answers.append(await client.post("/mcp", headers=headers, json=call))
+    return answers, await upstream_status(client)
+
+
+async def test_sdk_path_stream_ended_without_answer_counts_as_lost_connection(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The SDK resolves a call whose event stream ends with no answer as -32000 "SSE stream
+    ended without a response" (streamable_http._handle_sse_response): a dead stream, a breaker
+    failure (the first version took it for the upstream's answer: the circuit never opened)."""
+    server = CutStreamServer()
+    async with running_server(server) as base:
+        spec = {"name": "json", "transport": "http", "url": f"{base}/mcp"}
+        async with gateway(backend, tmp_path, spec) as client:
+            answers, status = await _six_calls(client, progress=True)
+    texts = [a.text for a in answers]
+    assert status["circuit"] == "open", (status, texts)
+
+
+async def test_direct_path_stream_ended_without_answer_counts_as_lost_connection(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The direct path's own error for the same (direct_calls, "the event stream ended without
+    an answer", a TransportEnded) is a lost connection too."""
+    server = CutStreamServer()
+    async with running_server(server) as base:
+        spec = {"name": "json", "transport": "http", "url": f"{base}/mcp"}
+        async with gateway(backend, tmp_path, spec) as client:
+            answers, status = await _six_calls(client, progress=False)
+    texts = [a.text for a in answers]
+    assert status["circuit"] == "open", (status, texts)
+
+
+async def test_direct_path_stream_ended_answers_connection_lost(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """And its caller is told so: 502 UPSTREAM_CONNECTION_LOST, not an upstream's answer."""
+    server = CutStreamServer()
+    async with running_server(server) as base:
+        spec = {"name": "json", "transport": "http", "url": f"{base}/mcp"}
+        async with gateway(backend, tmp_path, spec) as client:
+            await eventually(lambda: upstream_ready(client))
+            answer = await client.post(
+                "/execute",
+                json={"tool": "json__check", "args": {"id": 1}},
+            )
+    assert answer.status_code == 502, answer.text
+    assert answer.json()["type"].endswith("upstream-connection-lost"), answer.text
+
+
+async def test_one_users_oversized_answer_on_sdk_path_does_not_open_the_circuit(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """An event over the cap is "SSE stream failed: Server-sent event exceeded the N byte
+    limit." (-32000, no data) from the SDK: the answer's size, which one user's arguments can
+    make, not the connection (it was counted as a breaker failure, older than this change: five
+    such calls paused the upstream for everyone; the direct path counted it as an answer)."""
+    server = HugeEventServer()
+    async with running_server(server) as base:
+        spec = {"name": "json", "transport": "http", "url": f"{base}/mcp"}
+        async with gateway(backend, tmp_path, spec, upstream_max_message_bytes=65536) as client:
+            answers, status = await _six_calls(client, progress=True)
+            other = await client.post(
+                "/execute", json={"tool": "json__echo", "args": {"message": "hi"}}
+            )
+    texts = [a.text for a in answers]
+    assert any("more than the gateway accepts" in t for t in texts), texts
+    assert status["circuit"] == "closed", (status, texts)
+    assert other.status_code == 200, other.text
+
+
+class AbortedStreamServer(ToolServer):
+    """``check``: starts an event stream, sends half an event, and the worker dies (uvicorn
+    drops the socket with no terminating chunk): the SDK path's "real crash mid-event"."""
+
+    tool = "check"
+
+    async def on_call(self, message: dict[str, Any], send: Send) -> None:
+        self.requests.append(("tools/call", message.get("id"), None, None))
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send(
+            {
+                "type": "http.response.body",
+                "body": b'event: message\ndata: {"jso',
+                "more_body": True,
+            }
+        )
+        raise RuntimeError("worker died mid-event")
+
+
+async def test_sdk_path_socket_dropped_mid_event_counts_as_lost_connection(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """A socket cut mid-event: httpx raises inside the SDK's event loop, which it swallows
+    (`except Exception: "SSE stream ended"`) and resolves as -32000 "SSE stream ended without a
+    response": a crashing upstream opens the circuit on the SDK's path."""
+    server = AbortedStreamServer()
+    async with running_server(server) as base:
+        spec = {"name": "json", "transport": "http", "url": f"{base}/mcp"}
+        async with gateway(backend, tmp_path, spec) as client:
+            answers, status = await _six_calls(client, progress=True)
+    assert status["circuit"] == "open", (status, [a.text[-300:] for a in answers])

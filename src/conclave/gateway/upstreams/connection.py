@@ -45,6 +45,7 @@ from conclave.gateway.upstreams.inbound import GuardedReadStream
 from conclave.gateway.upstreams.open_session import OpenSession
 from conclave.gateway.upstreams.redaction import NO_SECRETS, Scrubber
 from conclave.gateway.upstreams.session_answers import (
+    TransportEnded,
     connection_lost,
     json_typed,
     session_gone,
@@ -613,7 +614,7 @@ def progress_callback(report: ProgressReporter) -> ProgressFnT:
     return forward
 
 
-class SessionGone(MCPError):
+class SessionGone(TransportEnded):
     """The upstream answered 404 to the call's session: it ran nothing (the direct path's)."""
 
 

@@ -42,7 +42,11 @@ from pydantic_core import from_json
 
 from conclave.gateway.upstreams.connection import SessionGone
 from conclave.gateway.upstreams.event_stream import EventTooLarge, message_events
-from conclave.gateway.upstreams.session_answers import UpstreamRpcError, answers_request
+from conclave.gateway.upstreams.session_answers import (
+    TransportEnded,
+    UpstreamRpcError,
+    answers_request,
+)
 from conclave.platform.egress import EgressPolicy
 from conclave.platform.egress_aiohttp import guarded_aiohttp_session
 from conclave.platform.egress_mcp import ANSWER_TOO_LARGE
@@ -197,7 +201,7 @@ class DirectCalls:
                         return message
         except EventTooLarge:
             raise MCPError(types.PARSE_ERROR, f"{ANSWER_TOO_LARGE} ({self._cap} bytes)") from None
-        raise MCPError(types.CONNECTION_CLOSED, "the event stream ended without an answer")
+        raise TransportEnded(types.CONNECTION_CLOSED, "the event stream ended without an answer")
 
     async def _read(self, response: aiohttp.ClientResponse) -> bytes:
         """The whole body, cut off at the cap while it arrives (after decompression)."""

@@ -78,23 +78,43 @@ class UpstreamRpcError(MCPError):
     upstream's, even one the SDK also uses for its own failures (-32000, connection closed)."""
 
 
-_SDK_CLOSED = "Connection closed"
-"""How the MCP SDK words the error it makes for a call whose connection ended (its session and
-dispatcher); its streamable HTTP client words a broken event stream ``SSE stream failed: ...``."""
+SSE_EVENT_TOO_LARGE = "byte limit"
+"""httpx2's words for an event of an answer's stream past ``max_sse_event_size``, which the SDK
+passes on in its error: the answer's size (a caller's arguments can make it), not the
+connection."""
+
+_SDK_ENDED = frozenset(
+    {
+        "Connection closed",
+        "SSE stream ended without a response",
+        "SSE stream ended and reconnection attempts were exhausted",
+    }
+)
+"""How the MCP SDK (2.3) words the errors it makes itself, with -32000, for a call whose
+connection or answer stream ended; its streamable HTTP client also says ``SSE stream failed:``."""
 
 
 def connection_lost(exc: MCPError) -> bool:
     """Whether ``exc`` says the connection broke (not an error the upstream answered).
 
-    The SDK makes such errors with code -32000, which JSON-RPC leaves to servers and upstreams
-    use for their own failures. The direct path raises what the upstream sent as
-    :class:`UpstreamRpcError`; on the SDK's path only the SDK's own wording, without data, is a
-    broken connection: an upstream's "-32000 Server error: bad argument", which one user's
-    arguments can cause, had each call counted as a breaker failure, and five of them paused
-    the upstream for everyone (docs/gateway.md). An upstream answering exactly the SDK's words
-    is still taken for a broken connection."""
+    JSON-RPC leaves -32000 to servers, and upstreams answer it for their own failures; the MCP
+    SDK gives the same code to the errors it makes when a call's connection or stream ends. The
+    direct path knows which is which (:class:`UpstreamRpcError`, :class:`TransportEnded`). On
+    the SDK's path only the SDK's own words, without data, are a broken connection: taking every
+    -32000 for one let five calls of one user, whose arguments made a tool answer -32000, pause
+    the upstream for everyone (docs/gateway.md). An event past the size cap is the answer's
+    size. An upstream answering with exactly the SDK's words is still taken for a broken
+    connection."""
     error = exc.error
     if error.code != types.CONNECTION_CLOSED or isinstance(exc, UpstreamRpcError):
         return False
-    sdk_words = error.message == _SDK_CLOSED or error.message.startswith("SSE stream failed:")
-    return sdk_words and error.data is None
+    if isinstance(exc, TransportEnded):
+        return True
+    message = error.message
+    if error.data is not None or SSE_EVENT_TOO_LARGE in message:
+        return False
+    return message in _SDK_ENDED or message.startswith("SSE stream failed:")
+
+
+class TransportEnded(MCPError):
+    """The direct path's own error for a call whose connection or answer stream ended."""

@@ -38,7 +38,7 @@ from conclave.gateway.upstreams.access import Presented, UpstreamAccess
 from conclave.gateway.upstreams.aliases import upstream_alias
 from conclave.gateway.upstreams.connection import Upstream, UpstreamDown
 from conclave.gateway.upstreams.redaction import Scrubber
-from conclave.gateway.upstreams.session_answers import connection_lost
+from conclave.gateway.upstreams.session_answers import SSE_EVENT_TOO_LARGE, connection_lost
 from conclave.gateway.upstreams.user_sessions import CredentialChanged, CredentialRefused
 from conclave.gateway.validation import depth_exceeds
 from conclave.platform.egress_mcp import ANSWER_TOO_LARGE
@@ -55,8 +55,6 @@ _MAX_DESCRIPTION = 4000
 _MAX_TOOL_ERROR = 500
 # How many times a call reads the user's credential when it changes under it.
 _CREDENTIAL_READS = 3
-# httpx2's words for an event over ``max_sse_event_size``, which the SDK passes on in its error.
-_SSE_EVENT_TOO_LARGE = "byte limit"
 
 
 def _error(message: str, code: str, status: int) -> ToolExecutionError:
@@ -66,7 +64,7 @@ def _error(message: str, code: str, status: int) -> ToolExecutionError:
 def _rpc_error(server: str, exc: MCPError, scrubber: Scrubber) -> BaseException:
     code, text = exc.error.code, scrubber.cut(exc.error.message, 300)
     # Our own cap (an answer's body, a stdio line) or the SDK's on one event of a stream.
-    if ANSWER_TOO_LARGE in text or _SSE_EVENT_TOO_LARGE in text:
+    if ANSWER_TOO_LARGE in text or SSE_EVENT_TOO_LARGE in text:
         return _error(
             f"Upstream {server!r} answered more than the gateway accepts.",
             ProblemCode.RESULT_TOO_LARGE,
