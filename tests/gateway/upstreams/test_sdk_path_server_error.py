@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from starlette.types import Send
 
 from tests.conftest import Backend, eventually
@@ -39,6 +40,19 @@ class FailingServer(ToolServer):
         await send_rpc_error(send, message, -32000, "Server error: bad argument", status=200)
 
 
+async def _six_calls(client: Any, *, progress: bool) -> tuple[list[Any], dict[str, Any]]:
+    await eventually(lambda: upstream_ready(client))
+    headers = await gateway_mcp_session(client)
+    answers = []
+    for n in range(6):
+        params: dict[str, Any] = {"name": "json__check", "arguments": {"id": n}}
+        if progress:
+            params["_meta"] = {"progressToken": f"p{n}"}  # the SDK's path
+        call = {"jsonrpc": "2.0", "id": n + 2, "method": "tools/call", "params": params}
+        answers.append(await client.post("/mcp", headers=headers, json=call))
+    return answers, await upstream_status(client)
+
+
 async def test_a_tools_own_server_error_on_the_sdk_path_does_not_open_the_circuit(
     backend: Backend, tmp_path: Path
 ) -> None:
@@ -46,22 +60,8 @@ async def test_a_tools_own_server_error_on_the_sdk_path_does_not_open_the_circui
     async with running_server(server) as base:
         spec = {"name": "json", "transport": "http", "url": f"{base}/mcp"}
         async with gateway(backend, tmp_path, spec) as client:
-            await eventually(lambda: upstream_ready(client))
-            headers = await gateway_mcp_session(client)
-            answers = []
-            for n in range(6):  # one user, past the breaker's threshold (5)
-                call = {
-                    "jsonrpc": "2.0",
-                    "id": n + 2,
-                    "method": "tools/call",
-                    "params": {
-                        "name": "json__check",
-                        "arguments": {"id": n},
-                        "_meta": {"progressToken": f"p{n}"},  # the SDK's path
-                    },
-                }
-                answers.append(await client.post("/mcp", headers=headers, json=call))
-            status = await upstream_status(client)
+            # One user, past the breaker's threshold (5), on the SDK's path.
+            answers, status = await _six_calls(client, progress=True)
             other = await client.post(
                 "/execute", json={"tool": "json__echo", "args": {"message": "hi"}}
             )
@@ -108,44 +108,19 @@ class HugeEventServer(ToolServer):
         await send({"type": "http.response.body", "body": event, "more_body": False})
 
 
-async def _six_calls(client: Any, *, progress: bool) -> tuple[list[Any], dict[str, Any]]:
-    await eventually(lambda: upstream_ready(client))
-    headers = await gateway_mcp_session(client)
-    answers = []
-    for n in range(6):
-        params: dict[str, Any] = {"name": "json__check", "arguments": {"id": n}}
-        if progress:
-            params["_meta"] = {"progressToken": f"p{n}"}  # the SDK's path
-        call = {"jsonrpc": "2.0", "id": n + 2, "method": "tools/call", "params": params}
-        answers.append(await client.post("/mcp", headers=headers, json=call))
-    return answers, await upstream_status(client)
-
-
-async def test_sdk_path_stream_ended_without_answer_counts_as_lost_connection(
-    backend: Backend, tmp_path: Path
+@pytest.mark.parametrize("progress", [True, False], ids=["sdk path", "direct path"])
+async def test_a_stream_that_ends_without_the_answer_opens_the_circuit(
+    backend: Backend, tmp_path: Path, progress: bool
 ) -> None:
-    """The SDK resolves a call whose event stream ends with no answer as -32000 "SSE stream
-    ended without a response" (streamable_http._handle_sse_response): a dead stream, a breaker
-    failure (the first version took it for the upstream's answer: the circuit never opened)."""
+    """A call whose event stream ends with no answer is a dead stream, a breaker failure, on
+    both paths: the SDK's -32000 "SSE stream ended without a response", the direct path's own
+    TransportEnded (the first version took both for the upstream's answer: the circuit of an
+    upstream whose calls all died never opened)."""
     server = CutStreamServer()
     async with running_server(server) as base:
         spec = {"name": "json", "transport": "http", "url": f"{base}/mcp"}
         async with gateway(backend, tmp_path, spec) as client:
-            answers, status = await _six_calls(client, progress=True)
-    texts = [a.text for a in answers]
-    assert status["circuit"] == "open", (status, texts)
-
-
-async def test_direct_path_stream_ended_without_answer_counts_as_lost_connection(
-    backend: Backend, tmp_path: Path
-) -> None:
-    """The direct path's own error for the same (direct_calls, "the event stream ended without
-    an answer", a TransportEnded) is a lost connection too."""
-    server = CutStreamServer()
-    async with running_server(server) as base:
-        spec = {"name": "json", "transport": "http", "url": f"{base}/mcp"}
-        async with gateway(backend, tmp_path, spec) as client:
-            answers, status = await _six_calls(client, progress=False)
+            answers, status = await _six_calls(client, progress=progress)
     texts = [a.text for a in answers]
     assert status["circuit"] == "open", (status, texts)
 
