@@ -111,7 +111,12 @@ class _CappedTransport(httpx2.AsyncHTTPTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await super().handle_async_request(request)
-        if response.headers.get("content-type", "").startswith("text/event-stream"):
+        # Media types are case-insensitive (RFC 9110), and the SDK reads `Text/Event-Stream` as
+        # an event stream: capped here as a whole body, such an answer was cut short, which the
+        # SDK reports as a stream that ended (an outside attack: one user's too-large answers
+        # so opened the upstream's circuit for everyone).
+        content_type = response.headers.get("content-type", "").lower()
+        if content_type.startswith("text/event-stream"):
             return response  # capped per event by the SDK (max_sse_event_size)
         stream = response.stream
         assert isinstance(stream, httpx2.AsyncByteStream)

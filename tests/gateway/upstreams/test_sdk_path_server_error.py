@@ -98,11 +98,15 @@ class HugeEventServer(ToolServer):
 
     tool = "check"
 
+    def __init__(self, media_type: bytes) -> None:
+        super().__init__()
+        self.media_type = media_type
+
     async def on_call(self, message: dict[str, Any], send: Send) -> None:
         self.requests.append(("tools/call", message.get("id"), None, None))
         result = {"content": [{"type": "text", "text": "x" * 100_000}], "isError": False}
         body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
-        headers = [(b"content-type", b"text/event-stream")]
+        headers = [(b"content-type", self.media_type)]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         event = f"event: message\ndata: {body}\n\n".encode()
         await send({"type": "http.response.body", "body": event, "more_body": False})
@@ -142,14 +146,17 @@ async def test_direct_path_stream_ended_answers_connection_lost(
     assert answer.json()["type"].endswith("upstream-connection-lost"), answer.text
 
 
+# Media types are case-insensitive: the gateway's cap on whole bodies once cut a
+# `Text/Event-Stream` answer short, which the SDK reported as a stream that ended (second attack).
+@pytest.mark.parametrize("media_type", [b"text/event-stream", b"Text/Event-Stream"])
 async def test_one_users_oversized_answer_on_sdk_path_does_not_open_the_circuit(
-    backend: Backend, tmp_path: Path
+    backend: Backend, tmp_path: Path, media_type: bytes
 ) -> None:
     """An event over the cap is "SSE stream failed: Server-sent event exceeded the N byte
     limit." (-32000, no data) from the SDK: the answer's size, which one user's arguments can
     make, not the connection (it was counted as a breaker failure, older than this change: five
     such calls paused the upstream for everyone; the direct path counted it as an answer)."""
-    server = HugeEventServer()
+    server = HugeEventServer(media_type)
     async with running_server(server) as base:
         spec = {"name": "json", "transport": "http", "url": f"{base}/mcp"}
         async with gateway(backend, tmp_path, spec, upstream_max_message_bytes=65536) as client:
