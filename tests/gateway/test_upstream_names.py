@@ -10,8 +10,7 @@ import pytest
 from conclave.gateway.backends.catalogue import load_catalogue
 from conclave.gateway.registry import ToolRegistry
 from conclave.gateway.upstreams.aliases import upstream_alias
-from conclave.gateway.upstreams.config import McpServerSpec
-from conclave.gateway.upstreams.connection import UpstreamLimits
+from conclave.gateway.upstreams.config import McpServerSpec, UpstreamLimits
 from conclave.gateway.upstreams.manager import Upstreams
 from conclave.platform.egress import EgressPolicy
 

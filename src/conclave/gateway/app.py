@@ -39,7 +39,7 @@ from conclave.gateway.signals import signals_table_fallback
 from conclave.gateway.tools import Tool
 from conclave.gateway.upstreams.access import CredentialSettings
 from conclave.gateway.upstreams.api import upstreams_router
-from conclave.gateway.upstreams.connection import UpstreamLimits
+from conclave.gateway.upstreams.config import UpstreamLimits
 from conclave.gateway.upstreams.credentials import (
     CredentialCipher,
     CredentialVault,

@@ -20,7 +20,7 @@ import mcp_types as types
 import pytest
 from mcp.server.lowlevel import Server
 
-from conclave.gateway.upstreams.connection import describe
+from conclave.gateway.upstreams.upstream_errors import describe
 from tests.conftest import Backend, eventually
 from tests.gateway.upstream_fixtures import ROOT, gateway
 from tests.httpserver import running_server

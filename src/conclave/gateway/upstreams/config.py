@@ -34,6 +34,7 @@ effect without an audit row), so it is honoured only with ``trust_read_only_hint
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -153,3 +154,14 @@ class McpServerSpec(BaseModel):
             if "\x00" in text:
                 raise ValueError(f"mcp server {self.name!r}: NUL in command, args or env")
         return self
+
+
+@dataclass(frozen=True)
+class UpstreamLimits:
+    """Bounds on what one upstream may send (settings ``GATEWAY_UPSTREAM_*``)."""
+
+    max_message_bytes: int
+    max_tools: int
+    max_pages: int
+    debounce_seconds: float
+    first_backoff_seconds: float = 1.0

@@ -21,91 +21,56 @@ import asyncio
 import contextlib
 import logging
 import random
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import httpx2
 import mcp_types as types
 from mcp.client.session import ClientSession, IncomingMessage, MessageHandlerFnT
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from conclave import __version__
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.progress import ProgressReporter
-from conclave.gateway.upstreams.config import McpServerSpec
-from conclave.gateway.upstreams.inbound import GuardedReadStream
-from conclave.gateway.upstreams.open_session import OpenSession
-from conclave.gateway.upstreams.redaction import NO_SECRETS, Scrubber
+from conclave.gateway.upstreams.config import McpServerSpec, UpstreamLimits
+from conclave.gateway.upstreams.open_session import OpenSession, retrieved
+from conclave.gateway.upstreams.redaction import Scrubber
 from conclave.gateway.upstreams.session_answers import (
-    TransportEnded,
     connection_lost,
-    json_typed,
     session_gone,
-    session_refused,
 )
-from conclave.gateway.upstreams.stdio import StdioProcess, stdio_transport
+from conclave.gateway.upstreams.session_opening import (
+    direct_calls_for,
+    open_http_session,
+    open_stdio_session,
+    progress_callback,
+)
+from conclave.gateway.upstreams.stdio import StdioProcess
+from conclave.gateway.upstreams.upstream_errors import (
+    ConnectionEnded,
+    SessionGone,
+    SessionLost,
+    UpstreamDown,
+    describe,
+)
 from conclave.platform.clock import utc_now
 from conclave.platform.egress import EgressPolicy
-from conclave.platform.egress_mcp import guarded_mcp_client
-from conclave.platform.inputs import escape_text
 
 if TYPE_CHECKING:  # aiohttp is imported once an upstream answers JSON (9 MB, a quarter second)
-    from conclave.gateway.upstreams.direct_calls import DirectCalls
+    pass
 
 log = logging.getLogger(__name__)
 
-_CLIENT = types.Implementation(name="conclave-gateway", version=__version__)
 _MAX_BACKOFF_SECONDS = 60.0
 _CLOSE_GRACE_SECONDS = 1.0  # past the time-out, for its calls to time out by themselves
 _SESSION_ENDED = "the upstream ended the session"
 _PROCESS_POLL_SECONDS = 0.5
 
 
-@dataclass(frozen=True)
-class UpstreamLimits:
-    """Bounds on what one upstream may send (settings ``GATEWAY_UPSTREAM_*``)."""
-
-    max_message_bytes: int
-    max_tools: int
-    max_pages: int
-    debounce_seconds: float
-    first_backoff_seconds: float = 1.0
-
-
 Listing = Callable[["Upstream", list[types.Tool], list[str]], Awaitable[None]]
 """Called with each complete listing and the notes on it (truncated, a page bound reached)."""
-
-
-class ConnectionEnded(Exception):
-    """The connection to the upstream is gone (its process exited)."""
-
-
-class SessionLost(ConnectionEnded):
-    """The upstream ended the session (a 404 on it): the next one is opened at once, this one
-    is closed when its calls in flight have ended."""
-
-
-_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
-
-
-def describe(exc: BaseException, scrubber: Scrubber = NO_SECRETS) -> str:
-    """A short, safe text of a failure: what ``/upstreams`` (any signed-in user) shows as
-    ``last_error``, and what logs say. URLs are cut out: httpx words an HTTP error with the
-    whole URL, and an upstream's URL may carry a credential in its query. The credentials the
-    connection presented are scrubbed (an upstream's error may quote the token it refused),
-    before the text is cut: a cut credential would no longer match."""
-    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        return describe(exc.exceptions[0], scrubber)
-    text = _URL.sub("<url>", scrubber.text(str(exc) or type(exc).__name__))
-    return escape_text(f"{type(exc).__name__}: {text}"[:300])
 
 
 class Upstream:
@@ -155,7 +120,7 @@ class Upstream:
                 )
                 held.add(served)
                 served.add_done_callback(held.discard)
-                served.add_done_callback(_retrieved)
+                served.add_done_callback(retrieved)
                 await asyncio.wait({served, opened.handed_over}, return_when="FIRST_COMPLETED")
                 # Whatever broke, the supervisor carries on.
                 if opened.handed_over.done():
@@ -238,7 +203,15 @@ class Upstream:
                     self._lose_session(opened)
 
             async with self.http_session(headers, self._on_message, seen) as session:
-                opened.direct = self._direct_calls(opened, session, headers, first)
+                opened.direct = direct_calls_for(
+                    self.spec,
+                    self._policy,
+                    self._limits.max_message_bytes,
+                    session,
+                    headers,
+                    first[0] if first else None,
+                    on_session_lost=lambda: self._lose_session(opened),
+                )
                 try:
                     yield session
                 finally:
@@ -246,107 +219,30 @@ class Upstream:
                     if opened.direct is not None:
                         await opened.direct.aclose()
             return
-        async with AsyncExitStack() as stack:
-            streams = await stack.enter_async_context(
-                stdio_transport(spec, self.process, max_line_bytes=self._limits.max_message_bytes)
-            )
-            read, write = streams
-            session = await stack.enter_async_context(
-                ClientSession(
-                    GuardedReadStream(read),
-                    write,
-                    message_handler=self._on_message,
-                    client_info=_CLIENT,
-                )
-            )
-            with anyio.fail_after(spec.connect_timeout_seconds):
-                await session.initialize()
+        stdio = open_stdio_session(
+            spec, self.process, self._limits.max_message_bytes, self._on_message
+        )
+        async with stdio as session:
             try:
                 yield session
             finally:
                 opened.closing = True
 
-    @asynccontextmanager
-    async def http_session(
+    def http_session(
         self,
         headers: dict[str, str],
         message_handler: MessageHandlerFnT | None = None,
         on_response: Callable[[httpx2.Response], None] | None = None,
-    ) -> AsyncIterator[ClientSession]:
+    ) -> AbstractAsyncContextManager[ClientSession]:
         """An initialised session with the HTTP upstream, every request carrying ``headers``;
         ``on_response`` sees each HTTP answer (the SDK words a 401 like a 500)."""
-        spec = self.spec
-        assert spec.url is not None
-        async with AsyncExitStack() as stack:
-            client = guarded_mcp_client(
-                self._policy,
-                headers=headers,
-                connect_timeout=spec.connect_timeout_seconds,
-                read_timeout=spec.timeout_seconds,
-                max_answer_bytes=self._limits.max_message_bytes,
-            )
-            if on_response is not None:
-
-                async def seen(response: httpx2.Response) -> None:
-                    if session_refused(response) and json_typed(response):
-                        # Read (capped, as every answer; the SDK reads it again from memory) to
-                        # tell the upstream's own error for this request from a lost session;
-                        # within the connect time-out, and a body that cannot be read is the
-                        # session's loss (an outside attack: a read error escaped the hook and
-                        # ended the SDK's writer, and the session was never marked lost).
-                        with contextlib.suppress(httpx2.HTTPError, TimeoutError):
-                            async with asyncio.timeout(spec.connect_timeout_seconds):
-                                await response.aread()
-                    on_response(response)
-
-                client.event_hooks["response"].append(seen)
-            await stack.enter_async_context(client)
-            streams = await stack.enter_async_context(
-                streamable_http_client(
-                    spec.url, http_client=client, max_sse_event_size=self._limits.max_message_bytes
-                )
-            )
-            read, write = streams
-            session = await stack.enter_async_context(
-                ClientSession(
-                    GuardedReadStream(read),
-                    write,
-                    message_handler=message_handler,
-                    client_info=_CLIENT,
-                )
-            )
-            with anyio.fail_after(spec.connect_timeout_seconds):
-                await session.initialize()
-            yield session
-
-    def _direct_calls(
-        self,
-        opened: OpenSession,
-        session: ClientSession,
-        headers: dict[str, str],
-        first: list[httpx2.Response],
-    ) -> DirectCalls | None:
-        """Direct calls on this session when the upstream answered ``initialize`` with JSON."""
-        answer = first[0] if first else None
-        content_type = answer.headers.get("content-type", "") if answer is not None else ""
-        if not content_type.lower().startswith("application/json"):
-            return None
-        assert answer is not None and self.spec.url is not None
-        from conclave.gateway.upstreams.direct_calls import DirectCalls
-
-        session_headers = dict(headers)
-        if session_id := answer.headers.get("mcp-session-id"):
-            session_headers["mcp-session-id"] = session_id
-        if session.protocol_version is not None:
-            session_headers["mcp-protocol-version"] = session.protocol_version
-        return DirectCalls(
-            str(answer.request.url),  # where `initialize` was answered, after any redirect
-            session_headers,
+        return open_http_session(
+            self.spec,
             self._policy,
-            timeout_seconds=self.spec.timeout_seconds,
-            connect_timeout_seconds=self.spec.connect_timeout_seconds,
-            max_answer_bytes=self._limits.max_message_bytes,
-            on_session_lost=lambda: self._lose_session(opened),
+            self._limits.max_message_bytes,
+            headers,
+            message_handler,
+            on_response,
         )
 
     def _lose_session(self, opened: OpenSession) -> None:
@@ -596,27 +492,3 @@ class Upstream:
 
     def _extra(self) -> dict[str, str]:
         return {"upstream": self.spec.name}
-
-
-def _retrieved(task: asyncio.Task[None]) -> None:
-    # A lost session's connection ends after the supervisor moved on: its failure (its close
-    # failed) is logged by nobody else, and must not be left unretrieved.
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        log.debug("upstream connection closed: %s", type(exc).__name__)
-
-
-def progress_callback(report: ProgressReporter) -> ProgressFnT:
-    # The SDK awaits it in the session's own receive loop: it must not wait (the reporter
-    # never does), or a slow caller would hold up every call on this connection.
-    async def forward(progress: float, total: float | None, message: str | None) -> None:
-        report(progress, total, message)
-
-    return forward
-
-
-class SessionGone(TransportEnded):
-    """The upstream answered 404 to the call's session: it ran nothing (the direct path's)."""
-
-
-class UpstreamDown(Exception):
-    """Nothing was sent: the upstream is not connected or its circuit is open."""

@@ -40,13 +40,13 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic_core import from_json
 
-from conclave.gateway.upstreams.connection import SessionGone
 from conclave.gateway.upstreams.event_stream import EventTooLarge, message_events
 from conclave.gateway.upstreams.session_answers import (
     TransportEnded,
     UpstreamRpcError,
     answers_request,
 )
+from conclave.gateway.upstreams.upstream_errors import SessionGone
 from conclave.platform.egress import EgressPolicy
 from conclave.platform.egress_aiohttp import guarded_aiohttp_session
 from conclave.platform.egress_mcp import ANSWER_TOO_LARGE

@@ -13,8 +13,8 @@ import mcp_types as types
 
 from conclave.gateway.registry import ToolRegistry
 from conclave.gateway.upstreams.access import CredentialSettings, UpstreamAccess, access_for
-from conclave.gateway.upstreams.config import McpServerSpec
-from conclave.gateway.upstreams.connection import Upstream, UpstreamLimits
+from conclave.gateway.upstreams.config import McpServerSpec, UpstreamLimits
+from conclave.gateway.upstreams.connection import Upstream
 from conclave.gateway.upstreams.tools import entries_off_loop
 from conclave.platform.egress import EgressPolicy
 

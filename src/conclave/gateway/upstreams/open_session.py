@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,9 @@ from mcp.client.session import ClientSession
 
 if TYPE_CHECKING:
     from conclave.gateway.upstreams.direct_calls import DirectCalls
+
+
+log = logging.getLogger(__name__)
 
 
 class OpenSession:
@@ -56,3 +60,11 @@ class OpenSession:
             async with asyncio.timeout(timeout_seconds):
                 while self._in_flight:
                     await self._idle.wait()
+
+
+def retrieved(task: asyncio.Task[None]) -> None:
+    """A session's connection task's done callback: a lost session's connection ends after the
+    supervisor moved on, and its failure (its close failed) is logged by nobody else; it must
+    not be left unretrieved."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.debug("upstream connection closed: %s", type(exc).__name__)

@@ -36,9 +36,10 @@ from conclave.gateway.registry import MAX_SCHEMA_DEPTH, RegisteredTool, ToolRegi
 from conclave.gateway.tools import Executor, Tool, ToolContext, ToolExecutionError
 from conclave.gateway.upstreams.access import Presented, UpstreamAccess
 from conclave.gateway.upstreams.aliases import upstream_alias
-from conclave.gateway.upstreams.connection import Upstream, UpstreamDown
+from conclave.gateway.upstreams.connection import Upstream
 from conclave.gateway.upstreams.redaction import Scrubber
 from conclave.gateway.upstreams.session_answers import SSE_EVENT_TOO_LARGE, connection_lost
+from conclave.gateway.upstreams.upstream_errors import UpstreamDown
 from conclave.gateway.upstreams.user_sessions import CredentialChanged, CredentialRefused
 from conclave.gateway.validation import depth_exceeds
 from conclave.platform.egress_mcp import ANSWER_TOO_LARGE

@@ -42,14 +42,11 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
 from conclave.gateway.progress import ProgressReporter
-from conclave.gateway.upstreams.connection import (
-    Upstream,
-    UpstreamDown,
-    describe,
-    progress_callback,
-)
+from conclave.gateway.upstreams.connection import Upstream
 from conclave.gateway.upstreams.redaction import Scrubber
 from conclave.gateway.upstreams.session_answers import connection_lost, session_gone
+from conclave.gateway.upstreams.session_opening import progress_callback
+from conclave.gateway.upstreams.upstream_errors import UpstreamDown, describe
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 from redis.asyncio import Redis
@@ -39,6 +38,7 @@ from conclave.platform.bus.entry import (
     encode_entries,
 )
 from conclave.platform.bus.envelope import MalformedEntry, event_from_entry
+from conclave.platform.bus.redis_groups import StreamGroups
 from conclave.platform.errors import BusUnavailable
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def _glob_escaped(text: str) -> str:
     return "".join("\\" + char if char in "*?[]\\" else char for char in text)
 
 
-class RedisStreamsBus:
+class RedisStreamsBus(StreamGroups):
     """The production bus. The stream key of a channel is ``<prefix><channel>``."""
 
     def __init__(
@@ -360,68 +360,6 @@ class RedisStreamsBus:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 cursor = "0"
-
-    async def drop_idle_groups(self, channel: str, prefix: str, idle_seconds: float) -> int:
-        """``XINFO GROUPS``, then ``XINFO CONSUMERS`` of each group named ``prefix…``: a group
-        with consumers that all idle longer than ``idle_seconds`` is destroyed. From Redis 7.2 a
-        live consumer's ``idle`` restarts at each read (every :data:`_READ_BLOCK_MS`); before,
-        only at a read that delivered something, so a live group on a silent stream may go too,
-        and its consumer makes it again at its next read. At most 1,000 groups are looked at."""
-        key = self.key(channel)
-        try:
-            groups: Any = await self._redis.xinfo_groups(key)
-            dropped = 0
-            for info in groups[:1000]:
-                name = info.get("name")
-                name = name.decode() if isinstance(name, bytes) else str(name)
-                if not name.startswith(prefix):
-                    continue
-                consumers: Any = await self._redis.xinfo_consumers(key, name)
-                idle_ms = [int(consumer.get("idle", 0)) for consumer in consumers]
-                if idle_ms and min(idle_ms) > idle_seconds * 1000:
-                    await self._redis.xgroup_destroy(key, name)
-                    dropped += 1
-            return dropped
-        except ResponseError:
-            return 0  # no such stream
-        except (RedisError, OSError) as exc:
-            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
-
-    async def trim_older_than(self, channel: str, age: timedelta) -> None:
-        """``XTRIM MINID ~`` from Redis's ``TIME``: the entry ids Redis gave carry the time (its
-        own) it added them."""
-        try:
-            seconds, microseconds = await self._redis.time()
-            now_ms = int(seconds) * 1000 + int(microseconds) // 1000
-            minid = f"{max(0, now_ms - int(age.total_seconds() * 1000))}-0"
-            await self._redis.xtrim(self.key(channel), minid=minid, approximate=True)
-        except (RedisError, OSError) as exc:
-            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
-
-    async def group_names(self, channel: str, prefix: str) -> list[str]:
-        """``XINFO GROUPS``, the names starting with ``prefix``."""
-        try:
-            groups: Any = await self._redis.xinfo_groups(self.key(channel))
-        except ResponseError:
-            return []  # no such stream
-        except (RedisError, OSError) as exc:
-            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
-        names = []
-        for info in groups[:1000]:
-            name = info.get("name")
-            name = name.decode() if isinstance(name, bytes) else str(name)
-            if name.startswith(prefix):
-                names.append(name)
-        return names
-
-    async def drop_group(self, channel: str, group: str) -> None:
-        """XGROUP DESTROY (a consumer still reading would create the group again)."""
-        try:
-            await self._redis.xgroup_destroy(self.key(channel), group)
-        except ResponseError:
-            return  # no such stream
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise BusUnavailable("The bus (Redis) is not reachable.") from exc
 
     async def _ensure_group(self, key: str, group: str, start: str) -> None:
         try:
