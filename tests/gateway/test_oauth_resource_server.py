@@ -41,6 +41,7 @@ from tests.httpserver import free_port, running_server
 ECHO = {"tool": "echo", "args": {"message": "hi"}}
 ACCEPT = "application/json, text/event-stream"
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+JSON_RPC = {"jsonrpc", "id", "error"}  # the members /mcp adds to its problems
 
 
 @pytest.fixture
@@ -142,11 +143,14 @@ async def test_every_401_names_the_metadata_and_says_when_a_token_was_refused(
     metadata = f'resource_metadata="{url}/.well-known/oauth-protected-resource/mcp"'
     for label, response in answers.items():
         assert response.status_code == 401, label
-        assert response.headers["content-type"] == "application/problem+json", label
+        # At /mcp, for a client accepting no problem+json, the problem is a JSON-RPC error too.
+        media_type = "application/json" if label.startswith("mcp") else "application/problem+json"
+        assert response.headers["content-type"] == media_type, label
         challenge = response.headers["www-authenticate"]
         assert challenge.startswith(f'Bearer realm="conclave", {metadata}'), label
         assert ('error="invalid_token"' in challenge) == label.endswith("refused"), label
     assert answers["mcp refused"].json()["code"] == "INVALID_TOKEN"
+    assert answers["mcp refused"].json()["error"]["data"]["code"] == "INVALID_TOKEN"
 
 
 async def test_a_token_of_the_issuer_for_the_gateway_is_accepted(
@@ -301,8 +305,15 @@ async def test_without_any_key_set_jwts_get_a_clear_503(
         whoami = await client.get(f"{url}/whoami", headers=bearer(token))
     for response in (execute, mcp, whoami):
         assert response.status_code == 503
-        assert response.headers["content-type"] == "application/problem+json"
         assert response.json()["code"] == "AUTH_KEYS_UNAVAILABLE"
+    assert execute.headers["content-type"] == whoami.headers["content-type"]
+    assert execute.headers["content-type"] == "application/problem+json"
+    assert mcp.headers["content-type"] == "application/json"  # an MCP client's Accept
+    assert mcp.json()["error"] == {
+        "code": -32603,
+        "message": mcp.json()["detail"],
+        "data": {key: value for key, value in mcp.json().items() if key not in JSON_RPC},
+    }
     assert await audit_rows(embedded) == []
 
 

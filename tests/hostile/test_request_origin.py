@@ -304,7 +304,11 @@ async def test_the_mcp_host_setting_is_still_honoured(embedded: Backend, tmp_pat
         assert listed.json()["result"]["tools"]
         assert (await client.get("/tools", headers={"host": "127.0.0.1:8020"})).status_code == 200
         rebound = await client.post("/mcp", json=request, headers={**headers, "host": "evil.x"})
-        assert assert_problem(rebound, 421)["code"] == "HOST_NOT_ALLOWED"
+        # An MCP client accepts no problem+json: the problem comes as a JSON-RPC error too.
+        assert rebound.status_code == 421
+        assert rebound.headers["content-type"] == "application/json"
+        assert rebound.json()["code"] == "HOST_NOT_ALLOWED"
+        assert rebound.json()["error"]["data"]["code"] == "HOST_NOT_ALLOWED"
 
 
 async def test_cors_is_off_unless_configured(embedded: Backend, tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from conclave.gateway.interrupted_calls import InterruptedCalls, sweeping
 from conclave.gateway.limits import CallLimits
 from conclave.gateway.mcp import MCP_PATH, McpEndpoint, McpHandlers
 from conclave.gateway.mcp_cancel_relay import CancelRelay
+from conclave.gateway.mcp_refusals import json_rpc_problems
 from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.plugins import load_entry_point_tools, load_module_tools
 from conclave.gateway.policy import ToolPolicy
@@ -251,4 +252,7 @@ def create_app(
     mcp_route = Route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"])
     app.router.routes.append(mcp_route)
     app.add_asgi_lane(mcp_route)
+    # Every refusal at /mcp, whichever layer gives it, is also a JSON-RPC error an MCP client
+    # can read (gateway/mcp_refusals.py).
+    app.adapt_answers(MCP_PATH, json_rpc_problems)
     return app

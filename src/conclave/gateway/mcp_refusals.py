@@ -5,10 +5,16 @@ DNS-rebinding guard refuses, the 2026-07-28 entry's 405/406) as plain text or an
 content type. A client reads a JSON-RPC error out of any non-2xx answer it can parse, so every such
 refusal is rewritten to ``{"jsonrpc": "2.0", "id": null, "error": {...}}`` (``application/json``)
 with the same HTTP status and the SDK's words as the message.
+
+The platform's own refusals (401, 403, 413, 421, 503 ... as RFC 9457 problems) are given the same
+members beside the problem's (:func:`json_rpc_problems`): the MCP SDK for Python reads a non-2xx
+body only as ``application/json`` holding a JSON-RPC error, and showed every such refusal as "Server
+returned an error response" (-32603), the problem's code lost.
 """
 
 from __future__ import annotations
 
+import json
 from http import HTTPStatus
 from typing import Any
 
@@ -16,13 +22,17 @@ from mcp import types
 from mcp_types.jsonrpc import UNSUPPORTED_PROTOCOL_VERSION
 from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
-from starlette.types import Message, Send
+from starlette.types import Message, Scope, Send
 
 from conclave.gateway.mcp_versions import SUPPORTED_VERSIONS
 from conclave.platform.bodies import media_type_of
 from conclave.platform.jsontext import COMPACT
+from conclave.platform.problems import PROBLEM_MEDIA_TYPE
 
 _MAX_MESSAGE_BYTES = 1024  # the SDK's refusals are one line; never buffer more than that
+_MAX_PROBLEM_BYTES = 64 << 10
+"""The largest problem body given JSON-RPC members; a larger one (none of the platform's is) goes
+out as it is."""
 
 
 def unsupported_version(requested: str) -> Response:
@@ -102,6 +112,99 @@ def json_rpc_refusals(send: Send) -> Send:
         held = None
 
     return sending
+
+
+def json_rpc_problems(scope: Scope, send: Send) -> Send:
+    """``send`` with every problem answer (status >= 400, ``application/problem+json``) also made
+    a JSON-RPC error: ``jsonrpc``, ``id`` (null) and ``error`` beside the problem's own members,
+    ``error.data`` the problem (its stable ``code`` included). Served as ``application/json``
+    unless the request's ``Accept`` admits ``application/problem+json`` (``*/*`` does: curl, a
+    browser); an MCP client accepts only ``application/json`` and ``text/event-stream``. Either
+    way the body is a valid problem document, with the same status and headers."""
+    as_problem = _accepts_problem(scope)
+    held: Message | None = None
+    chunks: list[bytes] = []
+    size = 0
+
+    async def sending(message: Message) -> None:
+        nonlocal held, size
+        if message["type"] == "http.response.start" and message["status"] >= 400:
+            headers = MutableHeaders(raw=list(message.get("headers", [])))
+            if media_type_of(headers.get("content-type")) == PROBLEM_MEDIA_TYPE:
+                held = message
+                return
+        if held is None or message["type"] != "http.response.body":
+            await send(message)
+            return
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+        if size > _MAX_PROBLEM_BYTES:  # not one of ours: as it came
+            start, held = held, None
+            await send(start)
+            await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": more})
+            return
+        if more:
+            return
+        start, held = held, None
+        body = b"".join(chunks)
+        answer = _with_json_rpc(body, start["status"])
+        headers = MutableHeaders(raw=list(start.get("headers", [])))
+        if answer is not None:
+            body = answer
+            headers["content-length"] = str(len(body))
+            if not as_problem:
+                headers["content-type"] = "application/json"
+        await send({**start, "headers": headers.raw})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return sending
+
+
+def _with_json_rpc(body: bytes, status: int) -> bytes | None:
+    """The problem ``body`` with the JSON-RPC error members added; ``None`` for a body that is
+    not a problem object."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(document, dict) or "jsonrpc" in document:
+        return None
+    detail, title = document.get("detail"), document.get("title")
+    message = detail if isinstance(detail, str) and detail else title
+    error = {
+        "code": types.INTERNAL_ERROR if status >= 500 else types.INVALID_REQUEST,
+        "message": message if isinstance(message, str) and message else _phrase(status),
+        "data": dict(document),
+    }
+    document.update({"jsonrpc": "2.0", "id": None, "error": error})
+    return COMPACT.encode(document).encode()
+
+
+def _accepts_problem(scope: Scope) -> bool:
+    """Whether the request's ``Accept`` admits ``application/problem+json`` (no header at all
+    admits anything, RFC 9110 section 12.5.1)."""
+    values = [value for key, value in scope.get("headers", ()) if key == b"accept"]
+    if not values:
+        return True
+    for value in values:
+        for member in value.decode("latin-1").split(","):
+            media_range, *parameters = (part.strip() for part in member.split(";"))
+            if media_range.lower() not in ("application/problem+json", "application/*", "*/*"):
+                continue
+            if not any(_refused(parameter) for parameter in parameters):
+                return True
+    return False
+
+
+def _refused(parameter: str) -> bool:
+    """Whether an Accept member's parameter is a weight of zero (``q=0``, ``q=0.000``)."""
+    name, _, weight = parameter.partition("=")
+    if name.strip().lower() != "q":
+        return False
+    weight = weight.strip()
+    return weight[:1] == "0" and set(weight[2:]) <= {"0"}
 
 
 def _phrase(status: int) -> str:

@@ -36,6 +36,8 @@ from conclave.platform.request_values import refuse_unsafe_request_line
 Endpoint = Callable[[Request], Awaitable[Response]]
 Edge = Callable[[ASGIApp], ASGIApp]
 """Wraps an ASGI app in the platform's request middleware (ids, metrics, guard, body cap)."""
+AnswerAdapter = Callable[[Scope, Send], Send]
+"""Given a request's scope and ``send``, the ``send`` its answers go through instead."""
 
 
 PathParams = Mapping[str, Mapping[str, str]]
@@ -114,6 +116,13 @@ class ServiceApp(FastAPI):
         self._edge = edge
         self._lanes: dict[tuple[str, str], ASGIApp] = {}
         self._lanes_usable: bool | None = None
+        self._adapters: dict[str, AnswerAdapter] = {}
+
+    def adapt_answers(self, path: str, adapter: AnswerAdapter) -> None:
+        """Send every answer to a request for ``path`` through ``adapter``, whichever layer
+        gives it: the platform's guard and body cap, an authenticator, the route, or the 500 of
+        an unhandled error (the gateway's ``/mcp`` words problems as JSON-RPC errors too)."""
+        self._adapters[path] = adapter
 
     def add_fast_lane(self, route: APIRoute, method: str, paths: PathParams | None = None) -> None:
         """Answer ``method`` requests for ``route`` (for a route with path parameters: for the
@@ -137,6 +146,10 @@ class ServiceApp(FastAPI):
                 self._lanes[(route.path, method)] = lane
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._adapters and scope["type"] == "http":
+            adapter = self._adapters.get(scope["path"])
+            if adapter is not None:
+                send = adapter(scope, send)
         if self._lanes and scope["type"] == "http":
             lane = self._lanes.get((scope["path"], scope["method"]))
             if lane is not None and self._can_skip_the_stack():
