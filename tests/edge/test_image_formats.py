@@ -4,6 +4,8 @@ without hanging a worker, a layout no corpus file has, and the HEIF brands phone
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 
 import numpy
 import pillow_heif
@@ -289,3 +291,45 @@ async def test_heif_and_avif_are_decoded_whatever_their_major_brand(
     status, facts = await upload_facts(backend, tmp_path, "image", "photo.heic", content)
     assert status == 200, facts
     assert (facts["format"], facts["width"], facts["height"]) == (fmt, 64, 48)
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    crc = zlib.crc32(kind + data).to_bytes(4, "big")
+    return len(data).to_bytes(4, "big") + kind + data + crc
+
+
+_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_HEADER = _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 10, 10, 8, 2, 0, 0, 0))
+_DATA = _png_chunk(b"IDAT", zlib.compress(b"".join(b"\x00" + b"\x80" * 30 for _ in range(10))))
+_END = _png_chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize(
+    ("content", "detail"),
+    [
+        (_SIGNATURE + _HEADER + _END, "The PNG holds no image data (no IDAT chunk)."),
+        (
+            (_SIGNATURE + _HEADER + _DATA)[:-10],
+            "The image file is truncated: it ends before its format says it does.",
+        ),
+        (
+            _SIGNATURE + _HEADER + _DATA[:-4] + b"\x00\x00\x00\x01" + _END,
+            "A chunk of the PNG is damaged: its checksum or its length does not match.",
+        ),
+        (
+            _SIGNATURE + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 0, 10, 8, 2, 0, 0, 0)),
+            "The image cannot be opened: its header, or a part before its image data, is "
+            "damaged or out of range.",
+        ),
+    ],
+    ids=["no-image-data", "cut-short", "damaged-chunk", "zero-width"],
+)
+async def test_a_broken_png_is_refused_saying_what_is_wrong(
+    backend: Backend, tmp_path, content: bytes, detail: str
+):
+    # These said "cannot be parsed: IndexError" or "cannot be decoded: OSError/SyntaxError":
+    # words for the parser's author, not for whoever sent the file.
+    status, body = await upload_facts(backend, tmp_path, "image", "broken.png", content)
+    assert status == 422 and body["code"] == "CORRUPT_MEDIA", body
+    assert body["detail"] == detail
+    assert str(tmp_path) not in body["detail"]

@@ -139,7 +139,8 @@ def test_a_png_read_from_one_opening_is_still_proven_chunk_by_chunk(tmp_path: Pa
         path = tmp_path / name
         path.write_bytes(data)
         assert png_layout(str(path)) is not None, name
-        with pytest.raises(image.CorruptMedia, match="cannot be decoded"):
+        # Pillow opens the first; the second it cannot open at all.
+        with pytest.raises(image.CorruptMedia, match="damaged"):
             image.extract(str(path), "png", {})
     frames = [Image.new("RGB", (16, 16), (n * 60, 0, 0)) for n in range(3)]
     buffer = io.BytesIO()

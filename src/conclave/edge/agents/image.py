@@ -152,6 +152,25 @@ def exif_summary(exif: Image.Exif) -> dict[str, Any]:
     return {key: value for key, value in summary.items() if value is not None}
 
 
+def undecodable(exc: BaseException) -> CorruptMedia:
+    """The refusal of an image its decoder failed on, in words an uploader can act on where
+    Pillow's failure says what is wrong. Its own text is not repeated: it may quote the file's
+    path on this server or the file's bytes."""
+    text = str(exc) if isinstance(exc, OSError | SyntaxError) else ""
+    if isinstance(exc, UnidentifiedImageError):  # an OSError naming the file: looked at first
+        why = (
+            "The image cannot be opened: its header, or a part before its image data, is "
+            "damaged or out of range."
+        )
+    elif "truncated" in text.lower():  # "image file is truncated", "Truncated File Read"
+        why = "The image file is truncated: it ends before its format says it does."
+    elif text.startswith("broken PNG file"):
+        why = "A chunk of the PNG is damaged: its checksum or its length does not match."
+    else:
+        why = f"The image cannot be decoded: {type(exc).__name__}."
+    return CorruptMedia(why)
+
+
 def open_checked(path: str, fmt: str) -> Image.Image:
     """Open an image and prove its data decodes, without decoding large images in full."""
     if fmt == "jpeg":
@@ -161,7 +180,7 @@ def open_checked(path: str, fmt: str) -> Image.Image:
     try:
         image = OPENERS[fmt](path) if fmt in OPENERS else Image.open(path)
     except DECODE_FAILURES as exc:
-        raise CorruptMedia(f"The image cannot be decoded: {type(exc).__name__}.") from exc
+        raise undecodable(exc) from exc
     try:
         _refuse_bomb(image, path)
         if image.format == "JPEG":
@@ -178,7 +197,7 @@ def open_checked(path: str, fmt: str) -> Image.Image:
     except BaseException as exc:
         image.close()  # refused: its file is not left open for the collector to close
         if isinstance(exc, DECODE_FAILURES):
-            raise CorruptMedia(f"The image cannot be decoded: {type(exc).__name__}.") from exc
+            raise undecodable(exc) from exc
         raise
     return image
 
@@ -223,7 +242,7 @@ def _describe_plain_png(path: str, png: PngLayout) -> dict[str, Any] | None:
             exif = _exif_or_nothing(lambda: Image.Image.getexif(image))
             image.verify()
     except DECODE_FAILURES as exc:
-        raise CorruptMedia(f"The image cannot be decoded: {type(exc).__name__}.") from exc
+        raise undecodable(exc) from exc
     if exif:
         facts["exif"] = exif
     return facts
@@ -299,6 +318,9 @@ def describe_image(path: str, fmt: str, png: PngLayout | None = None) -> dict[st
     layout, when read, which spares decoding it to look for EXIF that is not there)."""
     if fmt == "tiff":
         return describe_tiff(path, read_structure(path))
+    if png is not None and not png.has_image_data:
+        # Pillow opens it, then fails to verify it with an IndexError.
+        raise CorruptMedia("The PNG holds no image data (no IDAT chunk).")
     if png is not None and not png.exif_needs_decoding:
         read_once = _describe_plain_png(path, png)
         if read_once is not None:

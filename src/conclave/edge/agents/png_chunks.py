@@ -40,6 +40,8 @@ class PngLayout:
     frame_controls: int = 0
     """How many ``fcTL`` chunks (an APNG's frames) the file holds: its ``acTL`` chunk only
     claims a count, which Pillow reports as is."""
+    has_image_data: bool = True
+    """Whether an ``IDAT`` chunk is there (a PNG without one has no image)."""
 
     @property
     def exif_needs_decoding(self) -> bool:
@@ -65,7 +67,7 @@ def png_layout(path: str) -> PngLayout | None:
                 return None  # ended without IEND
             length, kind = struct.unpack(">I4s", header)
             if kind == b"IEND":
-                return PngLayout(exif, text_after, manifest, xmp, frames)
+                return PngLayout(exif, text_after, manifest, xmp, frames, seen_data)
             start = stream.tell()
             if kind == b"IDAT":
                 seen_data = True

@@ -28,7 +28,7 @@ import tifffile
 from PIL import Image, ImageOps
 
 from conclave.edge.agents.base import CorruptMedia, error_text
-from conclave.edge.agents.image import DECODE_FAILURES, OPENERS, open_checked
+from conclave.edge.agents.image import DECODE_FAILURES, OPENERS, open_checked, undecodable
 
 THUMBNAIL_PIXELS = 256
 """Longest side of a thumbnail."""
@@ -48,7 +48,7 @@ def make_thumbnail(path: str, fmt: str, target: str) -> tuple[str, Any]:
     except MemoryError:
         return "none", "Making the thumbnail needed more memory than allowed."
     except Exception as exc:  # any crash on untrusted input: a file that gives no picture
-        return "none", f"The image cannot be decoded: {type(exc).__name__}."
+        return "none", error_text(undecodable(exc))
     return "ok", None
 
 
