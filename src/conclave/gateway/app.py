@@ -145,6 +145,7 @@ def upstreams_for(
         max_tools=settings.upstream_max_tools,
         max_pages=settings.upstream_max_pages,
         debounce_seconds=settings.upstream_debounce_seconds,
+        max_connections=settings.upstream_max_connections,
     )
     specs = [spec for catalogue in catalogues for spec in catalogue.mcp_servers]
     policy = EgressPolicy.from_settings(settings)

@@ -9,10 +9,17 @@ cache is off, so a later connection is checked again); a literal address in the 
 aiohttp never hands its resolver, is checked by the connector. A refusal is a connection error. The
 environment's proxies and ``.netrc`` are ignored, and redirects are never followed (callers pass
 ``allow_redirects=False`` and treat a 3xx as the answer it is).
+
+The connect time-out bounds what says something of the destination: resolving its name and
+opening the socket (TLS included). It does not bound the wait for a free connection of the
+session's pool: aiohttp's ``ClientTimeout.connect`` would, and a caller that keeps the pool busy
+with slow, legitimate requests then made the next ones fail as connection errors of a healthy
+destination. The pool's wait is bounded by each caller's own time-out.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import socket
@@ -29,14 +36,18 @@ log = logging.getLogger(__name__)
 class GuardedResolver(AbstractResolver):
     """Answers only with addresses the policy allows (aiohttp's resolver interface)."""
 
-    def __init__(self, policy: EgressPolicy) -> None:
+    def __init__(self, policy: EgressPolicy, *, timeout: float | None = None) -> None:
         self._policy = policy
+        self._timeout = timeout
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         try:
-            addresses = await self._policy.addresses(host, port)
+            async with asyncio.timeout(self._timeout):
+                addresses = await self._policy.addresses(host, port)
+        except TimeoutError:
+            raise OSError(f"{host!r} did not resolve within {self._timeout} s") from None
         except EgressDenied as exc:
             log.warning("outbound connection refused: %s", exc, extra={"host": host, "port": port})
             raise OSError(str(exc)) from exc
@@ -83,11 +94,16 @@ def guarded_aiohttp_session(
     policy: EgressPolicy, *, connect_timeout: float, max_connections: int, **options: Any
 ) -> aiohttp.ClientSession:
     """A session whose every connection is egress-checked; ``options`` go to
-    :class:`aiohttp.ClientSession` (headers, ...)."""
-    connector = _GuardedConnector(GuardedResolver(policy), limit=max_connections)
+    :class:`aiohttp.ClientSession` (headers, ...). ``connect_timeout`` bounds resolving a name
+    and opening a connection, each (a :class:`aiohttp.ClientError` past it); a request waiting
+    for one of the ``max_connections`` to come free waits as long as its caller lets it."""
+    resolver = GuardedResolver(policy, timeout=connect_timeout)
+    connector = _GuardedConnector(resolver, limit=max_connections)
     return aiohttp.ClientSession(
         connector=connector,
         trust_env=False,
-        timeout=aiohttp.ClientTimeout(total=None, connect=connect_timeout),
+        # `connect` would also bound the wait for the pool (aiohttp's connector waits for a free
+        # connection within it): `sock_connect` is the socket's connect and TLS handshake alone.
+        timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect_timeout),
         **options,
     )

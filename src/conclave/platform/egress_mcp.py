@@ -12,16 +12,25 @@ It also caps the body of every answer that is not an event stream: an upstream t
 50 MB is cut off at the cap while the bytes arrive, before anything is parsed, and the SDK turns
 the read error into a JSON-RPC error for that request (:data:`ANSWER_TOO_LARGE` in its text).
 Event streams are capped per event by the SDK itself (``max_sse_event_size``).
+
+A request that finds no free connection in the client's pool within the pool's time-out is
+never sent: it is answered by the client itself, as a JSON-RPC "Request timed out" for its id
+(:func:`_unsent_answer`). The MCP SDK's transport does not catch an error raised by the client
+for a request: the pool's ``PoolTimeout`` ended the whole connection, every call in flight on it
+failed as a lost connection and the upstream was reconnected — because one caller kept the pool
+busy with slow calls, which says nothing of the upstream.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import httpcore2
 import httpx2
+import mcp_types
 
 from conclave.platform.egress import EgressDenied, EgressPolicy
 
@@ -99,18 +108,22 @@ class _CappedStream(httpx2.AsyncByteStream):
 class _CappedTransport(httpx2.AsyncHTTPTransport):
     """httpx2's transport with the guarded backend and the answer cap."""
 
-    def __init__(self, policy: EgressPolicy, cap: int) -> None:
+    def __init__(self, policy: EgressPolicy, cap: int, max_connections: int) -> None:
         super().__init__(trust_env=False)
         self._cap = cap
         # As in conclave.platform.egress.GuardedTransport: the pool the parent built is replaced by
         # the same one with the guarded backend.
         self._pool = httpcore2.AsyncConnectionPool(
             ssl_context=httpx2.create_ssl_context(trust_env=False),
+            max_connections=max_connections,
             network_backend=_GuardedBackend(policy),
         )
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await super().handle_async_request(request)
+        try:
+            response = await super().handle_async_request(request)
+        except httpx2.PoolTimeout:
+            return _unsent_answer(request)
         # Media types are case-insensitive (RFC 9110), and the SDK reads `Text/Event-Stream` as
         # an event stream: capped here as a whole body, such an answer was cut short, which the
         # SDK reports as a stream that ended (an outside attack: one user's too-large answers
@@ -124,6 +137,22 @@ class _CappedTransport(httpx2.AsyncHTTPTransport):
         return response
 
 
+def _unsent_answer(request: httpx2.Request) -> httpx2.Response:
+    """The answer to a request that got no connection in time: for a JSON-RPC request, the
+    SDK's "Request timed out" for its id, which the SDK hands to whoever still waits for it (its
+    caller's own time-out, as long, has mostly fired first); else a bare 503."""
+    try:
+        message = json.loads(request.content)
+    except (httpx2.RequestNotRead, ValueError):
+        message = None
+    request_id = message.get("id") if isinstance(message, dict) and "method" in message else None
+    if request_id is None:  # a notification (a cancellation notice, ...): dropped
+        return httpx2.Response(503, request=request)
+    error = {"code": mcp_types.REQUEST_TIMEOUT, "message": "Request timed out"}
+    body = {"jsonrpc": "2.0", "id": request_id, "error": error}
+    return httpx2.Response(503, json=body, request=request)
+
+
 def guarded_mcp_client(
     policy: EgressPolicy,
     *,
@@ -131,14 +160,18 @@ def guarded_mcp_client(
     connect_timeout: float,
     read_timeout: float,
     max_answer_bytes: int,
+    max_connections: int,
 ) -> httpx2.AsyncClient:
     """An ``httpx2`` client for the MCP SDK's streamable HTTP transport: egress-checked
     connections, answers capped at ``max_answer_bytes``, proxies and ``.netrc`` of the environment
-    ignored, no redirects followed by the client (the SDK follows same-origin ones itself)."""
+    ignored, no redirects followed by the client (the SDK follows same-origin ones itself).
+
+    At most ``max_connections`` at once; a request waits ``read_timeout`` (its caller's time-out)
+    for one to come free, then is answered as timed out without being sent."""
     return httpx2.AsyncClient(
-        transport=_CappedTransport(policy, max_answer_bytes),
+        transport=_CappedTransport(policy, max_answer_bytes, max_connections),
         headers=headers,
-        timeout=httpx2.Timeout(read_timeout, connect=connect_timeout),
+        timeout=httpx2.Timeout(read_timeout, connect=connect_timeout, pool=read_timeout),
         follow_redirects=False,
         trust_env=False,
     )

@@ -165,6 +165,15 @@ class GatewaySettings(CommonSettings):
         "a server's catalogue entry references one as credential.service: {secret: name} and "
         "never holds the value.",
     )
+    upstream_max_connections: int = Field(
+        100,
+        alias="GATEWAY_UPSTREAM_MAX_CONNECTIONS",
+        ge=1,
+        le=10_000,
+        description="Most HTTP connections open at once to one upstream MCP server, per session "
+        "and process; a call beyond them waits for one to come free, within its own time-out "
+        "(a wait that says nothing of the upstream: never a circuit breaker failure).",
+    )
     upstream_max_user_sessions: int = Field(
         256,
         alias="GATEWAY_UPSTREAM_MAX_USER_SESSIONS",

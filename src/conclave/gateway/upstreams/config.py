@@ -164,4 +164,6 @@ class UpstreamLimits:
     max_tools: int
     max_pages: int
     debounce_seconds: float
+    max_connections: int = 100
+    """HTTP connections open at once on one session (each of its two HTTP clients)."""
     first_backoff_seconds: float = 1.0

@@ -210,6 +210,7 @@ class Upstream:
                     session,
                     headers,
                     first[0] if first else None,
+                    max_connections=self._limits.max_connections,
                     on_session_lost=lambda: self._lose_session(opened),
                 )
                 try:
@@ -243,6 +244,7 @@ class Upstream:
             headers,
             message_handler,
             on_response,
+            max_connections=self._limits.max_connections,
         )
 
     def _lose_session(self, opened: OpenSession) -> None:

@@ -53,7 +53,6 @@ from conclave.platform.egress_mcp import ANSWER_TOO_LARGE
 
 log = logging.getLogger(__name__)
 
-_MAX_CONNECTIONS = 100  # as the SDK's httpx2 client
 _MAX_PENDING_CANCELLATIONS = 64
 """Cancellation notices in flight at once; past it a notice is skipped (the upstream's call then
 runs to its end, as it would have had the notice been lost)."""
@@ -71,6 +70,7 @@ class DirectCalls:
         timeout_seconds: float,
         connect_timeout_seconds: float,
         max_answer_bytes: int,
+        max_connections: int,
         on_session_lost: Callable[[], None],
     ) -> None:
         self._url = url
@@ -81,7 +81,7 @@ class DirectCalls:
         self._http = guarded_aiohttp_session(
             policy,
             connect_timeout=connect_timeout_seconds,
-            max_connections=_MAX_CONNECTIONS,
+            max_connections=max_connections,
             headers={
                 **headers,
                 "accept": "application/json, text/event-stream",

@@ -41,9 +41,12 @@ async def open_http_session(
     headers: dict[str, str],
     message_handler: MessageHandlerFnT | None = None,
     on_response: Callable[[httpx2.Response], None] | None = None,
+    *,
+    max_connections: int,
 ) -> AsyncIterator[ClientSession]:
     """An initialised session with the HTTP upstream ``spec``, every request carrying
-    ``headers``; ``on_response`` sees each HTTP answer (the SDK words a 401 like a 500)."""
+    ``headers``, over at most ``max_connections`` at once; ``on_response`` sees each HTTP answer
+    (the SDK words a 401 like a 500)."""
     assert spec.url is not None
     async with AsyncExitStack() as stack:
         client = guarded_mcp_client(
@@ -52,6 +55,7 @@ async def open_http_session(
             connect_timeout=spec.connect_timeout_seconds,
             read_timeout=spec.timeout_seconds,
             max_answer_bytes=max_message_bytes,
+            max_connections=max_connections,
         )
         if on_response is not None:
 
@@ -122,6 +126,7 @@ def direct_calls_for(
     headers: dict[str, str],
     answer: httpx2.Response | None,
     *,
+    max_connections: int,
     on_session_lost: Callable[[], None],
 ) -> DirectCalls | None:
     """Direct calls on ``session`` when the upstream answered ``initialize`` (``answer``) with
@@ -144,6 +149,7 @@ def direct_calls_for(
         timeout_seconds=spec.timeout_seconds,
         connect_timeout_seconds=spec.connect_timeout_seconds,
         max_answer_bytes=max_message_bytes,
+        max_connections=max_connections,
         on_session_lost=on_session_lost,
     )
 
