@@ -253,7 +253,8 @@ def create_app(
     mcp_route = Route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"])
     app.router.routes.append(mcp_route)
     app.add_asgi_lane(mcp_route)
-    # Every refusal at /mcp, whichever layer gives it, is also a JSON-RPC error an MCP client
-    # can read (gateway/mcp_refusals.py).
+    # Every problem the app answers at /mcp, whichever layer gives it, is also a JSON-RPC error
+    # an MCP client can read (gateway/mcp_refusals.py); the HTTP server's own refusals (408 read
+    # deadlines, 431) are written before the app sees the request and stay plain problems.
     app.adapt_answers(MCP_PATH, json_rpc_problems)
     return app

@@ -179,23 +179,32 @@ def _with_json_rpc(body: bytes, status: int) -> bytes | None:
         "data": dict(document),
     }
     document.update({"jsonrpc": "2.0", "id": None, "error": error})
-    return COMPACT.encode(document).encode()
+    # ASCII escapes: a member holding a lone surrogate must not turn the refusal into a 500.
+    return json.dumps(document, separators=(",", ":")).encode("ascii")
 
 
 def _accepts_problem(scope: Scope) -> bool:
-    """Whether the request's ``Accept`` admits ``application/problem+json`` (no header at all
-    admits anything, RFC 9110 section 12.5.1)."""
+    """Whether the request's ``Accept`` admits ``application/problem+json``: the weight of the
+    most specific range that matches it (the type itself, then ``application/*``, then ``*/*``,
+    RFC 9110 section 12.5.1) is not zero. No header at all admits anything."""
     values = [value for key, value in scope.get("headers", ()) if key == b"accept"]
     if not values:
         return True
+    weights: dict[str, bool] = {}  # media range -> admitted (weight above zero)
     for value in values:
         for member in value.decode("latin-1").split(","):
             media_range, *parameters = (part.strip() for part in member.split(";"))
-            if media_range.lower() not in ("application/problem+json", "application/*", "*/*"):
-                continue
-            if not any(_refused(parameter) for parameter in parameters):
-                return True
+            media_range = media_range.lower()
+            if media_range in _SPECIFICITY and media_range not in weights:
+                weights[media_range] = not any(_refused(parameter) for parameter in parameters)
+    for media_range in _SPECIFICITY:
+        if media_range in weights:
+            return weights[media_range]
     return False
+
+
+_SPECIFICITY = ("application/problem+json", "application/*", "*/*")
+"""The ranges that match ``application/problem+json``, most specific first."""
 
 
 def _refused(parameter: str) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 import time
@@ -113,26 +115,36 @@ def declared_length(value: str | None) -> int | None:
 
 DRAIN_BYTES = 8 << 20
 """How much more than the limit a refused body may still send before its 413 (8 MiB)."""
+DRAIN_SECONDS = 2.0
+"""How long a refused body is read at most before its 413 (however slowly it comes)."""
 
 
-async def _drain(receive: Receive, budget: int) -> None:
-    """Read and drop what the client still sends of its body, up to ``budget`` bytes (the
-    server's read deadlines bound the time). A client that is still sending when the server
-    answers and closes meets a connection reset, often before it has read the answer: an MCP
-    SDK reported a 413 as a read error about half of the time."""
-    while budget > 0:
-        message = await receive()
-        if message["type"] != "http.request":
-            return
-        budget -= len(message.get("body", b""))
-        if not message.get("more_body", False):
-            return
+async def _drain(scope: Scope, receive: Receive, budget: int) -> None:
+    """Read and drop what the client still sends of its body, up to ``budget`` bytes and
+    :data:`DRAIN_SECONDS`. A client that is still sending when the server answers and closes
+    meets a connection reset, often before it has read the answer: an MCP SDK reported a 413 as
+    a read error about half of the time. A client that asked ``Expect: 100-continue`` has sent
+    nothing yet and waits for the answer: reading would invite the body (the server's first read
+    answers ``100 Continue``), so it gets its 413 at once."""
+    expect = _header(scope, b"expect")
+    if expect is not None and expect.strip().lower() == "100-continue":
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            while budget > 0:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return
+                budget -= len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return
 
 
 class BodyLimitMiddleware:
     """Refuse request bodies over ``max_bytes`` with 413 while reading, before anything parses them.
-    The rest of a refused body is read and dropped first, up to :data:`DRAIN_BYTES` beyond the
-    limit, so that the client reads the 413; a larger one is answered at once.
+    The rest of a refused body is read and dropped first (:func:`_drain`: up to :data:`DRAIN_BYTES`
+    beyond the limit, for :data:`DRAIN_SECONDS`), so that the client reads the 413; a larger one
+    is answered at once.
 
     Multipart uploads are exempt: the services that take them stream them with their own per-type
     limits.
@@ -154,7 +166,7 @@ class BodyLimitMiddleware:
         if declared is not None:
             if declared > self.max_bytes:
                 if declared <= self.max_bytes + DRAIN_BYTES:
-                    await _drain(receive, declared)
+                    await _drain(scope, receive, declared)
                 await self._refuse(scope, send)
                 return
             # The server reads exactly Content-Length bytes: the body cannot outgrow the limit,
@@ -174,7 +186,7 @@ class BodyLimitMiddleware:
             size += len(chunk)
             if size > self.max_bytes:
                 if message.get("more_body", False):
-                    await _drain(receive, self.max_bytes + DRAIN_BYTES - size)
+                    await _drain(scope, receive, self.max_bytes + DRAIN_BYTES - size)
                 await self._refuse(scope, send)
                 return
             chunks.append(chunk)
