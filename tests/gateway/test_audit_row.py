@@ -36,6 +36,7 @@ IN_THE_EVENT = {
     "error_code": "error_code",
     "correlation_id": None,  # the event's envelope, not its payload
     "upstream_credential": "upstream_credential",
+    "on_behalf_of": "on_behalf_of",  # only when a service acted for the user
     "log_leaf_hash": None,  # the receipt is the caller's; subscribers read the row or the log
 }
 
@@ -53,6 +54,7 @@ def _finished_row() -> AuditRow:
         request_hash="f" * 64,
         created_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
         canonical_args={"message": "hi"},
+        on_behalf_of="svc-audit-row",
         status="succeeded",
         orthodoxy_status="purified",
         http_status=200,

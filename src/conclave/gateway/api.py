@@ -189,6 +189,7 @@ async def execute(request: Request) -> Response:
             correlation_id=body.correlation_id or correlation_id(request),
             idempotency_key=idempotency_key,
             roles=principal.roles,
+            on_behalf_of=principal.on_behalf_of,
         )
     )
     outcome.raise_if_failed()
@@ -233,7 +234,12 @@ def _refused_call(
         claimed_user = user_id[:256] if isinstance(user_id, str) else None
         acting = request.app.state.authenticator.acting_user(principal, claimed_user)
     return ExecuteCommand(
-        tool=tool[:256], args=args, user_id=acting, correlation_id=claimed, roles=principal.roles
+        tool=tool[:256],
+        args=args,
+        user_id=acting,
+        correlation_id=claimed,
+        roles=principal.roles,
+        on_behalf_of=principal.on_behalf_of,
     )
 
 
@@ -321,6 +327,7 @@ def _shown_columns(row: Any) -> dict[str, Any]:
         "tool_name": row.tool_name,
         "requested_tool": row.requested_tool,
         "user_id": row.user_id,
+        "on_behalf_of": row.on_behalf_of,
         "status": row.status,
         "orthodoxy_status": row.orthodoxy_status,
         "error_code": row.error_code,

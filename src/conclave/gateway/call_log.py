@@ -18,6 +18,9 @@ escapes), holding
     canonical_args_sha256, warnings_sha256   the same of those fields, or null
     error_message_sha256, correlation_id_sha256   SHA-256 (hex) of the text in UTF-8, or null
     duration_ms        how long the call took, as audited
+    on_behalf_of_sha256   SHA-256 (hex) of the service that acted for the user: present only
+                       for such a call (an entry without it is byte for byte what it was before
+                       the key existed, so every earlier leaf still verifies)
 
 Every field of the audit row the caller is shown is covered, so changing any of them in the store
 is found (``GET /calls/{id}/verify``). Values are hashed as the store keeps them, through JSON
@@ -61,28 +64,30 @@ def call_entry(row: AuditRow) -> bytes:
     stores."""
     # The keys are written in sorted order, so the encoder need not sort them (the text is
     # canonical_json's: tests/gateway/test_call_log.py); one entry is made per governed call.
-    return _entry_text(
-        {
-            "args_sha256": json_sha256(row.args),
-            "canonical_args_sha256": optional_json_sha256(row.canonical_args),
-            "completed_at": rfc3339(row.completed_at) if row.completed_at else None,
-            "conclave_id": row.conclave_id,
-            "correlation_id_sha256": optional_text_sha256(row.correlation_id),
-            "created_at": rfc3339(row.created_at),
-            "duration_ms": row.duration_ms,
-            "error_code": row.error_code,
-            "error_message_sha256": optional_text_sha256(row.error_message),
-            "format": CALL_FORMAT,
-            "http_status": row.http_status,
-            "orthodoxy_status": row.orthodoxy_status,
-            "requested_tool": row.requested_tool,
-            "result_sha256": optional_json_sha256(row.result),
-            "status": row.status,
-            "tool": row.tool_name,
-            "user_sha256": text_sha256(row.user_id),
-            "warnings_sha256": optional_json_sha256(row.warnings),
-        }
-    ).encode("ascii")
+    entry = {
+        "args_sha256": json_sha256(row.args),
+        "canonical_args_sha256": optional_json_sha256(row.canonical_args),
+        "completed_at": rfc3339(row.completed_at) if row.completed_at else None,
+        "conclave_id": row.conclave_id,
+        "correlation_id_sha256": optional_text_sha256(row.correlation_id),
+        "created_at": rfc3339(row.created_at),
+        "duration_ms": row.duration_ms,
+        "error_code": row.error_code,
+        "error_message_sha256": optional_text_sha256(row.error_message),
+        "format": CALL_FORMAT,
+        "http_status": row.http_status,
+        "orthodoxy_status": row.orthodoxy_status,
+        "requested_tool": row.requested_tool,
+        "result_sha256": optional_json_sha256(row.result),
+        "status": row.status,
+        "tool": row.tool_name,
+        "user_sha256": text_sha256(row.user_id),
+        "warnings_sha256": optional_json_sha256(row.warnings),
+    }
+    if row.on_behalf_of is not None:  # a service acting for the user: the key out of order
+        entry["on_behalf_of_sha256"] = text_sha256(row.on_behalf_of)
+        return canonical_json(entry)
+    return _entry_text(entry).encode("ascii")
 
 
 _entry_text = json_encoder(separators=(",", ":"), ensure_ascii=True, default=str)

@@ -27,6 +27,7 @@ _SUMMARY = [
         "tool_name",
         "requested_tool",
         "user_id",
+        "on_behalf_of",
         "status",
         "orthodoxy_status",
         "http_status",

@@ -29,4 +29,6 @@ def call_event(row: AuditRow) -> Event:
     }
     if row.upstream_credential is not None:  # the kind only, never the credential
         payload["upstream_credential"] = row.upstream_credential
+    if row.on_behalf_of is not None:  # a service acting for the user
+        payload["on_behalf_of"] = row.on_behalf_of
     return Event(channel=CHANNEL, payload=payload, source=SOURCE, correlation_id=row.correlation_id)

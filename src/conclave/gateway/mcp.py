@@ -148,6 +148,7 @@ class McpHandlers:
             correlation_id=correlation_id_var.get(),
             roles=principal.roles,
             progress=progress,
+            on_behalf_of=principal.on_behalf_of,
         )
         # As POST /execute: a value no store, bus or answer can carry is refused and audited
         # (escaped), whichever path (fast or SDK) parsed the request.

@@ -76,6 +76,12 @@ class CallVerificationRead(BaseModel):
     receipt: str | None = Field(None, description="Path of the call's receipt.")
 
 
+_ON_BEHALF_OF = (
+    "The service that authenticated and acted for user_id (X-Conclave-Acting-User); null when "
+    "the user authenticated as themselves."
+)
+
+
 class ToolCall(BaseModel):
     """One audit row of ``mcp_tool_calls``."""
 
@@ -91,6 +97,7 @@ class ToolCall(BaseModel):
     error_message: str | None
     warnings: list[str]
     user_id: str
+    on_behalf_of: str | None = Field(None, description=_ON_BEHALF_OF)
     correlation_id: str | None
     duration_ms: float | None
     created_at: str
@@ -117,6 +124,7 @@ class CallSummary(BaseModel):
     tool_name: str
     requested_tool: str
     user_id: str
+    on_behalf_of: str | None = Field(None, description=_ON_BEHALF_OF)
     status: str
     orthodoxy_status: str
     http_status: int | None

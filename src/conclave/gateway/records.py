@@ -32,6 +32,9 @@ class AuditRow:
     created_at: datetime
     canonical_args: Any = None
     """What the canonical tool received, for a call of an alias tool."""
+    on_behalf_of: str | None = None
+    """The service principal that authenticated and named ``user_id`` as the user it acts for
+    (``X-Conclave-Acting-User``); None when the user authenticated as themselves."""
     status: str = RUNNING
     orthodoxy_status: str = BLESSED
     http_status: int | None = None

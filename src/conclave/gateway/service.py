@@ -71,6 +71,8 @@ class ExecuteCommand:
     correlation_id: str | None
     idempotency_key: str | None = None
     roles: frozenset[str] = frozenset()
+    on_behalf_of: str | None = None
+    """The service that authenticated and acts for ``user_id`` (recorded in the audit row)."""
     progress: ProgressReporter | None = None  # ToolContext.progress: the caller can receive it
 
 
@@ -212,6 +214,7 @@ class GatewayService:
             correlation_id=command.correlation_id,
             idempotency_key=command.idempotency_key,
             request_hash=fingerprint,
+            on_behalf_of=command.on_behalf_of,
             created_at=utc_now(),
         )
 

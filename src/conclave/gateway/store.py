@@ -56,6 +56,7 @@ mcp_tool_calls = Table(
     Column("completed_at", DateTime(timezone=True), nullable=True),
     Column("log_leaf_hash", LargeBinary, nullable=True),
     Column("upstream_credential", String(16), nullable=True),
+    Column("on_behalf_of", String(256), nullable=True),
     Index("ix_mcp_tool_calls_created_at", "created_at"),
     # The audit trail's search (gateway/call_search.py): each filter that can pick few rows
     # among millions walks one of these backwards from the newest (migration 0014).
@@ -126,6 +127,7 @@ def _request_columns(row: AuditRow) -> dict[str, Any]:
         "requested_tool": row.requested_tool,
         "args": row.args,
         "user_id": row.user_id,
+        "on_behalf_of": row.on_behalf_of,
         "correlation_id": row.correlation_id,
         "idempotency_key": row.idempotency_key,
         "request_hash": row.request_hash,
