@@ -13,8 +13,10 @@ class CuttableProxy:
     def __init__(self, target_host: str, target_port: int) -> None:
         self._target = (target_host, target_port)
         self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._writers: set[asyncio.StreamWriter] = set()
+        # One task per accepted connection, from its accept until both its sockets are closed:
+        # a cut cancels them wherever they are, a connection still opening to the server
+        # included (otherwise it would open after the cut and forward through it).
+        self._connections: set[asyncio.Task[None]] = set()
         self._lose_after: bytes | None = None
         self.lost_replies = 0
         """Replies dropped by :meth:`lose_reply_to` so far."""
@@ -32,16 +34,17 @@ class CuttableProxy:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def cut(self) -> None:
-        """Stop listening and drop every open connection, as if the server died."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-        for writer in list(self._writers):
-            writer.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Stop listening and drop every open connection, as if the server died. Returns once
+        every socket the proxy opened or accepted is closed."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for connection in list(self._connections):
+            connection.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if server is not None:
+            # After the connections: from Python 3.12 this waits for them too.
+            await server.wait_closed()
 
     async def restore(self) -> None:
         """Accept connections again on the same port."""
@@ -52,18 +55,32 @@ class CuttableProxy:
         await self.cut()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = asyncio.current_task()
+        assert connection is not None
+        self._connections.add(connection)
+        writers = [writer]
         try:
+            if self._server is None:
+                return  # accepted just before a cut that ran before this task's first step
             upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
-        except OSError:
-            writer.close()
-            return
-        self._writers.update({writer, upstream_writer})
-        armed = asyncio.Event()  # this connection's next reply is to be lost
-        pipes = ((reader, upstream_writer, armed, False), (upstream_reader, writer, armed, True))
-        for source, sink, event, replies in pipes:
-            task = asyncio.create_task(self._pipe(source, sink, event, replies))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            writers.append(upstream_writer)
+            armed = asyncio.Event()  # this connection's next reply is to be lost
+            await asyncio.gather(
+                self._pipe(reader, upstream_writer, armed, replies=False),
+                self._pipe(upstream_reader, writer, armed, replies=True),
+            )
+        except (OSError, asyncio.CancelledError):
+            # Refused by the server, or cut: either way the connection ends here. The task
+            # returns rather than ends cancelled: asyncio's server reports a handler that does
+            # not return as an unhandled error.
+            pass
+        finally:
+            for each in writers:
+                each.close()
+            for each in writers:
+                with contextlib.suppress(Exception):
+                    await each.wait_closed()
+            self._connections.discard(connection)
 
     async def _pipe(
         self,
@@ -76,19 +93,16 @@ class CuttableProxy:
             while data := await source.read(65536):
                 if replies and armed.is_set():
                     self.lost_replies += 1
-                    sink.close()  # the client's side; its end then closes the server's
-                    return
+                    return  # closing the client's side (below) ends the connection
                 if not replies and self._lose_after is not None and self._lose_after in data:
                     self._lose_after = None
                     armed.set()
                 sink.write(data)
                 await sink.drain()
-        except (OSError, asyncio.CancelledError):
+        except OSError:
             pass
         finally:
-            self._writers.discard(sink)
-            with contextlib.suppress(Exception):
-                sink.close()
+            sink.close()  # one direction ended: end the other (the connection's task awaits it)
 
 
 def through(proxy: CuttableProxy, url: str) -> str:

@@ -63,17 +63,35 @@ class ProxyLoop:
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
-        """Run ``coro`` on the proxy loop and wait for it (from any thread)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        """Run ``coro`` on the proxy loop and wait for it (from any thread); past ``timeout`` it
+        is cancelled, not left running on its own."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
 
     async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the proxy loop and await it from another loop."""
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
 
     def close(self) -> None:
+        """End what still runs on the loop (its sockets closed), then stop it."""
+        self.run(_end_tasks())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
         self.loop.close()
+
+
+async def _end_tasks() -> None:
+    # A loop closed with tasks pending leaves their sockets open: each is then reported as an
+    # unclosed transport wherever the garbage collector happens to free it.
+    tasks = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 class Outage:
