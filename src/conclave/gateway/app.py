@@ -33,6 +33,7 @@ from conclave.gateway.metrics import GatewayMetrics
 from conclave.gateway.plugins import load_entry_point_tools, load_module_tools
 from conclave.gateway.policy import ToolPolicy
 from conclave.gateway.policy_api import policy_router
+from conclave.gateway.policy_reload import PolicyReloader, reloading_policy
 from conclave.gateway.protected_resource import ProtectedResource, install_protected_resource
 from conclave.gateway.registry import ToolRegistry
 from conclave.gateway.service import GatewayService
@@ -79,6 +80,10 @@ def build_registry(
         for alias in FINANCE_ALIASES:
             registry.add_alias(alias)
     return registry
+
+
+BUILT_IN_CATALOGUES = 2
+"""The first catalogues :func:`load_catalogues` reads are the shipped ones."""
 
 
 def load_catalogues(settings: GatewaySettings) -> list[Catalogue]:
@@ -213,6 +218,15 @@ def create_app(
                 policy=ToolPolicy.from_sections(catalogue.policy for catalogue in catalogues),
             )
             app.state.gateway = service
+            if settings.policy_reload_seconds > 0 and settings.tool_catalogues:
+                reloader = PolicyReloader(
+                    settings.tool_catalogues,
+                    settings.known_roles(),
+                    [catalogue.policy for catalogue in catalogues[:BUILT_IN_CATALOGUES]],
+                    service.use_policy,
+                    interval=settings.policy_reload_seconds,
+                )
+                await stack.enter_async_context(reloading_policy(reloader))
             # After the service exists: an upstream's first listing may arrive at once.
             app.state.upstreams = await stack.enter_async_context(
                 upstreams.serving(start_wait_seconds=settings.upstream_start_wait_seconds)

@@ -44,6 +44,7 @@ from conclave.gateway.mcp_refusals import (
 )
 from conclave.gateway.mcp_relay import (
     REQUEST_CALLS,
+    Actor,
     Found,
     InFlightCalls,
     RequestCalls,
@@ -92,15 +93,16 @@ class McpHandlers:
         """Tells the other gateway processes of a cancellation whose call does not run here
         (set by the app once the relay runs)."""
 
-    def cancel(self, user_id: str, message: dict[str, Any] | None) -> None:
-        """Cancel the call a ``notifications/cancelled`` of ``user_id`` names: here if it runs
+    def cancel(self, principal: Principal, message: dict[str, Any] | None) -> None:
+        """Cancel the call a ``notifications/cancelled`` of ``principal`` names: here if it runs
         here, else on the replica that runs it (through :attr:`relay`)."""
         request_id = cancelled_id(message)
         if request_id is None:
             return
-        found = self.in_flight.cancel_id(user_id, request_id)
+        actor = actor_of(principal)
+        found = self.in_flight.cancel_id(actor, request_id)
         if found is Found.NOT_HERE and self.relay is not None:
-            self.relay.relay(user_id, request_id)
+            self.relay.relay(actor, request_id)
 
     def list_tools(self, principal: Principal, version: str) -> types.ListToolsResult:
         # The entries of GET /tools?format=mcp: wire aliases for names model providers refuse,
@@ -127,7 +129,7 @@ class McpHandlers:
         if request_id is None:
             return await self._call_tool(principal, params, version, progress)
         result = None
-        with self.in_flight.running(principal.user_id, request_id, request):
+        with self.in_flight.running(actor_of(principal), request_id, request):
             result = await self._call_tool(principal, params, version, progress)
         if result is None:  # the scope caught its cancellation: the chain recorded it
             raise MCPError(REQUEST_CANCELLED, "Request cancelled")
@@ -378,7 +380,7 @@ class McpEndpoint:
             message = _json_object(body)
             # A notification is answered by the SDK (202) once the call it names is cancelled
             # here, or the other replicas are told of it.
-            running.handlers.cancel(principal.user_id, message)
+            running.handlers.cancel(principal, message)
             # A call holding an unsafe value is answered (and audited) by the fast path's refusal.
             streaming = wants_event_stream(request, message) and find_unsafe(message) is None
             if not streaming and await self._answer(running, request, message, principal, send):
@@ -490,6 +492,11 @@ def _plain_request(
     if method == "tools/list" and params in (None, {}):
         return request_id, method, params, version
     return None
+
+
+def actor_of(principal: Principal) -> Actor:
+    """Who runs ``principal``'s calls (:data:`conclave.gateway.mcp_relay.Actor`)."""
+    return principal.user_id, principal.on_behalf_of
 
 
 async def _no_more_body() -> Message:

@@ -39,7 +39,7 @@ from datetime import timedelta
 from typing import Any
 
 from conclave.gateway.events import SOURCE
-from conclave.gateway.mcp_relay import MAX_PROGRESS_TOKEN_CHARS, InFlightCalls, bounded_id
+from conclave.gateway.mcp_relay import MAX_PROGRESS_TOKEN_CHARS, Actor, InFlightCalls, bounded_id
 from conclave.platform.bus.base import Event, EventBus, EventRejected
 from conclave.platform.clock import utc_now
 from conclave.platform.inputs import find_unsafe
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "conclave.mcp.cancel"
 """Where cancellations that found no call on their replica go (payload: ``user_id``,
-``request_id``, ``origin``)."""
+``request_id``, ``origin``, and ``on_behalf_of`` for a service acting for the user)."""
 
 GROUP_PREFIX = "gateway-cancel:"
 """Each process reads :data:`CHANNEL` through the group ``gateway-cancel:<its name>``."""
@@ -130,13 +130,20 @@ class CancelRelay:
             async with asyncio.timeout(_PUBLISH_TIMEOUT_SECONDS):
                 await self._listener.stop()
 
-    def relay(self, user_id: str, request_id: str | int) -> None:
-        """Ask the other processes to cancel ``user_id``'s call ``request_id``, in the
+    def relay(self, actor: Actor, request_id: str | int) -> None:
+        """Ask the other processes to cancel ``actor``'s call ``request_id``, in the
         background: an id no call can have (too long, unsafe, beyond ±2**53) is not relayed,
         and one that finds :data:`MAX_WAITING` waiting is dropped."""
         if not relayable(request_id):
             return
-        payload = {"user_id": user_id, "request_id": request_id, "origin": self._origin}
+        user_id, on_behalf_of = actor
+        payload: dict[str, Any] = {
+            "user_id": user_id,
+            "request_id": request_id,
+            "origin": self._origin,
+        }
+        if on_behalf_of is not None:  # the service acting for the user
+            payload["on_behalf_of"] = on_behalf_of
         with contextlib.suppress(asyncio.QueueFull):
             self._waiting.put_nowait(Event(channel=CHANNEL, payload=payload, source=SOURCE))
 
@@ -197,11 +204,11 @@ class CancelRelay:
             log.warning(message, extra={"error": type(exc).__name__, "lost": lost})
 
     async def _on_cancel(self, event: Event) -> None:
-        user_id, request_id, origin = _read(event.payload)
+        actor, request_id, origin = _read(event.payload)
         if origin == self._origin or abs(utc_now() - event.emitted_at) > MAX_AGE:
             return  # looked at already here; or too old to be about a call still running
         sent_at = event.emitted_at.timestamp()
-        self._in_flight.cancel_id(user_id, request_id, sent_at=sent_at)
+        self._in_flight.cancel_id(actor, request_id, sent_at=sent_at)
 
 
 def relayable(request_id: str | int) -> bool:
@@ -211,15 +218,19 @@ def relayable(request_id: str | int) -> bool:
     return bounded_id(request_id) and find_unsafe(request_id) is None
 
 
-def _read(payload: Mapping[str, Any]) -> tuple[str, str | int, str]:
+def _read(payload: Mapping[str, Any]) -> tuple[Actor, str | int, str]:
     """The fields of a relayed cancellation; :class:`EventRejected` for an event no gateway
     publishes (dead-lettered at once rather than redelivered)."""
     user_id, request_id = payload.get("user_id"), payload.get("request_id")
-    origin = payload.get("origin")
+    on_behalf_of, origin = payload.get("on_behalf_of"), payload.get("origin")
     if not isinstance(user_id, str) or not 0 < len(user_id) <= _MAX_USER_CHARS:
         raise EventRejected("a relayed MCP cancellation names no usable user")
+    if on_behalf_of is not None and (
+        not isinstance(on_behalf_of, str) or not 0 < len(on_behalf_of) <= _MAX_USER_CHARS
+    ):
+        raise EventRejected("a relayed MCP cancellation names no usable acting service")
     if not isinstance(request_id, str | int) or not relayable(request_id):
         raise EventRejected("a relayed MCP cancellation names no usable JSON-RPC id")
     if not isinstance(origin, str):
         raise EventRejected("a relayed MCP cancellation names no origin")
-    return user_id, request_id, origin
+    return (user_id, on_behalf_of), request_id, origin

@@ -44,14 +44,18 @@ from mcp.shared.jsonrpc_dispatcher import (
 from starlette.requests import Request
 from starlette.types import Receive, Scope
 
-RequestKey = tuple[str, type, str | int]
+Actor = tuple[str, str | None]
+"""Who runs a call: the user, and the service acting for them (None: the user themselves). A
+cancellation reaches only the calls of the same actor: a user's own client does not cancel the
+call a service makes for them, nor the other way round (JSON-RPC ids repeat across clients)."""
+RequestKey = tuple[Actor, type, str | int]
 REQUEST_CALLS = "conclave.mcp_request_calls"
 """Key of a request's :class:`RequestCalls` in its ASGI scope's ``state``."""
 
 
-def _key(user_id: str, request_id: str | int) -> RequestKey:
+def _key(actor: Actor, request_id: str | int) -> RequestKey:
     # "1" and 1 are different JSON-RPC ids.
-    return user_id, type(request_id), request_id
+    return actor, type(request_id), request_id
 
 
 class RequestCalls:
@@ -127,11 +131,11 @@ class InFlightCalls:
 
     @contextmanager
     def running(
-        self, user_id: str, request_id: str | int, request: RequestCalls | None = None
+        self, actor: Actor, request_id: str | int, request: RequestCalls | None = None
     ) -> Iterator[anyio.CancelScope]:
         """A cancel scope for the call, cancelled by :meth:`cancel` or by ``request``'s
         client going away (check its ``cancelled_caught`` after the block)."""
-        key = _key(user_id, request_id)
+        key = _key(actor, request_id)
         scope = anyio.CancelScope()
         self._running.setdefault(key, []).append(scope)
         self._started[scope] = time.time()
@@ -149,21 +153,21 @@ class InFlightCalls:
             if not scopes:
                 del self._running[key]
 
-    def cancel(self, user_id: str, message: dict[str, Any] | None) -> bool:
-        """Cancel the call a ``notifications/cancelled`` ``message`` of ``user_id`` names, if it
-        runs here and is the only one of that user with that id."""
+    def cancel(self, actor: Actor, message: dict[str, Any] | None) -> bool:
+        """Cancel the call a ``notifications/cancelled`` ``message`` of ``actor`` names, if it
+        runs here and is the only one of that actor with that id."""
         request_id = cancelled_id(message)
-        found = None if request_id is None else self.cancel_id(user_id, request_id)
+        found = None if request_id is None else self.cancel_id(actor, request_id)
         return found is Found.CANCELLED
 
     def cancel_id(
-        self, user_id: str, request_id: str | int, *, sent_at: float | None = None
+        self, actor: Actor, request_id: str | int, *, sent_at: float | None = None
     ) -> Found:
-        """Cancel ``user_id``'s call of JSON-RPC id ``request_id``, if it runs here and is the
-        only one of that user with that id; with ``sent_at`` (wall-clock seconds, a relayed
+        """Cancel ``actor``'s call of JSON-RPC id ``request_id``, if it runs here and is the
+        only one of that actor with that id; with ``sent_at`` (wall-clock seconds, a relayed
         cancellation's), only a call that started before then: a call that started later
         reuses the id and is not the one its client gave up on."""
-        scopes = self._running.get(_key(user_id, request_id), [])
+        scopes = self._running.get(_key(actor, request_id), [])
         if not scopes:
             return Found.NOT_HERE
         if len(scopes) > 1:

@@ -69,7 +69,13 @@ class Outcome:
         return error
 
 
-def request_hash(tool: str, args: Any) -> str:
-    """Fingerprint of a request, to refuse an idempotency key reused for different input."""
-    canonical = json.dumps({"tool": tool, "args": args}, sort_keys=True, default=str)
+def request_hash(tool: str, args: Any, on_behalf_of: str | None = None) -> str:
+    """Fingerprint of a request, to refuse an idempotency key reused for different input. A
+    service acting for the user is part of it (only then: a user's own call hashes as it always
+    did), so the user's key does not replay a call the service made for them, nor the other way
+    round: either is answered 409 ``IDEMPOTENCY_KEY_REUSED``, not as the other's call."""
+    request: dict[str, Any] = {"tool": tool, "args": args}
+    if on_behalf_of is not None:
+        request["on_behalf_of"] = on_behalf_of
+    canonical = json.dumps(request, sort_keys=True, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -130,7 +130,11 @@ class GatewayService:
             # (roles differ between a user's own token and a service acting for them). The
             # refusal is a call of its own, audited without the key the earlier call holds.
             command = replace(command, idempotency_key=None)
-        fingerprint = request_hash(command.tool, command.args) if command.idempotency_key else None
+        fingerprint = (
+            request_hash(command.tool, command.args, command.on_behalf_of)
+            if command.idempotency_key
+            else None
+        )
         if command.idempotency_key:
             earlier = await replay(
                 self._platform.engine, command.user_id, command.idempotency_key, fingerprint
@@ -230,6 +234,11 @@ class GatewayService:
         if too_large:
             return {"_omitted": f"arguments larger than {self._limits.max_args_bytes} bytes"}
         return redact(args, schema)
+
+    def use_policy(self, policy: ToolPolicy) -> None:
+        """Judge every later listing and call by ``policy`` (a reloaded catalogue's): calls
+        already past their check keep the decision they had."""
+        self.policy = policy
 
     def normalize(
         self, name: str, args: Any, user_id: str, roles: frozenset[str]

@@ -132,6 +132,14 @@ class GatewaySettings(CommonSettings):
         le=10_000,
         description="Most tools/list pages (nextCursor) read from one upstream per refresh.",
     )
+    policy_reload_seconds: float = Field(
+        5.0,
+        alias="GATEWAY_POLICY_RELOAD_SECONDS",
+        ge=0,
+        le=3600,
+        description="How often the catalogue files are looked at for a changed tool policy "
+        "(SIGHUP: at once); 0 reads the policy at start only.",
+    )
     upstream_debounce_seconds: float = Field(
         1.0,
         alias="GATEWAY_UPSTREAM_DEBOUNCE_SECONDS",
