@@ -70,7 +70,7 @@ async def test_a_changed_policy_applies_without_a_restart_and_a_broken_one_does_
         shown = (await client.get("/policy", headers=OLGA)).json()
         assert [rule["effect"] for rule in shown["rules"]] == ["allow"]
 
-        # Half written, then a role nobody declared, then gone: bob keeps what he had.
+        # Half written, a role nobody declared, gone: bob keeps what he had.
         undeclared = {"rules": [{"effect": "deny", "subjects": ["role:x"], "tools": ["*"]}]}
         breakages = [
             lambda: catalogue.write_text('{"policy": {"rules": ['),
@@ -84,6 +84,11 @@ async def test_a_changed_policy_applies_without_a_restart_and_a_broken_one_does_
                 await asyncio.sleep(0.1)
         _write(catalogue, DENY_BOB)
         assert await eventually(lambda: _refused(client), timeout=10)
+        # Valid, but with no policy left: that would let everyone call everything.
+        catalogue.write_text("{}")
+        for _ in range(5):
+            assert await _code(client) == "TOOL_FORBIDDEN"
+            await asyncio.sleep(0.1)
 
 
 async def _allowed(client: httpx.AsyncClient) -> bool:

@@ -225,6 +225,7 @@ def create_app(
                     [catalogue.policy for catalogue in catalogues[:BUILT_IN_CATALOGUES]],
                     service.use_policy,
                     interval=settings.policy_reload_seconds,
+                    configured=service.policy.configured,
                 )
                 await stack.enter_async_context(reloading_policy(reloader))
             # After the service exists: an upstream's first listing may arrive at once.

@@ -6,7 +6,9 @@ become the policy every later listing and call is judged by. Every replica does 
 copy of the files, so a deployment changes who may do what by changing one file, without a
 restart. A file that no longer reads (half written, invalid, a role nobody declared, missing)
 changes nothing: the policy in force stays, and the refusal is logged once per change of the
-files. Only the policy follows: tools and upstream servers are still read at start.
+files. So does a change that leaves no policy at all (no rule, no default) where one was in force:
+that would let everyone list and call everything. Only the policy follows: tools and upstream
+servers are still read at start.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ class PolicyReloader:
         apply: Callable[[ToolPolicy], None],
         *,
         interval: float,
+        configured: bool,
     ) -> None:
+        self._configured = configured
         self._paths = list(paths)
         self._roles = known_roles
         self._fixed = list(fixed)
@@ -89,6 +93,13 @@ class PolicyReloader:
         self._seen = stamp
         try:
             policy = await asyncio.to_thread(self._read)
+            if self._configured and not policy.configured:
+                # No rule and no default left would let everyone list and call everything: a
+                # file emptied or cut short by accident must not do that to a running gateway.
+                raise ValueError(
+                    "the catalogue files no longer declare a policy (no rule, no default); "
+                    "a gateway without a policy starts that way, it is not reloaded into one"
+                )
         except (OSError, ValueError) as exc:
             self.failures += 1
             log.error(
