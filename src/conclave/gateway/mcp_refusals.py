@@ -121,7 +121,6 @@ def json_rpc_problems(scope: Scope, send: Send) -> Send:
     unless the request's ``Accept`` admits ``application/problem+json`` (``*/*`` does: curl, a
     browser); an MCP client accepts only ``application/json`` and ``text/event-stream``. Either
     way the body is a valid problem document, with the same status and headers."""
-    as_problem = _accepts_problem(scope)
     held: Message | None = None
     chunks: list[bytes] = []
     size = 0
@@ -154,7 +153,7 @@ def json_rpc_problems(scope: Scope, send: Send) -> Send:
         if answer is not None:
             body = answer
             headers["content-length"] = str(len(body))
-            if not as_problem:
+            if not _accepts_problem(scope):  # read only for a problem: most answers are not
                 headers["content-type"] = "application/json"
         await send({**start, "headers": headers.raw})
         await send({"type": "http.response.body", "body": body, "more_body": False})
