@@ -218,7 +218,8 @@ def create_app(
                 policy=ToolPolicy.from_sections(catalogue.policy for catalogue in catalogues),
             )
             app.state.gateway = service
-            if settings.policy_reload_seconds > 0 and settings.tool_catalogues:
+            reloader = None
+            if settings.tool_catalogues:
                 reloader = PolicyReloader(
                     settings.tool_catalogues,
                     settings.known_roles(),
@@ -227,7 +228,7 @@ def create_app(
                     interval=settings.policy_reload_seconds,
                     configured=service.policy.configured,
                 )
-                await stack.enter_async_context(reloading_policy(reloader))
+            await stack.enter_async_context(reloading_policy(reloader))
             # After the service exists: an upstream's first listing may arrive at once.
             app.state.upstreams = await stack.enter_async_context(
                 upstreams.serving(start_wait_seconds=settings.upstream_start_wait_seconds)

@@ -4,11 +4,16 @@ The files of ``GATEWAY_TOOL_CATALOGUES`` are looked at every ``GATEWAY_POLICY_RE
 (and at once on ``SIGHUP``); when one changed, all are read again and their ``policy:`` sections
 become the policy every later listing and call is judged by. Every replica does the same with its
 copy of the files, so a deployment changes who may do what by changing one file, without a
-restart. A file that no longer reads (half written, invalid, a role nobody declared, missing)
-changes nothing: the policy in force stays, and the refusal is logged once per change of the
-files. So does a change that leaves no policy at all (no rule, no default) where one was in force:
-that would let everyone list and call everything. Only the policy follows: tools and upstream
-servers are still read at start.
+restart.
+
+A file being written is not read: a change is read once the files have looked the same for
+:data:`SETTLE_SECONDS` (a prefix of a YAML catalogue is often a valid catalogue that allows more
+than the finished file), and what was read is applied only if the files did not change while
+they were read. ``SIGHUP`` says the files are ready: they are read at once. A change that does not
+read (invalid, a role nobody declared, a file missing) changes nothing: the policy in force stays,
+and the refusal is logged once per change of the files. So does a change that leaves no policy at
+all (no rule, no default) where one was in force: that would let everyone list and call
+everything. Only the policy follows: tools and upstream servers are still read at start.
 """
 
 from __future__ import annotations
@@ -44,9 +49,16 @@ def _stamp(paths: Sequence[Path]) -> Stamp:
     return tuple(stamps)
 
 
+SETTLE_SECONDS = 1.0
+"""How long changed files must stay unchanged before they are read (a writer may be halfway)."""
+MIN_INTERVAL_SECONDS = 0.1
+"""The shortest interval between looks (a smaller setting counts as this)."""
+
+
 class PolicyReloader:
     """Reads the policy of ``paths`` (after the ``fixed`` catalogues' sections, as at start)
-    again whenever the files change, and hands each new policy to ``apply``."""
+    again whenever the files change, and hands each new policy to ``apply``. With ``interval``
+    0 the files are looked at on ``SIGHUP`` only."""
 
     def __init__(
         self,
@@ -63,34 +75,55 @@ class PolicyReloader:
         self._roles = known_roles
         self._fixed = list(fixed)
         self._apply = apply
-        self._interval = interval
+        self._interval = max(interval, MIN_INTERVAL_SECONDS) if interval > 0 else None
         self._seen = _stamp(self._paths)
+        self._changed_at: float | None = None
+        """When the files last looked different (loop time): a change not yet read."""
         self._wake = asyncio.Event()
+        self._forced = False
         self.reloads = 0
         """Policies applied since start."""
         self.failures = 0
         """Changes of the files that were refused (the policy in force stayed)."""
 
     def wake(self) -> None:
-        """Look at the files now (``SIGHUP``)."""
+        """Read the files now if they changed, without waiting for them to settle
+        (``SIGHUP``: whoever sends it says the files are ready)."""
+        self._forced = True
         self._wake.set()
 
     async def run(self) -> None:
         """Watch until cancelled."""
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._interval):
+                async with asyncio.timeout(self._next_look()):
                     await self._wake.wait()
             self._wake.clear()
-            await self.check()
+            forced, self._forced = self._forced, False
+            try:
+                await self.check(forced=forced)
+            except Exception:  # never the end of reloading (a file that exhausts memory, ...)
+                self.failures += 1
+                log.exception("the tool policy was not reloaded; the policy in force stays")
 
-    async def check(self) -> bool:
-        """Read the files again if they changed since last looked at; whether a new policy was
-        applied."""
+    def _next_look(self) -> float | None:
+        if self._changed_at is not None:  # a change waits to settle: look again soon
+            return min(self._interval or SETTLE_SECONDS, SETTLE_SECONDS)
+        return self._interval
+
+    async def check(self, *, forced: bool = False) -> bool:
+        """Read the files again if they changed and have settled (at once when ``forced``);
+        whether a new policy was applied."""
+        loop = asyncio.get_running_loop()
         stamp = await asyncio.to_thread(_stamp, self._paths)
-        if stamp == self._seen:
+        if stamp != self._seen:
+            self._seen, self._changed_at = stamp, loop.time()
+            if not forced:
+                return False
+        if self._changed_at is None:
             return False
-        self._seen = stamp
+        if not forced and loop.time() - self._changed_at < SETTLE_SECONDS:
+            return False
         try:
             policy = await asyncio.to_thread(self._read)
             if self._configured and not policy.configured:
@@ -101,6 +134,7 @@ class PolicyReloader:
                     "a gateway without a policy starts that way, it is not reloaded into one"
                 )
         except (OSError, ValueError) as exc:
+            self._changed_at = None  # looked at again when the files change again
             self.failures += 1
             log.error(
                 "the tool policy was not reloaded; the policy in force stays: %s",
@@ -108,6 +142,11 @@ class PolicyReloader:
                 extra={"files": [str(path) for path in self._paths]},
             )
             return False
+        after = await asyncio.to_thread(_stamp, self._paths)
+        if after != stamp:  # written to while it was read: read again once it settles
+            self._seen, self._changed_at = after, loop.time()
+            return False
+        self._changed_at = None
         self._apply(policy)
         self.reloads += 1
         log.info(
@@ -124,20 +163,26 @@ class PolicyReloader:
 
 
 @asynccontextmanager
-async def reloading_policy(reloader: PolicyReloader) -> AsyncIterator[None]:
+async def reloading_policy(reloader: PolicyReloader | None) -> AsyncIterator[None]:
     """Run ``reloader`` while the block runs, woken by ``SIGHUP`` where the loop can take
-    signals (the main thread of a Unix process)."""
+    signals (the main thread of a Unix process). Without one (no catalogue files) ``SIGHUP`` is
+    still taken, and logged: its default action would stop the gateway."""
     loop = asyncio.get_running_loop()
     listening = False
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        loop.add_signal_handler(signal.SIGHUP, reloader.wake)
+        loop.add_signal_handler(signal.SIGHUP, reloader.wake if reloader else _nothing_to_reload)
         listening = True
-    task = asyncio.create_task(reloader.run(), name="policy-reload")
+    task = asyncio.create_task(reloader.run(), name="policy-reload") if reloader else None
     try:
         yield
     finally:
         if listening:
             loop.remove_signal_handler(signal.SIGHUP)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _nothing_to_reload() -> None:
+    log.info("SIGHUP: no catalogue files (GATEWAY_TOOL_CATALOGUES) to reload a policy from")

@@ -138,7 +138,7 @@ class GatewaySettings(CommonSettings):
         ge=0,
         le=3600,
         description="How often the catalogue files are looked at for a changed tool policy "
-        "(SIGHUP: at once); 0 reads the policy at start only.",
+        "(at least 0.1 s; SIGHUP: at once); 0 looks on SIGHUP only.",
     )
     upstream_debounce_seconds: float = Field(
         1.0,
@@ -176,10 +176,11 @@ class GatewaySettings(CommonSettings):
     upstream_max_connections: int = Field(
         100,
         alias="GATEWAY_UPSTREAM_MAX_CONNECTIONS",
-        ge=1,
+        ge=3,
         le=10_000,
         description="Most HTTP connections open at once to one upstream MCP server, per session "
-        "and process; a call beyond them waits for one to come free, within its own time-out "
+        "and process, two of them kept for the session's event stream and the gateway's own "
+        "listings; a call beyond the rest waits for one to come free, within its own time-out "
         "(a wait that says nothing of the upstream: never a circuit breaker failure).",
     )
     upstream_max_user_sessions: int = Field(

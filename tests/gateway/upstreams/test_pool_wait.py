@@ -1,14 +1,15 @@
 """A call waiting for a free connection to its upstream is not a failure of the upstream.
 
 The gateway holds at most ``GATEWAY_UPSTREAM_MAX_CONNECTIONS`` connections to one upstream per
-session (100 by default; 2 or 3 here, so that a handful of calls fill them). Before, the direct
-path's wait for one of them was bounded by ``connect_timeout_seconds`` (aiohttp's ``connect``
-time-out covers the pool's wait as well as the connect): one user's slow, legitimate calls made
-the next ones fail 502 ``UPSTREAM_CONNECTION_LOST`` after 10 s, each a breaker failure, and five
-paused the healthy upstream for every user. On the SDK's path the pool's wait ended in
-``PoolTimeout``, which the SDK's transport does not catch: it ended the whole connection, and the
-upstream restarted (503 for every user meanwhile). The wait is now bounded by the call's own
-time-out, which is neutral (docs/gateway.md). A real failure to connect still counts."""
+session (100 by default; 4 here, two of them for calls, so that a handful of calls fill them).
+Before, the direct path's wait for one of them was bounded by ``connect_timeout_seconds``
+(aiohttp's ``connect`` time-out covers the pool's wait as well as the connect): one user's slow,
+legitimate calls made the next ones fail 502 ``UPSTREAM_CONNECTION_LOST`` after 10 s, each a
+breaker failure, and five paused the healthy upstream for every user. On the SDK's path the pool's
+wait ended in ``PoolTimeout``, which the SDK's transport does not catch: it ended the whole
+connection, and the upstream restarted (503 for every user meanwhile). The wait is now bounded by
+the call's own time-out, which is neutral (docs/gateway.md). A real failure to connect still
+counts."""
 
 from __future__ import annotations
 
@@ -65,11 +66,12 @@ def _seen(answer: httpx.Response) -> tuple[int, Any]:
 async def test_calls_waiting_for_a_connection_are_served_and_do_not_open_the_circuit(
     backend: Backend, tmp_path: Path
 ):
-    # Direct path: eight slow calls on two connections run two at a time, four rounds; six wait
+    # Direct path: eight slow calls on the two connections calls may take run two at a time,
+    # four rounds; six wait
     # longer than the connect time-out for a connection, all within the call's time-out.
     server = JsonServer()
     async with small_pool_upstream(
-        backend, tmp_path, server, 2, connect_timeout_seconds=0.3, timeout_seconds=20
+        backend, tmp_path, server, 4, connect_timeout_seconds=0.3, timeout_seconds=20
     ) as (client, _):
         restarts = (await _status(client))["restarts"]
         slow = await asyncio.gather(*[_call(client, "slow", seconds=0.6) for _ in range(8)])
@@ -88,7 +90,7 @@ async def test_a_wait_past_the_calls_time_out_is_that_time_out(backend: Backend,
     # end in the time-out as well (a neutral one).
     server = JsonServer()
     async with small_pool_upstream(
-        backend, tmp_path, server, 2, connect_timeout_seconds=0.3, timeout_seconds=1.5
+        backend, tmp_path, server, 4, connect_timeout_seconds=0.3, timeout_seconds=1.5
     ) as (client, _):
         slow = await asyncio.gather(*[_call(client, "slow", seconds=30) for _ in range(6)])
         status = await _status(client)
@@ -101,11 +103,11 @@ async def test_a_wait_past_the_calls_time_out_is_that_time_out(backend: Backend,
 async def test_the_sdk_paths_wait_for_a_connection_does_not_end_the_connection(
     backend: Backend, tmp_path: Path
 ):
-    # The SDK's path (an upstream answering event streams): one of the three connections holds
-    # the session's event stream, two carry calls; six calls past the time-out.
+    # The SDK's path (an upstream answering event streams): two of the four connections are kept
+    # for the session's event stream and listings, two carry calls; six calls past the time-out.
     server = JsonServer(json_response=False)
     async with small_pool_upstream(
-        backend, tmp_path, server, 3, connect_timeout_seconds=2, timeout_seconds=1.5
+        backend, tmp_path, server, 4, connect_timeout_seconds=2, timeout_seconds=1.5
     ) as (client, _):
         restarts = (await _status(client))["restarts"]
         slow = await asyncio.gather(*[_call(client, "slow", seconds=30) for _ in range(6)])
@@ -126,7 +128,7 @@ async def test_an_upstream_that_refuses_connections_still_opens_the_circuit(
 ):
     server = JsonServer()
     async with small_pool_upstream(
-        backend, tmp_path, server, 2, connect_timeout_seconds=0.3, timeout_seconds=20
+        backend, tmp_path, server, 4, connect_timeout_seconds=0.3, timeout_seconds=20
     ) as (client, upstream):
         served = await _call(client, "echo", message="before")
         await upstream.aclose()  # the upstream goes away: its port refuses connections

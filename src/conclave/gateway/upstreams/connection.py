@@ -114,7 +114,7 @@ class Upstream:
         held: set[asyncio.Task[None]] = set()  # the connections still open, lost ones included
         try:
             while True:
-                opened = OpenSession()
+                opened = OpenSession(self._limits.max_connections)
                 served = asyncio.create_task(
                     self._serve(opened), name=f"upstream {self.spec.name} connection"
                 )
@@ -407,10 +407,11 @@ class Upstream:
         direct = opened.direct
         try:
             with opened.calling():
-                if direct is not None and progress is None:
-                    result = await direct.call(name, arguments)
-                else:
-                    result = await self._sdk_call(opened, name, arguments, progress)
+                async with opened.slot(self.spec.timeout_seconds):
+                    if direct is not None and progress is None:
+                        result = await direct.call(name, arguments)
+                    else:
+                        result = await self._sdk_call(opened, name, arguments, progress)
         except SessionGone:
             if retried:
                 self._charge(opened)

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
+import mcp_types as types
 from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
 
 if TYPE_CHECKING:
     from conclave.gateway.upstreams.direct_calls import DirectCalls
@@ -24,10 +26,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+RESERVED_CONNECTIONS = 2
+"""Connections of a session's pools its tool calls never take: the SDK's event stream (GET) and
+the gateway's own listings and notices. Calls beyond the rest wait for a free slot
+(:meth:`OpenSession.slot`), never in the HTTP client's pool: one caller's slow calls filled the
+pool, the gateway's own listing waited past its time-out there and ended the connection for
+everyone; a call its caller abandoned in the pool was still sent once a connection came free;
+cancellation notices were sent for calls never sent; and thousands of waiters in the HTTP
+client's queue cost its event loop seconds (an outside attack)."""
+
+
 class OpenSession:
     """A session of the shared connection to an upstream (SDK session, direct calls on it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_connections: int = 100) -> None:
+        self._slots = asyncio.Semaphore(max(1, max_connections - RESERVED_CONNECTIONS))
         self.session: ClientSession | None = None
         self.direct: DirectCalls | None = None
         """Calls without progress on an HTTP session answered with JSON (:mod:`.direct_calls`)."""
@@ -53,6 +66,21 @@ class OpenSession:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, timeout_seconds: float) -> AsyncIterator[None]:
+        """Hold one of the connections tool calls may take while the block runs, waited for at
+        most ``timeout_seconds``: past it the call is timed out (MCPError ``REQUEST_TIMEOUT``,
+        never sent, a wait that says nothing of the upstream)."""
+        try:
+            async with asyncio.timeout(timeout_seconds):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise MCPError(types.REQUEST_TIMEOUT, "Request timed out") from None
+        try:
+            yield
+        finally:
+            self._slots.release()
 
     async def drained(self, timeout_seconds: float) -> None:
         """Return once no call is in flight on it, or after ``timeout_seconds``."""
