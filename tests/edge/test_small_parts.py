@@ -245,8 +245,11 @@ async def test_identical_small_uploads_at_once_share_one_intact_blob(
 async def test_parts_of_dropped_and_timed_out_bodies_give_the_memory_back(
     backend: Backend, tmp_path: Path
 ) -> None:
+    # Deadlines long enough for all 150 connections to be open before the first one's passes,
+    # on a machine several times slower than a developer's (at 0.5 s and 1 s, the first bodies
+    # timed out while the last connections were still opening, and the budget never ran out).
     settings = edge_settings(
-        tmp_path, body_idle_timeout_seconds=0.5, body_timeout_seconds=1.0,
+        tmp_path, body_idle_timeout_seconds=5.0, body_timeout_seconds=8.0,
         body_min_bytes_per_second=2000,
     )  # fmt: skip
     head = (
@@ -256,19 +259,21 @@ async def test_parts_of_dropped_and_timed_out_bodies_give_the_memory_back(
     )
     async with served_app(backend, settings) as (port, app):
         blobs = app.state.edge.blobs
-        connections = []
-        for _ in range(150):  # more parts than the memory budget has room for
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(head + b"Field report: " + b"y" * 1000)
-            await writer.drain()
-            connections.append((reader, writer))
-        await eventually(lambda: _async(blobs.memory_free == 0))
-        for _reader, writer in connections[::2]:
-            writer.close()  # gone mid-part; the others meet the body deadline (408)
-        await eventually(lambda: _async(blobs.memory_free == MEMORY_PARTS_BYTES), timeout=10)
-        await eventually(lambda: _async(_leftovers(blobs.root) == []), timeout=10)
-        for _reader, writer in connections[1::2]:
-            writer.close()
+        connections: list[asyncio.StreamWriter] = []
+        try:
+            for _ in range(150):  # more parts than the memory budget has room for
+                _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                connections.append(writer)
+                writer.write(head + b"Field report: " + b"y" * 1000)
+                await writer.drain()
+            await eventually(lambda: _async(blobs.memory_free == 0))
+            for writer in connections[::2]:
+                writer.close()  # gone mid-part; the others meet the body deadline (408)
+            await eventually(lambda: _async(blobs.memory_free == MEMORY_PARTS_BYTES))
+            await eventually(lambda: _async(_leftovers(blobs.root) == []))
+        finally:  # never left to the garbage collector of a later test, even when this fails
+            for writer in connections:
+                writer.close()
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             fine = await client.post("/api/edge-intake/document", **form(("r.txt", b"Fine.")))
             assert fine.status_code == 200, fine.text
