@@ -21,11 +21,11 @@ from typing import Any
 
 from mcp import types
 from mcp.server.lowlevel import Server
-from mcp.server.streamable_http import REQUEST_CANCELLED, check_accept_headers
+from mcp.server.streamable_http import REQUEST_CANCELLED
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from mcp_types import DEFAULT_NEGOTIATED_VERSION, methods
+from mcp_types import methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -54,6 +54,7 @@ from conclave.gateway.mcp_relay import (
     progress_token,
     wants_event_stream,
 )
+from conclave.gateway.mcp_requests import json_object, plain_request
 from conclave.gateway.mcp_versions import (
     SUPPORTED_VERSIONS,
     call_result_fields_too_new,
@@ -70,7 +71,6 @@ from conclave.platform.inputs import (
     escape_text,
     escape_unsafe,
     find_unsafe,
-    text_problem,
 )
 from conclave.platform.jsontext import compact_text
 from conclave.platform.logs import correlation_id_var
@@ -377,7 +377,7 @@ class McpEndpoint:
                 await refusal(scope, receive, send)
                 return
             body = await request.body()
-            message = _json_object(body)
+            message = json_object(body)
             # A notification is answered by the SDK (202) once the call it names is cancelled
             # here, or the other replicas are told of it.
             running.handlers.cancel(principal, message)
@@ -413,7 +413,7 @@ class McpEndpoint:
         send: Send,
     ) -> bool:
         """Answer a plain stateless ``tools/call``/``tools/list``; False leaves it to the SDK."""
-        plain = _plain_request(request, message)
+        plain = plain_request(request, message)
         if plain is None:
             return False
         request_id, method, params, version = plain
@@ -456,42 +456,6 @@ class McpEndpoint:
         response = Response(answer, media_type="application/json")
         await response(request.scope, _no_more_body, send)
         return True
-
-
-def _json_object(body: bytes) -> dict[str, Any] | None:
-    """The body as a JSON object, once for every check that reads it; ``None`` for anything else
-    (a batch, a parse error: the SDK answers those)."""
-    try:
-        message = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    return message if isinstance(message, dict) else None
-
-
-def _plain_request(
-    request: Request, message: dict[str, Any] | None
-) -> tuple[Any, str, Any, str] | None:
-    """(id, method, params, protocol version) of a single stateless JSON ``tools/call`` or
-    ``tools/list`` request of a handshake-era protocol version (its body already read as
-    ``application/json``)."""
-    version = request.headers.get("mcp-protocol-version", DEFAULT_NEGOTIATED_VERSION)
-    if version not in HANDSHAKE_PROTOCOL_VERSIONS:
-        return None
-    accepts_json, _accepts_sse = check_accept_headers(request)
-    if message is None or not accepts_json or message.get("jsonrpc") != "2.0":
-        return None
-    request_id, method, params = message.get("id"), message.get("method"), message.get("params")
-    if set(message) - {"jsonrpc", "id", "method", "params"}:
-        return None
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
-        return None
-    if isinstance(request_id, str) and text_problem(request_id) == "lone_surrogate":
-        return None  # the answer repeats the id and could not be encoded: the SDK refuses it
-    if method == "tools/call" and isinstance(params, dict):
-        return request_id, method, params, version
-    if method == "tools/list" and params in (None, {}):
-        return request_id, method, params, version
-    return None
 
 
 def actor_of(principal: Principal) -> Actor:

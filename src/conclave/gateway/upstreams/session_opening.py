@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
@@ -78,18 +78,7 @@ async def open_http_session(
                 spec.url, http_client=client, max_sse_event_size=max_message_bytes
             )
         )
-        read, write = streams
-        session = await stack.enter_async_context(
-            ClientSession(
-                GuardedReadStream(read),
-                write,
-                message_handler=message_handler,
-                client_info=CLIENT,
-            )
-        )
-        with anyio.fail_after(spec.connect_timeout_seconds):
-            await session.initialize()
-        yield session
+        yield await _initialised(stack, streams, spec, message_handler)
 
 
 @asynccontextmanager
@@ -104,18 +93,7 @@ async def open_stdio_session(
         streams = await stack.enter_async_context(
             stdio_transport(spec, process, max_line_bytes=max_message_bytes)
         )
-        read, write = streams
-        session = await stack.enter_async_context(
-            ClientSession(
-                GuardedReadStream(read),
-                write,
-                message_handler=message_handler,
-                client_info=CLIENT,
-            )
-        )
-        with anyio.fail_after(spec.connect_timeout_seconds):
-            await session.initialize()
-        yield session
+        yield await _initialised(stack, streams, spec, message_handler)
 
 
 def direct_calls_for(
@@ -161,3 +139,25 @@ def progress_callback(report: ProgressReporter) -> ProgressFnT:
         report(progress, total, message)
 
     return forward
+
+
+async def _initialised(
+    stack: AsyncExitStack,
+    streams: Any,
+    spec: McpServerSpec,
+    message_handler: MessageHandlerFnT | None,
+) -> ClientSession:
+    """The SDK's session over a transport's ``streams`` (read guarded), held by ``stack``, once
+    its ``initialize`` was answered within the connect time-out."""
+    read, write = streams
+    session = await stack.enter_async_context(
+        ClientSession(
+            GuardedReadStream(read),
+            write,
+            message_handler=message_handler,
+            client_info=CLIENT,
+        )
+    )
+    with anyio.fail_after(spec.connect_timeout_seconds):
+        await session.initialize()
+    return session
