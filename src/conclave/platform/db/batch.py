@@ -82,10 +82,24 @@ def group_writes(writes: Sequence[Write]) -> list[Group]:
     """``writes`` grouped by kind, table and value names (one statement per group), the groups in
     the order in which their first write appeared."""
     groups: dict[tuple[str, str, tuple[str, ...]], list[Write]] = {}
+    shapes = _shapes
     for write in writes:
-        shape = (type(write).__name__, write.table.name, tuple(sorted(write.values)))
+        # A service writes its rows with the same keys in the same order every time: the sorted
+        # names are looked up by the names as given, not sorted again for every row.
+        given = (type(write), write.table.name, *write.values)
+        shape = shapes.get(given)
+        if shape is None:
+            if len(shapes) >= _MAX_SHAPES:
+                shapes.clear()
+            names = tuple(sorted(write.values))
+            shape = shapes[given] = (type(write).__name__, write.table.name, names)
         groups.setdefault(shape, []).append(write)
     return [(kind, group[0].table, columns, group) for (kind, _, columns), group in groups.items()]
+
+
+_shapes: dict[tuple[Any, ...], tuple[str, str, tuple[str, ...]]] = {}
+_MAX_SHAPES = 4096
+"""At most this many shapes are remembered (a service has a few dozen; a bound all the same)."""
 
 
 async def apply_writes(
