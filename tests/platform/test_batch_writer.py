@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -11,8 +12,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Column,
     DateTime,
+    Float,
     Integer,
     LargeBinary,
     MetaData,
@@ -350,6 +353,8 @@ _documents = Table(
     Column("at", DateTime(timezone=True), nullable=False),
     Column("note", Text, nullable=True),
     Column("blob", LargeBinary, nullable=True),
+    Column("ratio", Float, nullable=True),
+    Column("big", BigInteger, nullable=True),
 )
 _stamped = Table(
     "batch_writer_stamped",
@@ -407,3 +412,47 @@ async def test_rows_are_stored_as_sqlalchemy_stores_them(
     assert (stored_at if stored_at.tzinfo else stored_at.replace(tzinfo=UTC)) == moment
     assert stamp == "made-in-python"  # a Python-computed default still applies
     assert [rows[f"w{index}"][5] for index in range(3)] == [None, bytes(range(256)), b""]
+
+
+class _Mood(enum.StrEnum):
+    CALM = "calm"
+
+
+async def test_values_json_encoders_spell_differently_are_stored_as_sqlalchemy_stores_them(
+    engine: AsyncEngine, writer: BatchWriter, sample_tables: None
+) -> None:
+    # The one-statement path writes its rows with orjson, which spells some values otherwise
+    # than json.dumps (a NaN as null, no integers past 64 bits, a str subclass as text): each
+    # such row must be stored exactly as SQLAlchemy's own insert stores it, or refused alike.
+    moment = utc_now()
+    samples = [
+        {"ratio": float("nan"), "big": 2**63 - 1},
+        {"ratio": float("inf"), "big": -(2**63)},
+        {"ratio": float("-inf"), "note": _Mood.CALM},
+        {"ratio": 1e16, "doc": {"k": 1e16, "big": 2**70, "tiny": 5e-324, "neg": -0.0}},
+        {"ratio": -0.0, "note": "line\u2028separator, \U0001f600, \x7f"},
+        {"ratio": 5e-324, "blob": b"\x00text"},
+    ]
+    writes = [
+        Insert(_documents, {"sample_id": f"w{i}", "at": moment, **v}) for i, v in enumerate(samples)
+    ]
+    await asyncio.gather(*(writer.write(write) for write in writes))
+    async with engine.begin() as connection:
+        for index, values in enumerate(samples):
+            await connection.execute(
+                _documents.insert(), {"sample_id": f"s{index}", "at": moment, **values}
+            )
+    columns = (
+        _documents.c.doc.cast(Text), _documents.c.note, _documents.c.blob, _documents.c.ratio,
+        _documents.c.big,
+    )  # fmt: skip
+    async with engine.connect() as connection:
+        rows = {
+            row[0]: repr(tuple(row[1:]))  # repr: a NaN equals no other NaN
+            for row in await connection.execute(select(_documents.c.sample_id, *columns))
+        }
+    for index in range(len(samples)):
+        assert rows[f"w{index}"] == rows[f"s{index}"]
+    assert "'calm'" in rows["w2"]
+    if engine.dialect.name == "postgresql":  # SQLite stores a NaN as NULL
+        assert "nan" in rows["w0"] and "inf" in rows["w1"]
