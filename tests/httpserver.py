@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,35 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def reserved_port() -> int:
+    """A free port for a server started later in another process, chosen below the kernel's
+    ephemeral range: a port from :func:`free_port` is free only until some socket (another test
+    worker's server, any outgoing connection) is given it, and a service that starts seconds
+    later may find it taken, or another server answering there."""
+    # The system's randomness: pytest-randomly seeds `random` alike in every test worker.
+    upper = max(_first_ephemeral_port(), 21_000)
+    for _ in range(200):
+        port = _chance.randrange(20_000, upper)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
+
+
+_chance = random.SystemRandom()
+
+
+def _first_ephemeral_port() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as lines:
+            return int(lines.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 @asynccontextmanager

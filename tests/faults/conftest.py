@@ -40,7 +40,7 @@ from conclave.platform.db.engine import create_engine
 from conclave.platform.transparency import generate_key
 from tests.conftest import POSTGRES_URL, REDIS_URL, isolated_postgres, missing_service
 from tests.faults import qdrant_server as qdrant_server_module
-from tests.httpserver import free_port
+from tests.httpserver import free_port, reserved_port
 from tests.netproxy import CuttableProxy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +52,15 @@ TOOL_TIMEOUT_SECONDS = 5
 LEASE_SECONDS = 3
 
 T = TypeVar("T")
+
+HEALTH_NAMES = {
+    "gateway": "gateway",
+    "edge": "edge",
+    "collector": "collector",
+    "graph": "api_graph",
+}
+"""What each HTTP service calls itself on ``/health``: an answer from another server that got
+the port is not taken for the service being up."""
 
 
 class ProxyLoop:
@@ -160,11 +169,18 @@ class ServiceProcess:
                     if "collector worker" in self.log.read_text(errors="replace"):
                         return
                 else:
-                    with contextlib.suppress(httpx.TransportError):
-                        await client.get(self.url + "/health")
-                        return
+                    with contextlib.suppress(httpx.TransportError, ValueError):
+                        answer = await client.get(self.url + "/health")
+                        body = answer.json()
+                        if isinstance(body, dict) and body.get("service") == self._health_name:
+                            return
                 await asyncio.sleep(0.1)
         raise AssertionError(f"{self.name} did not start within {timeout} s:\n{self.tail()}")
+
+    @property
+    def _health_name(self) -> str:
+        """What the service this runs (``serve <service>``) calls itself on ``/health``."""
+        return HEALTH_NAMES[self.args[1]]
 
     def kill(self) -> None:
         """``kill -9``: no shutdown code runs."""
@@ -355,7 +371,7 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
             redis=redis,
             qdrant=qdrant,
         )
-        ports = {name: free_port() for name in ("gateway", "edge", "collector", "graph")}
+        ports = {name: reserved_port() for name in HEALTH_NAMES}
         env = _environment(topology, ports, qdrant.port)
         for name, port in ports.items():
             topology.services[name] = ServiceProcess(

@@ -31,7 +31,7 @@ from tests.faults.invariants import (
     check_uploads,
     gather_answers,
 )
-from tests.httpserver import free_port
+from tests.httpserver import reserved_port
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -298,7 +298,7 @@ async def test_embedded_semantic_memory_held_by_another_process(topology: Topolo
     # time. Another process holding it is this mode's "Qdrant unavailable".
     folder = topology.data_dir / "edge-shard"
     holder = EdgeStore.open(folder, 384)
-    port = free_port()
+    port = reserved_port()
     env = {
         key: value
         for key, value in topology["collector"].env.items()

@@ -46,15 +46,17 @@ from sqlalchemy import (
 from conclave.platform.db.driver_writes import InsertPlan, Numbering, RowWrite, UpdateAllPlan
 
 Reader = Callable[[Any], Any]
+Reading = tuple[str, Reader | None, frozenset[type] | None]
+"""A column's expression in the statement, its maker, and the types its value may have."""
 
 # The rows' document is read by PostgreSQL only, so any spelling of the same JSON will do: orjson
 # writes it five to twenty times faster than the standard library (a batch's JSON columns travel as
-# escaped text, its binary columns as hexadecimal: docs/benchmarks.md, round 10). What it would
-# write differently from ``json.dumps`` it must refuse instead, so that such a batch takes the
-# transaction path as before: a value that is no JSON type (a datetime, a dataclass, an enum, a
-# subclass: no ``default``, passed through to fail), an integer beyond 64 bits, text that is not
-# UTF-8 (a lone surrogate) all raise ``orjson.JSONEncodeError`` (a ``TypeError``); a float that
-# is not finite, which orjson would write as ``null``, is refused by :func:`_finite` first.
+# escaped text, its binary columns as hexadecimal: docs/benchmarks.md, round 10). It writes some
+# values json.dumps refused (a NaN as null, an enum or a UUID as its value), so a value reaches it
+# only when its type is exactly what its column holds (:func:`_reader`'s third member: text for
+# text, an int for an integer, a finite float for a float); anything else, and what orjson still
+# refuses (an integer beyond 64 bits, text that is no UTF-8: a lone surrogate), sends the batch
+# down the transaction path, where SQLAlchemy stores or refuses it as it always did.
 _PASS_THROUGH = (
     orjson.OPT_PASSTHROUGH_DATACLASS
     | orjson.OPT_PASSTHROUGH_DATETIME
@@ -70,6 +72,13 @@ def _finite(value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise ValueError("NaN and infinities are not JSON")
     return value
+
+
+_NONE = type(None)
+_TEXT: frozenset[type] = frozenset({str, _NONE})
+_WHOLE: frozenset[type] = frozenset({int, _NONE})  # not a bool: the driver makes that 0 or 1
+_TRUTH: frozenset[type] = frozenset({bool, _NONE})
+_REAL: frozenset[type] = frozenset({float, _NONE})
 
 
 Group = tuple[str, Table, tuple[str, ...], Sequence[Any]]
@@ -97,26 +106,30 @@ def _timestamptz_from(number: str) -> str:
     )
 
 
-def _reader(column: Column[Any], dialect: Any, index: int) -> tuple[str, Reader | None] | None:
-    """How the statement reads ``column`` from element ``index`` of a row's JSON array, and what
-    turns the (bind-processed) Python value into JSON first; ``None`` for a column type this path
-    does not handle (the batch then takes the transaction path)."""
+def _reader(column: Column[Any], dialect: Any, index: int) -> Reading | None:
+    """How the statement reads ``column`` from element ``index`` of a row's JSON array, what
+    turns the (bind-processed) Python value into JSON first, and the types a value must have to
+    travel this way (None: any the maker takes); ``None`` for a column type this path does not
+    handle (the batch then takes the transaction path)."""
     kind = column.type
     if isinstance(kind, JSON):  # SQLAlchemy's own text of the value, carried as a JSON string
-        return f"(r->>{index})::{kind.compile(dialect=dialect)}", None
+        return f"(r->>{index})::{kind.compile(dialect=dialect)}", None, None
     if isinstance(kind, LargeBinary):
         # As hexadecimal text, after the column's bind processor (the driver's bytes type).
-        return f"decode(r->>{index}, 'hex')", _hex
+        return f"decode(r->>{index}, 'hex')", _hex, None
     if kind.dialect_impl(dialect).bind_processor(dialect) is not None or isinstance(kind, Enum):
         return None
     if isinstance(kind, DateTime):
-        return (_timestamptz_from(f"r->>{index}"), _microseconds) if kind.timezone else None
+        return (_timestamptz_from(f"r->>{index}"), _microseconds, None) if kind.timezone else None
     if isinstance(kind, String):  # no cast: storing into the column checks its length
-        return f"r->>{index}", None
+        return f"r->>{index}", None, _TEXT
+    cast = f"(r->>{index})::{kind.compile(dialect=dialect)}"
     if isinstance(kind, Float):
-        return f"(r->>{index})::{kind.compile(dialect=dialect)}", _finite
-    if isinstance(kind, Integer | Boolean):
-        return f"(r->>{index})::{kind.compile(dialect=dialect)}", None
+        return cast, _finite, _REAL
+    if isinstance(kind, Boolean):
+        return cast, None, _TRUTH
+    if isinstance(kind, Integer):
+        return cast, None, _WHOLE
     return None
 
 
@@ -133,6 +146,7 @@ class _InsertPart:
         readers = [_reader(table.c[name], dialect, i) for i, name in enumerate(self._rows.columns)]
         self.usable = self._rows.usable and all(readers)
         self._make = [(i, r[1]) for i, r in enumerate(readers) if r is not None and r[1]]
+        self._types = [(i, r[2]) for i, r in enumerate(readers) if r is not None and r[2]]
         quote = dialect.identifier_preparer.quote
         columns = ", ".join(quote(column) for column in self._rows.columns)
         values = ", ".join(r[0] for r in readers if r is not None)
@@ -142,6 +156,10 @@ class _InsertPart:
 
     def arguments(self, writes: Sequence[RowWrite]) -> list[Any]:
         rows = [list(record) for record in self._rows.records(writes)]
+        for index, types in self._types:
+            for row in rows:
+                if type(row[index]) not in types:
+                    raise TypeError("a value of another type than its column holds")
         for index, make in self._make:
             for row in rows:
                 row[index] = make(row[index])
@@ -192,8 +210,8 @@ def batch_statement(dialect: Any, groups: Sequence[Group]) -> tuple[str, list[An
                 arguments.extend(part.arguments(write.keys, write.values))
             else:
                 arguments.extend(part.arguments(writes))
-    except (TypeError, ValueError, AttributeError, RecursionError):  # not writable as JSON
-        return None
+    except (TypeError, ValueError, ArithmeticError, AttributeError, RecursionError):
+        return None  # not writable this way: the transaction path stores or refuses it
     return plan.sql, arguments
 
 
