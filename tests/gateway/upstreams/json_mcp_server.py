@@ -36,6 +36,8 @@ class JsonServer:
         self.cancelled: list[Any] = []
         """The ``requestId`` of every ``notifications/cancelled``."""
         self.slow_cancelled = asyncio.Event()
+        self.list_delays: list[float] = []
+        """Seconds the next ``tools/list`` requests take, one each (listings that time out)."""
         server = Server("json", version="0", on_list_tools=self._list, on_call_tool=self._call)
         self._mcp: ASGIApp = server.streamable_http_app(json_response=json_response)
 
@@ -71,6 +73,8 @@ class JsonServer:
     async def _list(
         self, _ctx: Any, _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        if self.list_delays:
+            await asyncio.sleep(self.list_delays.pop(0))
         names = ("echo", "slow", "fail", *CRAFTED)
         tools = [types.Tool(name=name, description=name, input_schema=OBJECT) for name in names]
         return types.ListToolsResult(tools=tools)

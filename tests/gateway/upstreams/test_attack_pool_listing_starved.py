@@ -21,9 +21,10 @@ from tests.gateway.upstreams.test_pool_wait import _call, _seen, _status, small_
 
 @pytest.mark.xfail(
     strict=False,
-    reason="known residual: held by the tool-call slots on a quiet machine, but under heavy load "
-    "the connection still ended once in 20 s (the SDK's cancellation notices of timed-out calls "
-    "share the two kept connections with the listing); see the issue 20 note of 2026-11-28",
+    reason="under heavy load the connection ended once in 20 s (CI, 2026-11-28: the SDK's "
+    "cancellation notices of timed-out calls share the two kept connections with the listing); "
+    "a listing's time-out is now skipped, three in a row end the connection "
+    "(test_listing_timeouts.py): not strict until it has held in loaded CI runs",
 )
 async def test_a_users_slow_calls_do_not_end_the_connection_through_the_listing(
     backend: Backend, tmp_path: Path

@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from conclave.gateway.backends.breaker import CircuitBreaker
 from conclave.gateway.progress import ProgressReporter
 from conclave.gateway.upstreams.config import McpServerSpec, UpstreamLimits
+from conclave.gateway.upstreams.listing import LISTING_TIMEOUTS_IN_A_ROW, list_tools
 from conclave.gateway.upstreams.open_session import OpenSession, retrieved
 from conclave.gateway.upstreams.redaction import Scrubber
 from conclave.gateway.upstreams.session_answers import (
@@ -273,6 +274,7 @@ class Upstream:
         SDK's session sees its output end)."""
         period = self.spec.refresh_seconds or None
         listed = time.monotonic()
+        timeouts = 0  # listings timed out in a row (LISTING_TIMEOUTS_IN_A_ROW)
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_PROCESS_POLL_SECONDS):
@@ -286,8 +288,19 @@ class Upstream:
                 continue
             # Debounce: notifications arriving meanwhile are folded into this one listing.
             await asyncio.sleep(self._limits.debounce_seconds)
+            changed = self._changed.is_set()
             self._changed.clear()
-            await self._list(opened)
+            try:
+                await self._list(opened)
+                timeouts = 0
+            except MCPError as exc:
+                timeouts += 1
+                if exc.error.code != types.REQUEST_TIMEOUT or timeouts == LISTING_TIMEOUTS_IN_A_ROW:
+                    raise
+                self.last_error = f"tools/list timed out ({timeouts} in a row): tools kept"
+                log.warning("upstream listing timed out", extra=self._extra())
+                if changed:
+                    self._changed.set()  # what changed is listed again after the debounce
             listed = time.monotonic()
 
     async def _list(self, opened: OpenSession) -> None:
@@ -305,32 +318,7 @@ class Upstream:
 
     async def _refresh(self, session: ClientSession) -> None:
         """``tools/list`` through every page, within the bounds; hands the listing on."""
-        tools: list[types.Tool] = []
-        notes: list[str] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        for page in range(self._limits.max_pages):
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            result = await session.send_request(
-                types.ListToolsRequest(params=params),
-                types.ListToolsResult,
-                request_read_timeout_seconds=self.spec.timeout_seconds,
-            )
-            room = self._limits.max_tools - len(tools)
-            if len(result.tools) > room:
-                notes.append(f"listing cut at {self._limits.max_tools} tools")
-                tools += result.tools[:room]
-                break
-            tools += result.tools
-            cursor = result.next_cursor
-            if cursor is None:
-                break
-            if cursor in seen:
-                notes.append("the server repeated a cursor: listing stopped")
-                break
-            seen.add(cursor)
-            if page == self._limits.max_pages - 1:
-                notes.append(f"listing stopped after {self._limits.max_pages} pages")
+        tools, notes = await list_tools(session, self._limits, self.spec.timeout_seconds)
         await self._on_listing(self, tools, notes)
         self.refreshes += 1
         self.last_refresh = utc_now().isoformat().replace("+00:00", "Z")

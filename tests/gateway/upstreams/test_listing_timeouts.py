@@ -1,0 +1,54 @@
+"""A periodic listing that times out is skipped, as a call's time-out is: the connection and the
+tools listed before stay (one user's slow calls can make the gateway's own listing wait for a
+connection of the session's pool, which says nothing of the upstream). Three in a row end the
+connection, so a session that answers nothing is still reopened. The upstream answers with event
+streams, as the attack's did: its listings are then timed by the SDK, not by the HTTP client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import Backend, eventually
+from tests.gateway.upstreams.json_mcp_server import JsonServer
+from tests.gateway.upstreams.test_pool_wait import _call, _seen, _status, small_pool_upstream
+
+
+async def test_a_listing_that_times_out_keeps_the_connection_and_its_tools(
+    backend: Backend, tmp_path: Path
+):
+    server = JsonServer(json_response=False)
+    entry = {"timeout_seconds": 1, "refresh_seconds": 1}
+    async with small_pool_upstream(backend, tmp_path, server, 8, **entry) as (client, _):
+        before = await _status(client)
+        server.list_delays = [1.6]  # the next listing outlasts its 1 s time-out
+
+        async def timed_out() -> bool:
+            return "tools/list timed out" in str((await _status(client))["last_error"])
+
+        await eventually(timed_out, timeout=20)
+        during = _seen(await _call(client, "echo", message="still there"))
+        refreshes = (await _status(client))["refreshes"]
+
+        async def listed_again() -> bool:
+            return (await _status(client))["refreshes"] > refreshes
+
+        await eventually(listed_again, timeout=20)
+        after = await _status(client)
+    # Before: the time-out ended the connection (a restart; its calls cut, 503 meanwhile).
+    assert after["restarts"] == before["restarts"] and after["state"] == "ready", after
+    assert during == (200, "still there"), during
+
+
+async def test_listings_that_keep_timing_out_end_the_connection(backend: Backend, tmp_path: Path):
+    server = JsonServer(json_response=False)
+    entry = {"timeout_seconds": 0.5, "refresh_seconds": 0.5}
+    async with small_pool_upstream(backend, tmp_path, server, 8, **entry) as (client, _):
+        restarts = (await _status(client))["restarts"]
+        server.list_delays = [5.0] * 1000  # every listing times out, a new session's first too
+
+        async def restarted() -> bool:
+            return (await _status(client))["restarts"] > restarts
+
+        await eventually(restarted, timeout=30)
+        status = await _status(client)
+    assert "timed out" in str(status["last_error"]), status
