@@ -6,10 +6,15 @@ streams, as the attack's did: its listings are then timed by the SDK, not by the
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import mcp_types as types
+from starlette.types import Receive, Scope, Send
+
+from conclave.platform.middleware import replay_body
 from tests.conftest import Backend, eventually
-from tests.gateway.upstreams.json_mcp_server import JsonServer
+from tests.gateway.upstreams.json_mcp_server import JsonServer, read_body
 from tests.gateway.upstreams.test_pool_wait import _call, _seen, _status, small_pool_upstream
 
 
@@ -52,3 +57,44 @@ async def test_listings_that_keep_timing_out_end_the_connection(backend: Backend
         await eventually(restarted, timeout=30)
         status = await _status(client)
     assert "timed out" in str(status["last_error"]), status
+
+
+class _AnswersTimedOut(JsonServer):
+    """Answers the next ``refusals`` ``tools/list`` at once with the SDK's time-out code."""
+
+    refusals = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and self.refusals:
+            body = await read_body(receive)
+            message = json.loads(body)
+            if message.get("method") == "tools/list":
+                self.refusals -= 1
+                error = {"code": types.REQUEST_TIMEOUT, "message": "Request timed out"}
+                answer = {"jsonrpc": "2.0", "id": message["id"], "error": error}
+                headers = [(b"content-type", b"application/json")]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
+                return
+            receive = replay_body(body, receive)
+        await super().__call__(scope, receive, send)
+
+
+async def test_an_upstream_answering_the_time_out_code_has_not_timed_out(
+    backend: Backend, tmp_path: Path
+):
+    # An outside attack: the code alone made an upstream's own error a skipped listing, so one
+    # failing two listings in three was never reconnected (its tools stale meanwhile). One such
+    # answer is a failed listing: the connection ends (before: skipped, no restart).
+    server = _AnswersTimedOut()
+    entry = {"timeout_seconds": 5, "refresh_seconds": 0.5}
+    async with small_pool_upstream(backend, tmp_path, server, 8, **entry) as (client, _):
+        restarts = (await _status(client))["restarts"]
+        server.refusals = 1
+
+        async def restarted() -> bool:
+            return (await _status(client))["restarts"] > restarts
+
+        await eventually(restarted, timeout=30)
+        status = await _status(client)
+    assert "tools kept" not in str(status["last_error"]), status

@@ -290,12 +290,18 @@ class Upstream:
             await asyncio.sleep(self._limits.debounce_seconds)
             changed = self._changed.is_set()
             self._changed.clear()
+            started = time.monotonic()
             try:
                 await self._list(opened)
                 timeouts = 0
             except MCPError as exc:
                 timeouts += 1
-                if exc.error.code != types.REQUEST_TIMEOUT or timeouts == LISTING_TIMEOUTS_IN_A_ROW:
+                # The SDK's own time-out, or the gateway's for a listing that waited for a
+                # connection, lasted the time-out: an upstream answering that code at once has
+                # not timed out (an outside attack), and ends the connection as any failure.
+                waited = time.monotonic() - started >= self.spec.timeout_seconds
+                timed_out = exc.error.code == types.REQUEST_TIMEOUT and waited
+                if not timed_out or timeouts == LISTING_TIMEOUTS_IN_A_ROW:
                     raise
                 self.last_error = f"tools/list timed out ({timeouts} in a row): tools kept"
                 log.warning("upstream listing timed out", extra=self._extra())
