@@ -7,13 +7,16 @@ streams, as the attack's did: its listings are then timed by the SDK, not by the
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import mcp_types as types
 from starlette.types import Receive, Scope, Send
 
 from conclave.platform.middleware import replay_body
 from tests.conftest import Backend, eventually
+from tests.gateway.upstream_fixtures import gateway
 from tests.gateway.upstreams.json_mcp_server import JsonServer, read_body
 from tests.gateway.upstreams.test_pool_wait import _call, _seen, _status, small_pool_upstream
 
@@ -98,3 +101,36 @@ async def test_an_upstream_answering_the_time_out_code_has_not_timed_out(
         await eventually(restarted, timeout=30)
         status = await _status(client)
     assert "tools kept" not in str(status["last_error"]), status
+
+
+async def test_a_stdio_server_whose_listings_hang_is_restarted_after_three(
+    backend: Backend, tmp_path: Path
+):
+    # The skip applies to local processes too: a hung one is still replaced, later than before
+    # (three listing periods instead of one), and answers calls meanwhile if it can.
+    spec = {
+        "name": "hang",
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": ["-m", "tests.gateway.upstreams.hang_list_server"],
+        "timeout_seconds": 1,
+        "refresh_seconds": 1,
+    }
+    async with gateway(backend, tmp_path, spec) as client:
+
+        async def status() -> dict[str, Any]:
+            return dict((await client.get("/upstreams")).json()["upstreams"][0])
+
+        async def ready() -> bool:
+            return (await status())["state"] == "ready"
+
+        async def restarted() -> bool:
+            return (await status())["restarts"] > 0
+
+        await eventually(ready)
+        first = await client.post("/execute", json={"tool": "hang__pid", "args": {}})
+        await eventually(restarted)
+        await eventually(ready)
+        second = await client.post("/execute", json={"tool": "hang__pid", "args": {}})
+    assert first.status_code == 200 and second.status_code == 200, (first.text, second.text)
+    assert first.json()["result"] != second.json()["result"]  # another process
