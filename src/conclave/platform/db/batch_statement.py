@@ -46,17 +46,18 @@ from sqlalchemy import (
 from conclave.platform.db.driver_writes import InsertPlan, Numbering, RowWrite, UpdateAllPlan
 
 Reader = Callable[[Any], Any]
-Reading = tuple[str, Reader | None, frozenset[type] | None]
+Reading = tuple[str, Reader | None, "Exact | None"]
 """A column's expression in the statement, its maker, and the types its value may have."""
 
 # The rows' document is read by PostgreSQL only, so any spelling of the same JSON will do: orjson
 # writes it five to twenty times faster than the standard library (a batch's JSON columns travel as
 # escaped text, its binary columns as hexadecimal: docs/benchmarks.md, round 10). It writes some
 # values json.dumps refused (a NaN as null, an enum or a UUID as its value), so a value reaches it
-# only when its type is exactly what its column holds (:func:`_reader`'s third member: text for
-# text, an int for an integer, a finite float for a float); anything else, and what orjson still
-# refuses (an integer beyond 64 bits, text that is no UTF-8: a lone surrogate), sends the batch
-# down the transaction path, where SQLAlchemy stores or refuses it as it always did.
+# only as exactly what its column holds (:func:`_reader`'s third member: text for text, an int for
+# an integer, a finite float for a float; a subclass as its plain value, as the driver stores
+# it); anything else, and what orjson still refuses (an integer beyond 64 bits, text that is no
+# UTF-8: a lone surrogate), sends the batch down the transaction path, where SQLAlchemy stores or
+# refuses it as it always did.
 _PASS_THROUGH = (
     orjson.OPT_PASSTHROUGH_DATACLASS
     | orjson.OPT_PASSTHROUGH_DATETIME
@@ -74,11 +75,39 @@ def _finite(value: float | None) -> float | None:
     return value
 
 
+def _as_text(value: Any) -> str:
+    # A str subclass (a StrEnum member: a failed call's error code) is stored as its characters,
+    # as the driver stores it; its own __str__ is not asked.
+    if isinstance(value, str):
+        return str.__str__(value)
+    raise TypeError("not text")
+
+
+def _as_whole(value: Any) -> int:
+    if isinstance(value, int):  # an IntEnum member (an HTTP status), a bool: as the driver does
+        return int.__int__(value)
+    raise TypeError("not an integer")
+
+
+def _as_truth(value: Any) -> bool:
+    raise TypeError("not a bool")  # bool has no subclass; the driver refuses anything else
+
+
+def _as_real(value: Any) -> float:
+    if isinstance(value, int | float):  # the driver takes any number for a float column
+        return float(value)
+    raise TypeError("not a number")
+
+
+Exact = tuple[frozenset[type], Callable[[Any], Any]]
+"""The types a column's value travels as, and what makes any other value one of them (or raises
+``TypeError``: the batch then takes the transaction path)."""
+
 _NONE = type(None)
-_TEXT: frozenset[type] = frozenset({str, _NONE})
-_WHOLE: frozenset[type] = frozenset({int, _NONE})  # not a bool: the driver makes that 0 or 1
-_TRUTH: frozenset[type] = frozenset({bool, _NONE})
-_REAL: frozenset[type] = frozenset({float, _NONE})
+_TEXT: Exact = (frozenset({str, _NONE}), _as_text)
+_WHOLE: Exact = (frozenset({int, _NONE}), _as_whole)
+_TRUTH: Exact = (frozenset({bool, _NONE}), _as_truth)
+_REAL: Exact = (frozenset({float, _NONE}), _as_real)
 
 
 Group = tuple[str, Table, tuple[str, ...], Sequence[Any]]
@@ -156,10 +185,10 @@ class _InsertPart:
 
     def arguments(self, writes: Sequence[RowWrite]) -> list[Any]:
         rows = [list(record) for record in self._rows.records(writes)]
-        for index, types in self._types:
+        for index, (types, exact) in self._types:
             for row in rows:
                 if type(row[index]) not in types:
-                    raise TypeError("a value of another type than its column holds")
+                    row[index] = exact(row[index])
         for index, make in self._make:
             for row in rows:
                 row[index] = make(row[index])
