@@ -84,8 +84,15 @@ def _as_text(value: Any) -> str:
 
 
 def _as_whole(value: Any) -> int:
-    if isinstance(value, int):  # an IntEnum member (an HTTP status), a bool: as the driver does
-        return int.__int__(value)
+    # An IntEnum member (an HTTP status), a bool: as the driver takes them, through int(), which
+    # asks a subclass's own __int__ (and fails where it fails).
+    if isinstance(value, int):
+        try:
+            whole = int(value)
+        except Exception as error:
+            raise TypeError("not an integer") from error
+        if type(whole) is int:
+            return whole
     raise TypeError("not an integer")
 
 
@@ -94,7 +101,11 @@ def _as_truth(value: Any) -> bool:
 
 
 def _as_real(value: Any) -> float:
-    if isinstance(value, int | float):  # the driver takes any number for a float column
+    # As the driver reads a number for a float column: a float subclass's own double (its
+    # __float__ is not asked), an int through its __float__.
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, int):
         return float(value)
     raise TypeError("not a number")
 
