@@ -36,6 +36,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from sqlalchemy import text
 
+from conclave.graph.service import SERVICE_NAME
 from conclave.platform.db.engine import create_engine
 from conclave.platform.transparency import generate_key
 from tests.conftest import POSTGRES_URL, REDIS_URL, isolated_postgres, missing_service
@@ -57,7 +58,7 @@ HEALTH_NAMES = {
     "gateway": "gateway",
     "edge": "edge",
     "collector": "collector",
-    "graph": "api_graph",
+    "graph": SERVICE_NAME,
 }
 """What each HTTP service calls itself on ``/health``: an answer from another server that got
 the port is not taken for the service being up."""
